@@ -1,0 +1,36 @@
+"""Shared pytest fixtures: float64 switches and the location of ../shared/data."""
+
+import os
+import pathlib
+
+import jax
+import pytest
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def shared_data_root() -> pathlib.Path:
+  """`$DATA_DIR` if set, else `../shared/data` beside the repository."""
+  env = os.environ.get("DATA_DIR")
+  return pathlib.Path(env) if env else REPO_ROOT.parent / "shared" / "data"
+
+
+@pytest.fixture
+def data_root() -> pathlib.Path:
+  return shared_data_root()
+
+
+def dataset_dir_or_skip(name: str) -> pathlib.Path:
+  """Folder of one real dataset (e.g. 'mnist'); skips the test if absent."""
+  path = shared_data_root() / name
+  if not path.is_dir():
+    pytest.skip(f"real dataset '{name}' not found at {path} "
+                f"(set DATA_DIR or place ../shared/data/{name} beside the repo)")
+  return path
+
+
+@pytest.fixture
+def x64():
+  """Runs the test body with float64 enabled."""
+  with jax.enable_x64(True):
+    yield
