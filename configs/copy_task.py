@@ -1,0 +1,35 @@
+"""Copy task, small default: exact RTRL on a 32-unit RHN, a few minutes on CPU.
+
+Run:
+  python -m experiments.copy_task --config configs/copy_task.py --workdir runs/copy
+
+Override any field, e.g. the paper's setting (Benzing et al. 2019, Fig. 1):
+  python -m experiments.copy_task --config configs/copy_task.py \
+    --workdir runs/copy_ok16 --config.estimator=ok --config.rank=16 \
+    --config.hidden_size=128 --config.learning_rate=1e-3 \
+    --config.num_steps=1000000
+  TBPTT-50: --config.estimator=tbptt --config.truncation=50
+"""
+
+import ml_collections
+
+
+def get_config() -> ml_collections.ConfigDict:
+  config = ml_collections.ConfigDict()
+  config.estimator = "rtrl"   # rtrl | tbptt (+ the approximations)
+  config.rank = 8              # for rank-based estimators
+  config.truncation = 20       # TBPTT horizon (estimator=tbptt)
+  config.cell = "rhn"          # rnn | rhn | lstm
+  config.hidden_size = 32
+  config.batch_size = 16
+  config.learning_rate = 10 ** -2.5
+  config.clip_norm = 0.0       # 0 disables global-norm clipping
+  config.accumulate_steps = 1
+  config.seed = 0
+  config.num_steps = 6000
+  config.chunk_steps = 100     # steps per jitted chunk; curriculum checked per chunk
+  config.log_every = 500       # steps between progress lines (multiple of chunk_steps)
+  config.checkpoint_every = 2000
+  config.max_length = 100      # largest curriculum length the generator supports
+  config.error_threshold = 0.15  # bits/char to advance the curriculum
+  return config

@@ -1,0 +1,1 @@
+"""Dataset loaders that read the standard file formats (see SPEC "Data")."""

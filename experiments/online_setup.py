@@ -1,0 +1,55 @@
+"""Builds the pieces of an online-RTRL or TBPTT run from a config.
+
+Shared by the Copy task and the gradient tools; holds no algorithm, only the
+mapping from config fields to library objects.
+"""
+
+from __future__ import annotations
+
+import jax
+import optax
+
+from rtrl import bptt, cells, estimators, online, readout
+
+# Config fields each estimator reads besides the common ones.
+RANKED_ESTIMATORS = ("kf_avg", "ok", "ok_biased", "ktp", "kf_approx")
+
+
+def make_cell(config) -> cells.Cell:
+  return cells.make(config.cell, config.hidden_size)
+
+
+def init_params(cell: cells.Cell, key, input_size: int, num_outputs: int):
+  cell_key, readout_key = jax.random.split(key)
+  return {"cell": cell.init(cell_key, input_size),
+          "readout": readout.init(readout_key, cell.hidden_size, num_outputs)}
+
+
+def estimator_hparams(config) -> dict:
+  return {"rank": config.rank} if config.estimator in RANKED_ESTIMATORS else {}
+
+
+def make_estimator(config, cell):
+  return estimators.make(config.estimator, cell, **estimator_hparams(config))
+
+
+def make_trainer(config, cell: cells.Cell) -> online.Trainer:
+  """TBPTT if `config.estimator == 'tbptt'`, else the online trainer."""
+  optimizer = optax.adam(config.learning_rate)
+  if config.get("clip_norm"):
+    optimizer = optax.chain(optax.clip_by_global_norm(config.clip_norm),
+                            optimizer)
+  if config.estimator == "tbptt":
+    return bptt.make_tbptt_trainer(cell, optimizer, config.truncation)
+  return online.make_online_trainer(
+      cell, make_estimator(config, cell), optimizer,
+      accumulate_steps=config.get("accumulate_steps", 1))
+
+
+def describe(config) -> str:
+  """A short name like '16-ok', 'tbptt-50' or 'rtrl' for logs and legends."""
+  if config.estimator == "tbptt":
+    return f"tbptt-{config.truncation}"
+  if config.estimator in RANKED_ESTIMATORS:
+    return f"{config.rank}-{config.estimator}"
+  return config.estimator

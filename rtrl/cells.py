@@ -1,0 +1,246 @@
+"""Recurrent cells in the form of the RTRL paper's appendix Lemma 1.
+
+Every cell computes `z = concat(x, h, 1) @ W` with all gates fused in one
+matrix `W` of shape `(input_size + hidden_size + 1, K * hidden_size)`, then a
+pointwise map `state' = f(z, state)` that acts on each hidden unit separately.
+That form is what makes `F_t = dh_t/dW = hhat ⊗ D_t` (with `hhat =
+concat(x, h, 1)` and `D_t` block-diagonal, one `(S, K)` block per unit), the
+structure every Kronecker-factored RTRL approximation relies on.
+
+Internally a state is an `(S, hidden_size)` array of "state rows" (`S = 1` for
+`RNN` and `RHN`, `S = 2` for `LSTM`: rows `c` and `h`); the public state of
+`LSTM` is the tuple `(c, h)`. Gate pre-activations are laid out gate-major:
+column `k * hidden_size + j` of `W` feeds gate `k` of unit `j`.
+
+References:
+  Benzing et al., "Optimal Kronecker-Sum Approximation of Real Time Recurrent
+  Learning", ICML 2019, appendix 5.1 (Lemma 1).
+  Zilly et al., "Recurrent Highway Networks", ICML 2017.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+Params = dict  # {'W': (input_size + hidden_size + 1, K * hidden_size)}
+
+
+class StepJacobians(NamedTuple):
+  """Everything the tangent recursions need from one step.
+
+  Attributes:
+    hhat: (P,) the step's `concat(x, h_prev, 1)`, `P = input_size + n + 1`;
+      the left Kronecker factor of `F_t = hhat ⊗ D`.
+    D: (n, S, K) per-unit derivative of the new state rows w.r.t. the gate
+      pre-activations, `D[j, s, k] = d state'[s, j] / d z[k, j]`.
+    dfds: (n, S, S) per-unit derivative of the pointwise map w.r.t. the old
+      state rows, `dfds[j, s, t] = d state'[s, j] / d state[t, j]` (direct
+      path only; the path through `z` goes via `W_h`).
+    recurrent_weights: (n, K * n) the rows of `W` that multiply `h_prev`.
+  """
+  hhat: jax.Array
+  D: jax.Array
+  dfds: jax.Array
+  recurrent_weights: jax.Array
+
+
+def _default_float():
+  return jnp.asarray(0.0).dtype  # float32, or float64 when x64 is on
+
+
+def _check_positive_int(name: str, value: Any) -> int:
+  if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    raise ValueError(f"{name} must be a positive integer, got {value!r}")
+  return value
+
+
+class Cell:
+  """Base class; subclasses define `num_gates`, `num_state_rows` and
+  `_unit_map(z_unit (K,), state_unit (S,)) -> (S,)`."""
+
+  num_gates: int = 1
+  num_state_rows: int = 1
+  hidden_row: int = 0  # which state row is `h` (fed back and read out)
+
+  def __init__(self, hidden_size: int):
+    self.hidden_size = _check_positive_int("hidden_size", hidden_size)
+
+  def __repr__(self):
+    return f"{type(self).__name__}(hidden_size={self.hidden_size})"
+
+  # -- public API -----------------------------------------------------------
+
+  def init(self, key: jax.Array, input_size: int) -> Params:
+    """Returns `{'W': (input_size + n + 1, K n)}`, scaled by 1/sqrt(fan_in)."""
+    input_size = _check_positive_int("input_size", input_size)
+    n, num_gates = self.hidden_size, self.num_gates
+    fan_in = input_size + n
+    dtype = _default_float()
+    weights = jax.random.normal(key, (fan_in, num_gates * n), dtype)
+    weights = weights / jnp.sqrt(jnp.asarray(fan_in, dtype))
+    bias = jnp.repeat(jnp.asarray(self._gate_bias_init(), dtype), n)
+    return {"W": jnp.concatenate([weights, bias[None, :]], axis=0)}
+
+  def initial_state(self):
+    return self.rows_to_state(
+        jnp.zeros((self.num_state_rows, self.hidden_size), _default_float()))
+
+  def step(self, params: Params, state, x: jax.Array):
+    """One example, one time step: returns the next state."""
+    rows = self.state_to_rows(state)
+    z = self._preactivations(params, rows, x)
+    return self.rows_to_state(self.pointwise(z, rows))
+
+  def output(self, state) -> jax.Array:
+    """The `(n,)` vector fed to the readout (the hidden state `h`)."""
+    return self.state_to_rows(state)[self.hidden_row]
+
+  # -- Lemma-1 structure ----------------------------------------------------
+
+  def input_size(self, params: Params) -> int:
+    return params["W"].shape[0] - self.hidden_size - 1
+
+  def state_to_rows(self, state) -> jax.Array:
+    return state[None, :] if self.num_state_rows == 1 else jnp.stack(state)
+
+  def rows_to_state(self, rows: jax.Array):
+    return rows[0] if self.num_state_rows == 1 else tuple(rows)
+
+  def hhat(self, params: Params, rows: jax.Array, x: jax.Array) -> jax.Array:
+    self.check_params(params)
+    input_size = self.input_size(params)
+    if x.shape != (input_size,):
+      raise ValueError(
+          f"x must have shape ({input_size},) to match params['W'] (one "
+          f"example; vmap over the batch), got {x.shape}")
+    h = rows[self.hidden_row]
+    return jnp.concatenate([x.astype(h.dtype), h, jnp.ones((1,), h.dtype)])
+
+  def check_params(self, params: Params) -> None:
+    n, num_gates = self.hidden_size, self.num_gates
+    if not isinstance(params, dict) or "W" not in params:
+      raise ValueError("params must be a dict {'W': array}, as returned by "
+                       f"{type(self).__name__}.init")
+    shape = params["W"].shape
+    if len(shape) != 2 or shape[1] != num_gates * n or shape[0] < n + 2:
+      raise ValueError(
+          f"params['W'] must have shape (input_size + {n} + 1, {num_gates * n})"
+          f" for {self!r}, got {shape}")
+
+  def _preactivations(self, params, rows, x):
+    z = self.hhat(params, rows, x) @ params["W"]
+    return z.reshape(self.num_gates, self.hidden_size)
+
+  def pointwise(self, z: jax.Array, rows: jax.Array) -> jax.Array:
+    """`state' = f(z, state)` on `(K, n)` gates and `(S, n)` rows."""
+    return jax.vmap(self._unit_map, in_axes=(1, 1), out_axes=1)(z, rows)
+
+  def linearized_step(self, params: Params, state, x: jax.Array):
+    """The next state and the `StepJacobians` of this step."""
+    rows = self.state_to_rows(state)
+    hhat = self.hhat(params, rows, x)
+    z = (hhat @ params["W"]).reshape(self.num_gates, self.hidden_size)
+
+    def unit(z_unit, state_unit):
+      new = self._unit_map(z_unit, state_unit)
+      return new, new
+
+    jac_z, jac_s, new_rows = jax.vmap(
+        lambda zu, su: _jacobians_and_value(unit, zu, su),
+        in_axes=(1, 1), out_axes=(0, 0, 1))(z, rows)
+    n, input_size = self.hidden_size, x.shape[0]
+    recurrent = params["W"][input_size:input_size + n]
+    jac = StepJacobians(hhat=hhat, D=jac_z, dfds=jac_s,
+                        recurrent_weights=recurrent)
+    return self.rows_to_state(new_rows), jac
+
+  def _gate_bias_init(self):
+    return [0.0] * self.num_gates
+
+  def _unit_map(self, z_unit, state_unit):
+    raise NotImplementedError
+
+
+def _jacobians_and_value(unit, z_unit, state_unit):
+  (jac_z, jac_s), value = jax.jacfwd(unit, argnums=(0, 1), has_aux=True)(
+      z_unit, state_unit)
+  return jac_z, jac_s, value
+
+
+def _scaled_sigmoid(x):
+  # The paper's tanh stand-in: 2*sigmoid(x) - 1 (footnote 6).
+  return 2.0 * jax.nn.sigmoid(x) - 1.0
+
+
+class RNN(Cell):
+  """Elman RNN: `h' = tanh(concat(x, h, 1) @ W)`. One gate, one state row."""
+
+  num_gates = 1
+  num_state_rows = 1
+
+  def _unit_map(self, z_unit, state_unit):
+    return jnp.tanh(z_unit)
+
+
+class RHN(Cell):
+  """Single-layer Recurrent Highway Network with coupled gates.
+
+  Gates (in this column order of `W`): candidate `c = 2σ(z_0) − 1` and
+  transform `t = σ(z_1)`; `h' = t * c + (1 − t) * h` (carry gate `1 − t`).
+  The transform bias starts at `transform_bias` (default −1) so that an
+  untrained cell mostly carries its state, which helps memory tasks.
+  """
+
+  num_gates = 2
+  num_state_rows = 1
+
+  def __init__(self, hidden_size: int, transform_bias: float = -1.0):
+    super().__init__(hidden_size)
+    self.transform_bias = float(transform_bias)
+
+  def _gate_bias_init(self):
+    return [0.0, self.transform_bias]
+
+  def _unit_map(self, z_unit, state_unit):
+    candidate = _scaled_sigmoid(z_unit[0])
+    transform = jax.nn.sigmoid(z_unit[1])
+    return (transform * candidate + (1.0 - transform) * state_unit[0])[None]
+
+
+class LSTM(Cell):
+  """LSTM with state `(c, h)` and gates `i, f, g, o` (this column order).
+
+  `c' = σ(f) c + σ(i) tanh(g)`, `h' = σ(o) tanh(c')`. The forget bias starts
+  at `forget_bias` (default 1).
+  """
+
+  num_gates = 4
+  num_state_rows = 2
+  hidden_row = 1
+
+  def __init__(self, hidden_size: int, forget_bias: float = 1.0):
+    super().__init__(hidden_size)
+    self.forget_bias = float(forget_bias)
+
+  def _gate_bias_init(self):
+    return [0.0, self.forget_bias, 0.0, 0.0]
+
+  def _unit_map(self, z_unit, state_unit):
+    i, f, g, o = z_unit[0], z_unit[1], z_unit[2], z_unit[3]
+    c = jax.nn.sigmoid(f) * state_unit[0] + jax.nn.sigmoid(i) * jnp.tanh(g)
+    h = jax.nn.sigmoid(o) * jnp.tanh(c)
+    return jnp.stack([c, h])
+
+
+CELLS = {"rnn": RNN, "rhn": RHN, "lstm": LSTM}
+
+
+def make(name: str, hidden_size: int, **kwargs) -> Cell:
+  """Builds a cell by name: 'rnn', 'rhn' or 'lstm'."""
+  key = str(name).lower()
+  if key not in CELLS:
+    raise ValueError(f"cell must be one of {sorted(CELLS)}, got {name!r}")
+  return CELLS[key](hidden_size=hidden_size, **kwargs)

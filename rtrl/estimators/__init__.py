@@ -1,0 +1,57 @@
+"""RTRL gradient estimators behind one contract: `make(name, cell, **hparams)`.
+
+Names: 'rtrl' (exact). Each returns an `Estimator` (see `base.Estimator`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Callable
+
+from rtrl.cells import Cell
+from rtrl.estimators.base import Estimator, TangentState
+from rtrl.estimators.exact import exact_rtrl
+
+_REGISTRY: dict[str, Callable[..., Estimator]] = {
+    "rtrl": exact_rtrl,
+}
+
+
+def names() -> list[str]:
+  """The registered estimator names."""
+  return sorted(_REGISTRY)
+
+
+def register(name: str, factory: Callable[..., Estimator]) -> None:
+  """Adds an estimator factory `factory(cell, **hparams) -> Estimator`."""
+  _REGISTRY[name] = factory
+
+
+def make(name: str, cell: Cell, **hparams) -> Estimator:
+  """Builds the estimator `name` for `cell`.
+
+  Args:
+    name: one of `names()`.
+    cell: a cell from `rtrl.cells`.
+    **hparams: the estimator's hyper-parameters (e.g. `rank`).
+
+  Raises:
+    ValueError: unknown name, a hyper-parameter the estimator does not take,
+      or an invalid value.
+  """
+  if name not in _REGISTRY:
+    raise ValueError(f"estimator must be one of {names()}, got {name!r}")
+  if not isinstance(cell, Cell):
+    raise ValueError(f"cell must be an rtrl.cells cell (RNN, RHN, LSTM), got "
+                     f"{cell!r}")
+  factory = _REGISTRY[name]
+  accepted = set(inspect.signature(factory).parameters) - {"cell"}
+  unknown = set(hparams) - accepted
+  if unknown:
+    takes = ", ".join(sorted(accepted)) or "no hyper-parameters"
+    raise ValueError(f"estimator {name!r} does not take "
+                     f"{', '.join(sorted(unknown))} (it takes {takes})")
+  return factory(cell, **hparams)
+
+
+__all__ = ["Estimator", "TangentState", "make", "names", "register"]

@@ -1,0 +1,87 @@
+"""The `Estimator` contract and the plumbing every estimator shares."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from rtrl.cells import Cell, StepJacobians
+
+
+class Estimator(NamedTuple):
+  """An RTRL-style gradient estimator: pure functions, optax style.
+
+  Attributes:
+    init: `(params, state, key) -> tstate`, per example; the PRNG key lives in
+      `tstate` and is split at every step.
+    step: `params -> fn` with `fn(tstate, state, x) -> (tstate, state)`, the
+      `(carry, x) -> carry` shape that goes into `lax.scan` and `vmap`.
+    gradient: `(params, tstate, dloss_dstate) -> grads`, the estimate of
+      `dL_t/dθ` at this step, with the structure of the cell's params.
+    reset: `tstate -> tstate` with the tangent zeroed and the key kept (a new
+      sequence starts; the trainer calls it where the reset mask is set).
+    name: the registry name, for logs.
+  """
+  init: Callable[..., Any]
+  step: Callable[..., Callable[..., Any]]
+  gradient: Callable[..., Any]
+  reset: Callable[..., Any]
+  name: str
+
+
+class TangentState(NamedTuple):
+  """Per-example estimator state: the (approximate) influence and a key."""
+  tangent: Any
+  key: jax.Array
+
+
+# update(tangent, jac, key) -> tangent; all shapes per example.
+TangentUpdate = Callable[[Any, StepJacobians, jax.Array], Any]
+# readout(tangent, g (S, n)) -> dL/dW (P, K n)
+TangentReadout = Callable[[Any, jax.Array], jax.Array]
+
+
+def build(name: str, cell: Cell, zeros: Callable[[dict], Any],
+          update: TangentUpdate, readout: TangentReadout) -> Estimator:
+  """Wraps the three per-estimator pieces into the `Estimator` contract.
+
+  Args:
+    name: registry name.
+    cell: the recurrent cell.
+    zeros: `params -> tangent` of zeros (the state at a sequence start).
+    update: the tangent recursion of one step (`G_t ≈ H_t G_{t-1} + F_t`).
+    readout: turns the tangent and `dL_t/dstate` rows into `dL_t/dW`.
+  """
+
+  def init(params, state, key):
+    del state  # tangents start at zero whatever the state
+    cell.check_params(params)
+    return TangentState(tangent=zeros(params), key=key)
+
+  def step(params):
+    def step_fn(tstate: TangentState, state, x):
+      new_state, jac = cell.linearized_step(params, state, x)
+      key, subkey = jax.random.split(tstate.key)
+      tangent = update(tstate.tangent, jac, subkey)
+      return TangentState(tangent=tangent, key=key), new_state
+    return step_fn
+
+  def gradient(params, tstate: TangentState, dloss_dstate):
+    del params
+    rows = cell.state_to_rows(dloss_dstate)
+    return {"W": readout(tstate.tangent, rows)}
+
+  def reset(tstate: TangentState) -> TangentState:
+    return tstate._replace(
+        tangent=jax.tree_util.tree_map(jnp.zeros_like, tstate.tangent))
+
+  return Estimator(init=init, step=step, gradient=gradient, reset=reset,
+                   name=name)
+
+
+def sizes(cell: Cell, params: dict) -> tuple[int, int, int, int]:
+  """`(P, K, S, n)` of the cell's influence matrix."""
+  n = cell.hidden_size
+  return params["W"].shape[0], cell.num_gates, cell.num_state_rows, n

@@ -1,0 +1,39 @@
+"""Exact RTRL: `G_t = H_t G_{t-1} + hhat_t ⊗ D_t`, stored densely.
+
+Memory `P K n S n ~ n^3` and time `~ n^4` per example (paper Table 1). The
+recursion uses the Lemma-1 factorisation of `F_t` rather than differentiating
+the step w.r.t. all parameters, the same structure the approximations reuse.
+
+References:
+  Williams & Zipser, "A learning algorithm for continually running fully
+  recurrent neural networks", 1989. Benzing et al. 2019, eq. (1).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from rtrl import tangents
+from rtrl.cells import Cell
+from rtrl.estimators import base
+
+
+def exact_rtrl(cell: Cell) -> base.Estimator:
+  """The exact RTRL estimator (`make('rtrl', cell)`)."""
+
+  def zeros(params):
+    p, k, s, n = base.sizes(cell, params)
+    return jnp.zeros((p, k, n, s, n), params["W"].dtype)
+
+  def update(influence, jac, key):
+    del key  # exact: no randomness
+    propagated = tangents.apply_recurrent_jacobian(jac, cell.hidden_row,
+                                                   influence)
+    immediate = jac.hhat[:, None, None, None, None] * tangents.dense_D(jac)
+    return propagated + immediate
+
+  def readout(influence, g):
+    p = influence.shape[0]
+    return tangents.contract_state(influence, g).reshape(p, -1)
+
+  return base.build("rtrl", cell, zeros, update, readout)

@@ -1,0 +1,178 @@
+"""Online training: update the parameters at every time step (the point of RTRL).
+
+At each step, for the whole batch (vmapped): reset the state and tangent of
+examples whose sequence starts here, step the cell and the estimator's tangent,
+read out logits, take the per-step loss's exact gradients w.r.t. the readout
+and w.r.t. the state, turn the latter into a cell gradient with the estimator,
+and apply any optax optimiser. `run` scans this over a chunk of steps inside
+one jitted `lax.scan`: no per-step host synchronisation.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from rtrl import readout
+from rtrl.cells import Cell
+from rtrl.estimators import Estimator
+
+
+class StepBatch(NamedTuple):
+  """One time step for a batch (leading axis B; a chunk adds a time axis T).
+
+  Attributes:
+    inputs: (B, input_size) float.
+    targets: (B,) int class labels.
+    weights: (B,) float loss mask (0 where the step carries no target).
+    resets: (B,) bool, a new sequence starts at this step: state and tangent
+      are reset before the cell steps.
+  """
+  inputs: jax.Array
+  targets: jax.Array
+  weights: jax.Array
+  resets: jax.Array
+
+
+class StepMetrics(NamedTuple):
+  loss_sum: jax.Array    # Σ_b weight_b * CE_b (nats)
+  weight_sum: jax.Array  # Σ_b weight_b
+
+
+class OnlineState(NamedTuple):
+  params: Any        # {'cell': ..., 'readout': ...}
+  opt_state: Any
+  cell_state: Any    # batched cell state
+  tstate: Any        # batched estimator state
+  step: jax.Array
+
+
+class Trainer(NamedTuple):
+  """`init(params, key, batch_size) -> state`; `step(state, StepBatch)` and
+  `run(state, chunk)` return `(state, StepMetrics)` (per step for `run`)."""
+  init: Callable[..., Any]
+  step: Callable[..., Any]
+  run: Callable[..., Any]
+
+
+def where_reset(resets: jax.Array, fresh: Any, current: Any) -> Any:
+  """Per-example select: `fresh` where `resets[b]`, else `current`."""
+  def select(a, b):
+    mask = resets.reshape(resets.shape + (1,) * (a.ndim - resets.ndim))
+    return jnp.where(mask, a, b)
+  return jax.tree_util.tree_map(select, fresh, current)
+
+
+def broadcast_state(state: Any, batch_size: int) -> Any:
+  return jax.tree_util.tree_map(
+      lambda a: jnp.broadcast_to(a, (batch_size,) + a.shape), state)
+
+
+def batch_loss(cell: Cell, readout_params: dict, cell_state: Any,
+               batch: StepBatch) -> jax.Array:
+  """Mean over the batch of the masked per-step loss (nats)."""
+  hidden = jax.vmap(cell.output)(cell_state)
+  losses = jax.vmap(readout.step_loss, in_axes=(None, 0, 0, 0))(
+      readout_params, hidden, batch.targets, batch.weights)
+  return losses.sum() / batch.targets.shape[0]
+
+
+def make_online_trainer(cell: Cell, estimator: Estimator,
+                        optimizer: optax.GradientTransformation,
+                        accumulate_steps: int = 1) -> Trainer:
+  """Builds the online trainer.
+
+  Args:
+    cell: the recurrent cell.
+    estimator: any `rtrl.estimators` estimator for `cell`.
+    optimizer: any optax transformation (e.g. `optax.adam(1e-3)`).
+    accumulate_steps: apply the (averaged) update every this many steps
+      (`optax.MultiSteps`); 1 updates at every step.
+
+  Returns:
+    A `Trainer`. `run` is jitted; `step` is pure and jittable.
+  """
+  if isinstance(accumulate_steps, bool) or not isinstance(
+      accumulate_steps, int) or accumulate_steps < 1:
+    raise ValueError("accumulate_steps must be a positive integer, got "
+                     f"{accumulate_steps!r}")
+  if accumulate_steps > 1:
+    optimizer = optax.MultiSteps(optimizer, every_k_schedule=accumulate_steps)
+
+  def init(params, key, batch_size):
+    keys = jax.random.split(key, batch_size)
+    state0 = cell.initial_state()
+    tstate = jax.vmap(estimator.init, in_axes=(None, None, 0))(
+        params["cell"], state0, keys)
+    return OnlineState(params=params, opt_state=optimizer.init(params),
+                       cell_state=broadcast_state(state0, batch_size),
+                       tstate=tstate, step=jnp.zeros((), jnp.int32))
+
+  def step(state: OnlineState, batch: StepBatch):
+    params = state.params
+    batch_size = batch.targets.shape[0]
+    cell_state = where_reset(
+        batch.resets, broadcast_state(cell.initial_state(), batch_size),
+        state.cell_state)
+    tstate = where_reset(batch.resets, jax.vmap(estimator.reset)(state.tstate),
+                         state.tstate)
+    tstate, cell_state = jax.vmap(estimator.step(params["cell"]))(
+        tstate, cell_state, batch.inputs)
+    loss, (readout_grads, dloss_dstate) = jax.value_and_grad(
+        lambda r, s: batch_loss(cell, r, s, batch), argnums=(0, 1))(
+            params["readout"], cell_state)
+    per_example = jax.vmap(estimator.gradient, in_axes=(None, 0, 0))(
+        params["cell"], tstate, dloss_dstate)
+    cell_grads = jax.tree_util.tree_map(lambda g: g.sum(0), per_example)
+    grads = {"cell": cell_grads, "readout": readout_grads}
+    updates, opt_state = optimizer.update(grads, state.opt_state, params)
+    params = optax.apply_updates(params, updates)
+    metrics = StepMetrics(loss_sum=loss * batch_size,
+                          weight_sum=batch.weights.sum())
+    return OnlineState(params, opt_state, cell_state, tstate,
+                       state.step + 1), metrics
+
+  @jax.jit
+  def run(state: OnlineState, chunk: StepBatch):
+    return jax.lax.scan(step, state, chunk)
+
+  return Trainer(init=init, step=step, run=run)
+
+
+def frozen_gradients(cell: Cell, estimator: Estimator, params: dict,
+                     chunk: StepBatch, key: jax.Array):
+  """Per-step gradient estimates with the parameters held fixed.
+
+  Runs the estimator over a time-major chunk without updating anything and
+  returns the per-step gradient of the batch-mean loss w.r.t. the cell
+  parameters, `(T,) + W.shape` leaves, and the per-step `StepMetrics`.
+  Summed over time, exact RTRL's equals `bptt.bptt_gradient` (cell part).
+  """
+  batch_size = chunk.targets.shape[1]
+  keys = jax.random.split(key, batch_size)
+  state0 = cell.initial_state()
+  tstate = jax.vmap(estimator.init, in_axes=(None, None, 0))(
+      params["cell"], state0, keys)
+  initial = broadcast_state(state0, batch_size)
+  fresh_step = estimator.step(params["cell"])
+
+  def body(carry, batch):
+    tstate, cell_state = carry
+    cell_state = where_reset(batch.resets, initial, cell_state)
+    tstate = where_reset(batch.resets, jax.vmap(estimator.reset)(tstate),
+                         tstate)
+    tstate, cell_state = jax.vmap(fresh_step)(tstate, cell_state, batch.inputs)
+    loss, dloss_dstate = jax.value_and_grad(
+        lambda s: batch_loss(cell, params["readout"], s, batch))(cell_state)
+    per_example = jax.vmap(estimator.gradient, in_axes=(None, 0, 0))(
+        params["cell"], tstate, dloss_dstate)
+    grads = jax.tree_util.tree_map(lambda g: g.sum(0), per_example)
+    metrics = StepMetrics(loss * batch_size, batch.weights.sum())
+    return (tstate, cell_state), (grads, metrics)
+
+  _, (grads, metrics) = jax.lax.scan(
+      body, (tstate, broadcast_state(state0, batch_size)), chunk)
+  return grads, metrics

@@ -1,0 +1,1 @@
+"""Sequence tasks that produce `rtrl.online.StepBatch` streams."""
