@@ -142,10 +142,20 @@ def _split_sorted(d_sorted: Array, rank: int):
   return num_kept, k, s1, s2
 
 
-def _variance_from_split(k, s1, s2):
-  # s1^2 / k - s2 >= 0 mathematically (Cauchy-Schwarz with k <= q - m + 1 and
-  # d_i <= s1 / k); clip the rounding error.
-  return jnp.maximum(s1 * s1 / k - s2, 0)
+def _sorted_variance(d_sorted: Array, rank: int) -> Array:
+  """`s1**2 / k - s2` for non-increasing d with q > rank.
+
+  Computed on `d / max(d)` and rescaled, so squares of tiny (or huge) entries
+  cannot underflow (overflow) in float32.
+  """
+  largest = d_sorted[0]
+  positive = largest > 0
+  normalised = d_sorted / jnp.where(positive, largest, 1)
+  _, k, s1, s2 = _split_sorted(normalised, rank)
+  # s1^2 / k - s2 >= 0 mathematically (d_i <= s1 / k on the mixed entries);
+  # clip the rounding error.
+  variance = jnp.maximum(s1 * s1 / k - s2, 0)
+  return jnp.where(positive, variance * largest * largest, 0)
 
 
 def optimal_diagonal_variance(d, rank: int) -> Array:
@@ -166,8 +176,7 @@ def optimal_diagonal_variance(d, rank: int) -> Array:
   if d.shape[0] <= rank:
     return jnp.zeros((), d.dtype)
   d_sorted = -jnp.sort(-jnp.maximum(d, 0))
-  _, k, s1, s2 = _split_sorted(d_sorted, rank)
-  return _variance_from_split(k, s1, s2)
+  return _sorted_variance(d_sorted, rank)
 
 
 # --------------------------------------------------------------------------
@@ -506,8 +515,7 @@ def optimal_variance(C, rank: int) -> Array:
   _, s, _ = _svd_with_clean_spectrum(C)
   if s.shape[0] <= rank:
     return jnp.zeros((), C.dtype)
-  _, k, s1, s2 = _split_sorted(s, rank)
-  return _variance_from_split(k, s1, s2)
+  return _sorted_variance(s, rank)
 
 
 # --------------------------------------------------------------------------

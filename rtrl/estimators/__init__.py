@@ -1,6 +1,8 @@
 """RTRL gradient estimators behind one contract: `make(name, cell, **hparams)`.
 
-Names: 'rtrl' (exact). Each returns an `Estimator` (see `base.Estimator`).
+Names: 'rtrl' (exact), 'uoro', 'kf' (KF-RTRL), 'kf_avg' (rank copies of
+KF-RTRL averaged), 'kf_approx' (KF-RTRL with a rank-`rank` D), 'ok' (r-OK),
+'ok_biased' (r-B-OK), 'ktp' (Kronecker triple product). Each returns an `Estimator` (see `base.Estimator`).
 """
 
 from __future__ import annotations
@@ -11,9 +13,19 @@ from typing import Callable
 from rtrl.cells import Cell
 from rtrl.estimators.base import Estimator, TangentState
 from rtrl.estimators.exact import exact_rtrl
+from rtrl.estimators.kronecker_sum import kf, kf_approx, kf_avg, ok, ok_biased
+from rtrl.estimators.ktp import ktp
+from rtrl.estimators.uoro import uoro
 
 _REGISTRY: dict[str, Callable[..., Estimator]] = {
     "rtrl": exact_rtrl,
+    "uoro": uoro,
+    "kf": kf,
+    "kf_avg": kf_avg,
+    "kf_approx": kf_approx,
+    "ok": ok,
+    "ok_biased": ok_biased,
+    "ktp": ktp,
 }
 
 

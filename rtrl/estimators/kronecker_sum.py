@@ -1,0 +1,157 @@
+"""Estimators that store `G ≈ Σ_i u_i ⊗ A_i` (u_i: (P,), A_i: (K, n, S, n)).
+
+* `kf` — KF-RTRL (Mujika et al. 2018): one Kronecker product; `H G` is
+  `u ⊗ (H A)`, mixed with `F = hhat ⊗ D` by the sign trick with norm
+  balancing.
+* `kf_avg` — `rank` independent KF-RTRL copies, gradients averaged.
+* `kf_approx` — KF-RTRL with `F` replaced by `hhat ⊗ D'`, `D'` the optimal
+  unbiased rank-`rank` approximation of `D` (Benzing et al. 2019, section 4.3).
+* `ok` — r-OK: the `r + 1` summands `u_i ⊗ H A_i` and `hhat ⊗ D` reduced to
+  `r` by the minimum-variance unbiased Kronecker-sum approximation
+  (Algorithm 4/5, Theorem 1).
+* `ok_biased` — r-B-OK: the same reduction by Eckart–Young (Algorithm 6).
+
+Per example: memory `r (P + K S n^2) ~ r n^2`, time `~ r n^3` (the `H A_i`).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from rtrl import kronecker
+from rtrl import tangents
+from rtrl.cells import Cell
+from rtrl.estimators import base
+
+
+def check_rank(rank, name: str) -> int:
+  if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+    raise ValueError(f"rank must be a positive integer for estimator "
+                     f"{name!r}, got {rank!r}")
+  return rank
+
+
+def max_rank_of_D(cell: Cell) -> int:
+  """Number of singular values of `D` (`n` blocks of `(S, K)`)."""
+  return cell.hidden_size * min(cell.num_state_rows, cell.num_gates)
+
+
+def _kronecker_zeros(cell: Cell, params, copies: int | None):
+  p, k, s, n = base.sizes(cell, params)
+  lead = () if copies is None else (copies,)
+  dtype = params["W"].dtype
+  return (jnp.zeros(lead + (p,), dtype), jnp.zeros(lead + (k, n, s, n), dtype))
+
+
+def _kronecker_readout(tangent, g):
+  """`dL/dW = Σ_i u_i ⊗ (g · A_i)` for single or stacked factors."""
+  u, factor = tangent
+  right = tangents.contract_state(factor, g)
+  if u.ndim == 1:
+    return jnp.outer(u, right.reshape(-1))
+  return jnp.einsum("ra,rc->ac", u, right.reshape(right.shape[0], -1))
+
+
+def _kf_update(cell: Cell, approximate_D_rank: int | None = None):
+  def update(tangent, jac, key):
+    u, factor = tangent
+    propagated = tangents.apply_recurrent_jacobian(jac, cell.hidden_row,
+                                                   factor)
+    mix_key, d_key = jax.random.split(key)
+    if approximate_D_rank is None:
+      immediate = tangents.dense_D(jac)
+    else:
+      immediate = unbiased_low_rank_D(jac, approximate_D_rank, d_key)
+    u_new, factor_new = kronecker.sign_trick_mix(
+        u, propagated, jac.hhat, immediate, mix_key)
+    return u_new, factor_new
+  return update
+
+
+def unbiased_low_rank_D(jac, rank: int, key) -> jax.Array:
+  """`D'` `(K, n, S, n)`: the optimal unbiased rank-`rank` approximation of
+  the block-diagonal `D`, using its per-unit block SVD."""
+  left, singular_values, right = tangents.block_svd_of_D(jac)
+  n, num_values = singular_values.shape
+  left_coef, right_coef = kronecker.optimal_diagonal_mixing(
+      singular_values.reshape(-1), rank, key)
+  left_coef = left_coef.reshape(n, num_values, rank)
+  right_coef = right_coef.reshape(n, num_values, rank)
+  state_vectors = jnp.einsum("isb,ibr->rsi", left, left_coef)   # (r, S, n)
+  column_vectors = jnp.einsum("ikb,ibr->rki", right, right_coef)  # (r, K, n)
+  return jnp.einsum("rkj,rsi->kjsi", column_vectors, state_vectors)
+
+
+def kf(cell: Cell) -> base.Estimator:
+  """KF-RTRL (`make('kf', cell)`)."""
+  return base.build("kf", cell, lambda p: _kronecker_zeros(cell, p, None),
+                    _kf_update(cell), _kronecker_readout)
+
+
+def kf_approx(cell: Cell, rank: int) -> base.Estimator:
+  """KF-RTRL-`rank`-APPROX (`make('kf_approx', cell, rank=r)`)."""
+  rank = check_rank(rank, "kf_approx")
+  if rank > max_rank_of_D(cell):
+    raise ValueError(f"rank must be at most {max_rank_of_D(cell)} (the rank "
+                     f"of D for {cell!r}) for estimator 'kf_approx', got "
+                     f"{rank}")
+  return base.build("kf_approx", cell,
+                    lambda p: _kronecker_zeros(cell, p, None),
+                    _kf_update(cell, approximate_D_rank=rank),
+                    _kronecker_readout)
+
+
+def kf_avg(cell: Cell, rank: int) -> base.Estimator:
+  """r-KF-RTRL-AVG (`make('kf_avg', cell, rank=r)`): `rank` independent
+  KF-RTRL copies whose gradients are averaged."""
+  rank = check_rank(rank, "kf_avg")
+  single = _kf_update(cell)
+
+  def update(tangent, jac, key):
+    keys = jax.random.split(key, rank)
+    return jax.vmap(single, in_axes=(0, None, 0))(tangent, jac, keys)
+
+  def readout(tangent, g):
+    return _kronecker_readout(tangent, g) / rank
+
+  return base.build("kf_avg", cell, lambda p: _kronecker_zeros(cell, p, rank),
+                    update, readout)
+
+
+def _ok(cell: Cell, rank: int, biased: bool, name: str) -> base.Estimator:
+  rank = check_rank(rank, name)
+
+  def zeros(params):
+    p, k, s, n = base.sizes(cell, params)
+    limit = min(p, k * s * n * n) - 1
+    if rank > limit:
+      raise ValueError(f"rank must be at most {limit} (one less than the "
+                       f"Kronecker dimensions min(P={p}, K*S*n^2={k*s*n*n}))"
+                       f" for estimator {name!r}, got {rank}")
+    return _kronecker_zeros(cell, params, rank)
+
+  def update(tangent, jac, key):
+    u, factor = tangent
+    propagated = tangents.apply_recurrent_jacobian(jac, cell.hidden_row,
+                                                   factor)
+    us = jnp.concatenate([u, jac.hhat[None]], axis=0)
+    factors = jnp.concatenate([propagated, tangents.dense_D(jac)[None]],
+                              axis=0)
+    flat = factors.reshape(rank + 1, -1)
+    u_new, flat_new = kronecker.kronecker_sum_reduce(us, flat, key,
+                                                     biased=biased)
+    return u_new, flat_new.reshape(factor.shape)
+
+  return base.build(name, cell, zeros, update, _kronecker_readout)
+
+
+def ok(cell: Cell, rank: int) -> base.Estimator:
+  """r-OK (`make('ok', cell, rank=r)`), the optimal unbiased Kronecker-sum
+  approximation of RTRL."""
+  return _ok(cell, rank, biased=False, name="ok")
+
+
+def ok_biased(cell: Cell, rank: int) -> base.Estimator:
+  """r-B-OK (`make('ok_biased', cell, rank=r)`): Eckart–Young truncation."""
+  return _ok(cell, rank, biased=True, name="ok_biased")
