@@ -36,6 +36,8 @@ from typing import Tuple
 import jax
 import jax.numpy as jnp
 
+from rtrl import linalg
+
 Array = jax.Array
 
 __all__ = [
@@ -546,7 +548,7 @@ def kronecker_sum_reduce(us, As, key, *, biased: bool = False
   variance (`biased=False`, r-OK, Theorem 3), or the closest r-Kronecker-sum
   to G (`biased=True`, r-B-OK). Steps (Algorithm 4):
 
-  1. thin QR `us.T = Q_u L`, `As.T = Q_A R`: the columns of `Q_u`, `Q_A` are
+  1. thin QR `us.T = Q_u L`, `As.T = Q_A R` (Gram-Schmidt, `rtrl.linalg`): the columns of `Q_u`, `Q_A` are
      orthonormal bases `v_i`, `B_i`, and `L_ij = <v_i, u_j>`,
      `R_ij = <B_i, A_j>` are the triangular factors themselves;
   2. `C = L R^T` ((r+1) x (r+1)) are G's coordinates in the basis
@@ -607,15 +609,22 @@ def kronecker_sum_reduce(us, As, key, *, biased: bool = False
   us = us.astype(dtype)
   As = As.astype(dtype)
 
-  basis_u, coords_u = jnp.linalg.qr(us.T)    # (a, a'), (a', r+1)
-  basis_a, coords_a = jnp.linalg.qr(As.T)    # (M, M'), (M', r+1)
-  core = coords_u @ coords_a.T               # (a', M'), a', M' <= r + 1
+  if us.shape[1] < num_terms or As.shape[1] < num_terms:
+    raise ValueError(
+        f"kronecker_sum_reduce needs r + 1 = {num_terms} summands to be at "
+        f"most the dimensions of u ({us.shape[1]}) and A ({As.shape[1]}); "
+        "lower the rank.")
+  # Gram-Schmidt QR (rtrl.linalg): XLA's Householder QR of the tall
+  # (M, r+1) matrix is ~100x slower on CPU than the rest of the step.
+  basis_u, coords_u = linalg.thin_qr_rows(us)   # (r+1, a), (r+1, r+1)
+  basis_a, coords_a = linalg.thin_qr_rows(As)   # (r+1, M), (r+1, r+1)
+  core = coords_u @ coords_a.T                  # (r+1, r+1)
   if biased:
     left, right = _truncated_factors(core, rank)
   else:
     left, right = _unbiased_factors(core, rank, key)
   left, right = _balance_columns(left, right)
-  return (basis_u @ left).T, (basis_a @ right).T
+  return left.T @ basis_u, right.T @ basis_a
 
 
 # --------------------------------------------------------------------------
