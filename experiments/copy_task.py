@@ -23,12 +23,6 @@ from experiments import workdir as workdir_lib
 from rtrl.readout import LOG2
 from rtrl.tasks import copy_task
 
-_CONFIG = config_flags.DEFINE_config_file("config", "configs/copy_task.py",
-                                          "Copy-task config file.")
-_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory.",
-                               required=True)
-
-
 def validate(config) -> None:
   for field in ("hidden_size", "batch_size", "num_steps", "chunk_steps",
                 "max_length"):
@@ -122,8 +116,13 @@ def train(config, workdir: str) -> dict:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  train(_CONFIG.value, _WORKDIR.value)
+  train(flags.FLAGS.config, flags.FLAGS.workdir)
 
 
 if __name__ == "__main__":
+  # Defined here, not at import, so that tests and tools can import this
+  # module beside other experiments that define the same flag names.
+  config_flags.DEFINE_config_file("config", "configs/copy_task.py",
+                                  "Copy-task config file.")
+  flags.DEFINE_string("workdir", None, "Run directory.", required=True)
   app.run(main)

@@ -4,8 +4,13 @@ r"""Trains the paper's MNIST FNN with RLS, the RLS+Adam hybrid, or Adam.
     --workdir=runs/mnist_rls --config.epochs=1
 
 (see `configs/mnist.py` for the other commands). The workdir gets
-`config.json`, `metrics.jsonl` (one record per epoch), checkpoints that a
-restart resumes from, and `curves.png`.
+`config.json`, `metrics.jsonl`, checkpoints that a restart with the same
+`--workdir` resumes from, and `curves.png`. One metrics record per epoch:
+`epoch`, `step`, `train_loss` (mean minibatch loss of the epoch),
+`train_loss_last_batch`, `train_eval_loss` / `train_eval_accuracy` (whole
+training set, end-of-epoch parameters), `test_loss`, `test_accuracy`,
+`seconds` (the epoch's training only: compilation and evaluation excluded)
+and `steps_per_second`.
 
 An epoch is one jitted `lax.scan` over its shuffled minibatches, so the host
 waits for the device once per epoch, not once per step.
@@ -29,12 +34,6 @@ import optax
 import rls
 from experiments import workdir as workdir_lib
 from experiments.data import mnist as mnist_data
-
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Config file, e.g. configs/mnist.py:rls.",
-    lock_config=True)
-_WORKDIR = flags.DEFINE_string(
-    "workdir", None, "Run folder: config, metrics, checkpoints, plot.")
 
 NUM_CLASSES = mnist_data.NUM_CLASSES
 HIDDEN_LAYER = "hidden"
@@ -106,10 +105,14 @@ class TrainState(NamedTuple):
 def create_train_state(config, key: jax.Array) -> tuple[FNN, TrainState,
                                                         optax.GradientTransformation]:
   model = FNN(hidden_size=config.hidden_size)
-  params = model.init(key, jnp.zeros((1, 784), jnp.float32))["params"]
   tx = make_optimizer(config)
-  state = TrainState(jnp.zeros((), jnp.int32), params, tx.init(params))
-  return model, state, tx
+
+  @jax.jit  # One compilation instead of one per eager init op.
+  def init(key):
+    params = model.init(key, jnp.zeros((1, 784), jnp.float32))["params"]
+    return TrainState(jnp.zeros((), jnp.int32), params, tx.init(params))
+
+  return model, init(key), tx
 
 
 def make_train_step(model: FNN, tx: optax.GradientTransformation,
@@ -298,6 +301,8 @@ def plot_curves(records: list[dict], workdir: str, title: str = "") -> None:
   acc_ax.set(xlabel="epoch", ylabel="test accuracy")
   loss_ax.plot(epochs, [r["train_loss"] for r in records], marker="o",
                label="train (epoch mean)")
+  loss_ax.plot(epochs, [r["train_eval_loss"] for r in records], marker="o",
+               label="train (end of epoch)")
   loss_ax.plot(epochs, [r["test_loss"] for r in records], marker="o",
                label="test")
   loss_ax.set(xlabel="epoch", ylabel="loss", yscale="log")
@@ -312,9 +317,16 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   logging.info("JAX devices: %s", jax.devices())
-  train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  train_and_evaluate(flags.FLAGS.config, flags.FLAGS.workdir)
 
 
 if __name__ == "__main__":
+  # Defined here, not at import, so that tests and tools can import this
+  # module beside other experiments that define the same flag names.
+  config_flags.DEFINE_config_file(
+      "config", None, "Config file, e.g. configs/mnist.py:rls.",
+      lock_config=True)
+  flags.DEFINE_string(
+      "workdir", None, "Run folder: config, metrics, checkpoints, plot.")
   flags.mark_flags_as_required(["config", "workdir"])
   app.run(main)

@@ -99,7 +99,8 @@ class Progress:
     for key, value in metrics.items():
       parts.append(f"{key}={value:.4g}" if isinstance(value, float)
                    else f"{key}={value}")
-    parts.append(f"{rate:.1f} {self.label}s/s")
+    parts.append(f"{rate:.3g} {self.label}s/s" if rate >= 0.1
+                 else f"{1 / rate:.3g} s/{self.label}")
     parts.append(f"ETA {_format_seconds(remaining)}")
     print(" | ".join(parts), file=self.stream, flush=True)
     return rate

@@ -101,6 +101,28 @@ def parse_idx(data: bytes, name: str = "<bytes>") -> np.ndarray:
   return values.astype(dtype.newbyteorder("="))
 
 
+def encode_idx(array: np.ndarray) -> bytes:
+  """The IDX bytes of `array` (inverse of `parse_idx`); for test fixtures."""
+  array = np.asarray(array)
+  codes = {dtype.newbyteorder("="): code for code, dtype in _IDX_DTYPES.items()}
+  code = codes.get(array.dtype.newbyteorder("="))
+  if code is None:
+    raise ValueError(f"IDX cannot store dtype {array.dtype}")
+  header = bytes([0, 0, code, array.ndim]) + np.asarray(
+      array.shape, ">u4").tobytes()
+  return header + array.astype(_IDX_DTYPES[code]).tobytes()
+
+
+def write_idx(path: str | os.PathLike, array: np.ndarray,
+              compress: bool | None = None) -> None:
+  """Writes `array` as an IDX file, gzipped if `compress` (default: `.gz`)."""
+  data = encode_idx(array)
+  if compress if compress is not None else str(path).endswith(".gz"):
+    data = gzip.compress(data)
+  with open(path, "wb") as f:
+    f.write(data)
+
+
 def read_idx_file(path: str | os.PathLike) -> np.ndarray:
   """Reads an IDX file, gzipped or not (told apart by content, not name)."""
   with open(path, "rb") as f:
