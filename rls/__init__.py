@@ -1,0 +1,78 @@
+"""Recursive-least-squares optimisation of deep networks, as optax transforms.
+
+Zhang et al., "Revisiting Recursive Least Squares for Training Deep Neural
+Networks" (2021). Each dense, conv and recurrent layer keeps ``P``, the inverse
+of its input autocorrelation, updated by Sherman-Morrison with the minibatch-
+mean layer input ``x̄``; the gradient of the augmented ``[kernel; bias]`` is
+preconditioned by ``(η/h) P``.
+
+Typical use (gradients and layer inputs from one forward pass)::
+
+  import jax, optax, rls
+
+  tx = optax.chain(optax.clip_by_global_norm(5.0),
+                   rls.rls(momentum=0.5, l1=1e-5))
+  state = tx.init(params)
+
+  def loss_fn(params, x, y):
+    outputs, xbar = rls.layer_inputs(model.apply, {'params': params}, x)
+    return 0.5 * jnp.mean(jnp.sum((outputs - y) ** 2, -1)), xbar  # eq. (57)
+
+  @jax.jit
+  def train_step(params, state, x, y):
+    (loss, xbar), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        params, x, y)
+    updates, state = tx.update(grads, state, params, layer_inputs=xbar)
+    return optax.apply_updates(params, updates), state, loss
+
+Hybrid (RLS on hidden layers, Adam on the output layer, softmax cross-entropy);
+`optax.multi_transform` forwards ``layer_inputs`` to both, RLS skips the
+masked-out output layer and Adam ignores the extra argument::
+
+  labels = {name: 'adam' if name == 'Dense_1' else 'rls' for name in params}
+  tx = optax.chain(
+      optax.clip_by_global_norm(5.0),
+      optax.multi_transform({'rls': rls.rls(momentum=0.5),
+                             'adam': optax.adam(1e-3)}, labels))
+
+Layout of ``layer_inputs``: it mirrors the params down to the layer (the dict
+holding ``kernel``/``bias``): ``layer_inputs['Dense_0']`` for
+``params['Dense_0']``, ``layer_inputs['LSTM_0']['recurrent']`` for
+``params['LSTM_0']['recurrent']``. Each entry is a `LayerInput` ``(mean,
+steps)`` (a bare array means ``steps = 1``): ``mean`` is ``x̄`` of shape
+``(fan_in,)`` *without* the bias 1 — `scale_by_rls` appends the 1 for layers
+with a bias — and ``steps`` is ``T`` (1 for dense/conv, the sequence length
+for `layers.RNN` / `layers.LSTM`).
+
+Parameters without a layer input (embeddings, normalisation scales) raise a
+ValueError naming them; route them to another optimiser with
+`optax.multi_transform`, or pass ``passthrough=True``.
+"""
+
+from rls import layers
+from rls.alias import RLSDirectionState
+from rls.alias import rls
+from rls.alias import scale_by_rls_with_momentum_and_l1
+from rls.capture import RLS_INPUTS
+from rls.capture import layer_inputs
+from rls.capture import record_layer_input
+from rls.layers import LSTM
+from rls.layers import RNN
+from rls.transform import LayerInput
+from rls.transform import ScaleByRLSState
+from rls.transform import scale_by_rls
+
+__all__ = [
+    'LSTM',
+    'LayerInput',
+    'RLSDirectionState',
+    'RLS_INPUTS',
+    'RNN',
+    'ScaleByRLSState',
+    'layer_inputs',
+    'layers',
+    'record_layer_input',
+    'rls',
+    'scale_by_rls',
+    'scale_by_rls_with_momentum_and_l1',
+]

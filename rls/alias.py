@@ -1,0 +1,161 @@
+"""The complete RLS optimiser (plain, momentum and L1 variants) as optax chains.
+
+References:
+  Zhang et al., "Revisiting Recursive Least Squares for Training Deep Neural
+  Networks", 2021: eq. (63) (plain update), (98) (L1), (99)-(100) (momentum).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from rls import transform as rls_transform
+
+
+class RLSDirectionState(NamedTuple):
+  """State of `scale_by_rls_with_momentum_and_l1`.
+
+  Attributes:
+    rls: the `rls.ScaleByRLSState` holding every layer's ``P``.
+    velocity: `optax.TraceState` (minus the paper's ``Ω``, eq. 99) when
+      ``momentum`` is set, else `optax.EmptyState`.
+  """
+  rls: rls_transform.ScaleByRLSState
+  velocity: Any
+
+
+def scale_by_rls_with_momentum_and_l1(
+    forgetting_factor: float = 1.0,
+    ratio: float = 0.1,
+    gradient_scale: rls_transform.ScalarOrTree = 1.0,
+    init_scale: float = 1.0,
+    momentum: Optional[float] = None,
+    l1: Optional[float] = None,
+    passthrough: bool = False,
+) -> optax.GradientTransformationExtraArgs:
+  r"""The RLS descent direction with the paper's momentum and L1 options.
+
+  Returns the direction ``d`` to be *subtracted* from the params:
+
+  .. math::
+    g_s = \frac{η}{h_s} P_{s-1} \nabla_{Θ_{s-1}}, \quad
+    v_s = α v_{s-1} + g_s, \quad
+    d_s = v_s + γ P_s \,\mathrm{sgn}(Θ_{s-1})
+
+  so that ``Θ_s = Θ_{s-1} - d_s`` is eq. (100) with ``Ω_s = -v_s`` (eq. 99),
+  and without momentum (``v_s = g_s``) eq. (98); without ``l1`` as well,
+  eq. (63). The L1 term uses the *updated* ``P_s`` and the sign of the
+  augmented ``[kernel; bias]``, and is applied to RLS layers only (other
+  parameters, with ``passthrough=True``, get no L1 term). It sits outside the
+  momentum buffer, as in eq. (100).
+
+  Args:
+    forgetting_factor: ``λ`` in (0, 1].
+    ratio: ``k > 0``.
+    gradient_scale: ``η``, a number or a per-layer dict (see `scale_by_rls`).
+    init_scale: ``P_0 = init_scale · I``.
+    momentum: ``α`` (eq. 99), or None for no momentum buffer.
+    l1: ``γ`` (eq. 98), or None for no L1 term. Needs ``params`` in update.
+    passthrough: see `scale_by_rls`.
+
+  Returns:
+    An `optax.GradientTransformationExtraArgs` taking ``layer_inputs=``.
+
+  References:
+    Zhang et al., 2021, eqs. (63), (98), (99), (100).
+  """
+  core = rls_transform.scale_by_rls(
+      forgetting_factor=forgetting_factor, ratio=ratio,
+      gradient_scale=gradient_scale, init_scale=init_scale,
+      passthrough=passthrough)
+  trace = (optax.trace(decay=momentum, nesterov=False)
+           if momentum is not None else None)
+  if momentum is not None and not isinstance(momentum, jax.core.Tracer):
+    if not 0.0 <= float(momentum) < 1.0:
+      raise ValueError(f'momentum must be in [0, 1) (α of eq. 99), got '
+                       f'{momentum!r}.')
+  if l1 is not None and not isinstance(l1, jax.core.Tracer):
+    if not float(l1) >= 0.0:
+      raise ValueError(f'l1 must be >= 0 (γ of eq. 98), got {l1!r}.')
+
+  def init_fn(params):
+    velocity = trace.init(params) if trace is not None else optax.EmptyState()
+    return RLSDirectionState(core.init(params), velocity)
+
+  def update_fn(updates, state, params=None, **extra_args):
+    if l1 is not None and params is None:
+      raise ValueError('rls(l1=...) needs params in update(grads, state, '
+                       'params, layer_inputs=...): the L1 term uses sgn(Θ).')
+    direction, rls_state = core.update(updates, state.rls, params,
+                                       **extra_args)
+    velocity = state.velocity
+    if trace is not None:
+      direction, velocity = trace.update(direction, velocity, params)
+    if l1 is not None:
+      signs = jax.tree.map(jnp.sign, params)
+      penalty = rls_transform.precondition_by(rls_state.inverse_correlation,
+                                              signs)
+      direction = jax.tree.map(
+          lambda d, p: (d + jnp.asarray(l1, p.dtype) * p).astype(d.dtype),
+          direction, penalty)
+    return direction, RLSDirectionState(rls_state, velocity)
+
+  return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+
+
+def rls(
+    learning_rate: optax.ScalarOrSchedule = 1.0,
+    forgetting_factor: float = 1.0,
+    ratio: float = 0.1,
+    gradient_scale: rls_transform.ScalarOrTree = 1.0,
+    init_scale: float = 1.0,
+    momentum: Optional[float] = None,
+    l1: Optional[float] = None,
+    *,
+    passthrough: bool = False,
+) -> optax.GradientTransformationExtraArgs:
+  """The RLS optimiser of Zhang et al. (2021) as an optax chain.
+
+  ``Θ_s = Θ_{s-1} - learning_rate · d_s`` with ``d_s`` from
+  `scale_by_rls_with_momentum_and_l1`; ``learning_rate = 1`` (the default) is
+  exactly the paper's update, eq. (63), (98) or (99)-(100). The paper has no
+  separate learning rate (``η`` plays that role); this one scales the whole
+  step, L1 term included, like ``optax.add_decayed_weights`` before
+  ``optax.scale_by_learning_rate``, and may be a schedule.
+
+  Every ``update`` needs ``layer_inputs=`` (see `rls.layer_inputs`), and
+  ``params`` when ``l1`` is set. Works under `optax.inject_hyperparams`
+  (numeric arguments become injectable), inside `optax.multi_transform`
+  (layers owned by another optimiser are masked out; give it the whole
+  ``layer_inputs`` tree, which `optax.multi_transform` forwards unchanged) and
+  after `optax.clip_by_global_norm` in `optax.chain`.
+
+  Args:
+    learning_rate: a global step size or schedule (1 in the paper).
+    forgetting_factor: ``λ`` in (0, 1] (paper: 1).
+    ratio: ``k > 0`` (paper: 0.1).
+    gradient_scale: ``η``, a number or per-layer dict (paper: 1).
+    init_scale: ``P_0 = init_scale · I`` (paper: 1).
+    momentum: ``α`` of eq. (99) or None (paper: 0.5 when used).
+    l1: ``γ`` of eq. (98) or None (paper: 1e-5 for FNN/CNN, 1e-6 for LSTM).
+    passthrough: let parameters with no layer input (embeddings, norms)
+      through with their raw gradient (times ``-learning_rate``) instead of
+      raising a ValueError that names them.
+
+  Returns:
+    An `optax.GradientTransformationExtraArgs`.
+
+  References:
+    Zhang et al., 2021, Algorithms 1 and 2, eqs. (63), (98)-(100).
+  """
+  return optax.chain(
+      scale_by_rls_with_momentum_and_l1(
+          forgetting_factor=forgetting_factor, ratio=ratio,
+          gradient_scale=gradient_scale, init_scale=init_scale,
+          momentum=momentum, l1=l1, passthrough=passthrough),
+      optax.scale_by_learning_rate(learning_rate),
+  )

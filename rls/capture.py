@@ -1,0 +1,218 @@
+"""Capturing every layer's minibatch-mean input from an unmodified Flax model.
+
+`layer_inputs` runs ``model.apply`` under a Flax method interceptor that, for
+each ``nn.Dense`` and ``nn.Conv`` call, sows a `rls.LayerInput` into the
+``'rls_inputs'`` collection at that module's scope; `rls.layers.RNN` and
+`rls.layers.LSTM` sow their own (time-averaged) inputs. The collection is then
+turned into the ``layer_inputs`` tree that `rls.scale_by_rls` takes: it mirrors
+the params tree down to the layer.
+
+Recorded means exclude the bias 1 (the transformation appends it), are
+``stop_gradient``-ed, and are at least float32.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+from collections.abc import Mapping
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from rls.transform import LayerInput
+
+RLS_INPUTS = 'rls_inputs'
+"""Name of the Flax collection the captured inputs are sown into."""
+
+_RECORD = '__rls_input__'
+
+# True only while `layer_inputs` runs the model: `model.init` makes every
+# collection mutable, and must not record inputs.
+_CAPTURING = contextvars.ContextVar('rls_capturing', default=False)
+
+
+@contextlib.contextmanager
+def _capturing():
+  token = _CAPTURING.set(True)
+  try:
+    yield
+  finally:
+    _CAPTURING.reset(token)
+
+
+def is_capturing(module: nn.Module) -> bool:
+  """Whether `module` runs inside `layer_inputs` (so recording is wanted)."""
+  return (_CAPTURING.get() and module.scope is not None
+          and module.is_mutable_collection(RLS_INPUTS))
+
+
+def record_layer_input(module: nn.Module, mean: jax.Array,
+                       steps: int = 1) -> None:
+  """Records the mean input of the layer whose params `module` holds.
+
+  Call it from a custom layer to make it usable with `rls.scale_by_rls`: the
+  module must own ``'kernel'`` (``(..., out)``, rows in the order of ``mean``)
+  and optionally ``'bias'`` params. A no-op outside `layer_inputs`.
+
+  Args:
+    module: the bound module whose params are the layer's kernel and bias.
+    mean: ``x̄``, shape ``(fan_in,)``, averaged over batch (and positions or
+      time steps), without the bias 1.
+    steps: ``T``, the number of time steps averaged into ``mean`` (eq. 92).
+  """
+  if not is_capturing(module):
+    return
+  mean = jax.lax.stop_gradient(mean)
+  dtype = jnp.promote_types(mean.dtype, jnp.float32)
+  module.sow(RLS_INPUTS, _RECORD,
+             LayerInput(mean.astype(dtype), jnp.asarray(steps, jnp.int32)))
+
+
+def mean_over_leading_axes(inputs: jax.Array) -> jax.Array:
+  """Mean of ``inputs`` (``(..., features)``) over every axis but the last."""
+  dtype = jnp.promote_types(inputs.dtype, jnp.float32)
+  flat = jnp.reshape(inputs, (-1, inputs.shape[-1])).astype(dtype)
+  return jnp.mean(flat, axis=0)
+
+
+def conv_mean_patch(conv: nn.Conv, inputs: jax.Array) -> jax.Array:
+  """Mean over batch and output positions of the conv's unfolded patches.
+
+  Eq. (72): ``x̄ = 1/(M U V) Σ_{m,u,v} patch(m, u, v)``, flattened in the
+  kernel's row order ``(*kernel_size, in_features)``, with padded positions
+  counted as zeros. Computed without materialising patches, by linearity:
+  the batch mean of the patches is the patches of the batch-mean input, and
+  their sum over positions is the gradient, with respect to a one-output
+  kernel, of the summed output of the same convolution
+  (``Σ_{u,v} Σ_j K_j patch_j(u, v)``). The convolution is a clone of `conv`
+  (same strides, padding, dilations), so Flax's own padding modes apply. Cost:
+  about two convolutions of a single image with one output channel.
+
+  Args:
+    conv: the bound ``nn.Conv``.
+    inputs: its input, ``(*batch, *spatial, in_features)``.
+
+  Returns:
+    ``x̄``, shape ``(prod(kernel_size) * in_features,)``.
+  """
+  kernel_size = ((conv.kernel_size,) if isinstance(conv.kernel_size, int)
+                 else tuple(conv.kernel_size))
+  example_ndim = len(kernel_size) + 1
+  dtype = jnp.promote_types(inputs.dtype, jnp.float32)
+  examples = jnp.reshape(inputs, (-1,) + inputs.shape[-example_ndim:])
+  mean_example = jnp.mean(examples.astype(dtype), axis=0, keepdims=True)
+  probe = conv.clone(parent=None, name=None, features=1, use_bias=False,
+                     mask=None, dtype=dtype, param_dtype=dtype,
+                     precision=jax.lax.Precision.HIGHEST)
+  kernel_shape = kernel_size + (inputs.shape[-1], 1)
+
+  def convolve(kernel):
+    return probe.apply({'params': {'kernel': kernel}}, mean_example)
+
+  outputs, pullback = jax.vjp(convolve, jnp.zeros(kernel_shape, dtype))
+  (patch_sum,) = pullback(jnp.ones_like(outputs))
+  num_positions = math.prod(outputs.shape[1:-1])
+  return jnp.reshape(patch_sum, (-1,)) / num_positions
+
+
+def _interceptor(next_fun, args, kwargs, context):
+  """Records Dense / Conv inputs; passes every call through unchanged."""
+  outputs = next_fun(*args, **kwargs)
+  module = context.module
+  if context.method_name != '__call__' or not is_capturing(module):
+    return outputs
+  inputs = args[0] if args else kwargs.get('inputs')
+  if isinstance(module, nn.Dense):
+    record_layer_input(module, mean_over_leading_axes(inputs))
+  elif isinstance(module, nn.Conv) and module.feature_group_count == 1:
+    # Grouped convolutions have one input per group, hence no single P; they
+    # get no entry and scale_by_rls reports them by name.
+    record_layer_input(module, conv_mean_patch(module, inputs))
+  return outputs
+
+
+def _combine(records: tuple[LayerInput, ...]) -> LayerInput:
+  """One entry from a module's calls: the step-weighted mean, total steps.
+
+  A module called several times (weight sharing, or a Dense applied once per
+  time step in a Python loop) gets the mean of all its inputs, and ``T`` the
+  total number of steps, as a recurrent weight does in eqs. (92)-(94).
+  """
+  if len(records) == 1:
+    return records[0]
+  steps = jnp.stack([r.steps for r in records])
+  means = jnp.stack([r.mean for r in records])
+  total = jnp.sum(steps)
+  weights = (steps / total).astype(means.dtype)
+  return LayerInput(jnp.einsum('c,cf->f', weights, means), total)
+
+
+def _to_layer_inputs(recorded: Mapping, path=()) -> dict:
+  out = {}
+  for key, value in recorded.items():
+    if key == _RECORD:
+      continue
+    out[key] = _to_layer_inputs(value, path + (key,))
+  if _RECORD in recorded:
+    if out:
+      raise ValueError(
+          f'Module {"/".join(map(str, path))!r} recorded its own input and '
+          f'has sub-layers {sorted(out)} that did too; rls.layer_inputs '
+          'needs one entry per params mapping.')
+    return _combine(tuple(recorded[_RECORD]))
+  return out
+
+
+def layer_inputs(apply_fn: Callable[..., Any], variables: Mapping, *args,
+                 **kwargs) -> tuple[Any, dict]:
+  """Runs a Flax model and returns its outputs and every layer's mean input.
+
+  Works with unmodified models built from ``nn.Dense``, ``nn.Conv``
+  (``feature_group_count=1``, any strides, padding, dilations) and
+  `rls.layers.RNN` / `rls.layers.LSTM`; custom layers can call
+  `record_layer_input`. Get the loss gradient and the inputs in one forward
+  pass by calling this inside the loss function::
+
+    def loss_fn(params, x, y):
+      logits, xbar = rls.layer_inputs(model.apply, {'params': params}, x)
+      return loss(logits, y), xbar
+    (loss, xbar), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        params, x, y)
+
+  Args:
+    apply_fn: ``model.apply`` (or anything that forwards ``mutable=`` to it).
+    variables: the variables, e.g. ``{'params': params}``; an existing
+      ``'rls_inputs'`` collection is ignored.
+    *args: positional arguments of ``apply_fn`` (the model's inputs).
+    **kwargs: keyword arguments of ``apply_fn``. If ``mutable`` is given the
+      first result is ``(outputs, mutated_variables)``, as ``apply`` returns.
+
+  Returns:
+    ``(outputs, layer_inputs)``: ``layer_inputs`` mirrors ``params`` down to
+    each recorded layer, whose entry is a `rls.LayerInput` ``(mean, steps)``:
+    ``params['Dense_0']`` pairs with ``layer_inputs['Dense_0']``,
+    ``params['LSTM_0']['input']`` with ``layer_inputs['LSTM_0']['input']``.
+    Means are ``stop_gradient``-ed and exclude the bias 1.
+  """
+  user_mutable = kwargs.pop('mutable', False)
+  if user_mutable is True:
+    mutable: Any = True
+  elif not user_mutable:
+    mutable = [RLS_INPUTS]
+  elif isinstance(user_mutable, str):
+    mutable = [user_mutable, RLS_INPUTS]
+  else:
+    mutable = list(user_mutable) + [RLS_INPUTS]
+  variables = {k: v for k, v in variables.items() if k != RLS_INPUTS}
+  with _capturing(), nn.intercept_methods(_interceptor):
+    outputs, mutated = apply_fn(variables, *args, mutable=mutable, **kwargs)
+  mutated = dict(mutated)
+  recorded = mutated.pop(RLS_INPUTS, {})
+  inputs_tree = _to_layer_inputs(recorded)
+  if user_mutable:
+    return (outputs, mutated), inputs_tree
+  return outputs, inputs_tree
