@@ -30,6 +30,13 @@ def validate(config) -> None:
     if not isinstance(value, int) or value <= 0:
       raise ValueError(f"config.{field} must be a positive integer, got "
                        f"{value!r}")
+  if config.num_steps % config.chunk_steps:
+    raise ValueError(f"config.num_steps ({config.num_steps}) must be a "
+                     f"multiple of config.chunk_steps ({config.chunk_steps})")
+  if config.estimator == "tbptt" and (
+      not isinstance(config.truncation, int) or config.truncation <= 0):
+    raise ValueError(f"config.truncation must be a positive integer, got "
+                     f"{config.truncation!r}")
   if config.estimator == "tbptt" and config.chunk_steps % config.truncation:
     raise ValueError(f"config.chunk_steps ({config.chunk_steps}) must be a "
                      f"multiple of config.truncation ({config.truncation})")

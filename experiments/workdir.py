@@ -77,7 +77,11 @@ def read_metrics(workdir: str) -> list[dict]:
 
 
 class Progress:
-  """Prints `label step/total | metrics | rate | ETA` lines to stdout."""
+  """Prints `label step/total | metrics | rate | ETA` lines to stdout.
+
+  The rate is measured over the interval since the previous report, so the
+  first interval's compilation does not skew later rates and ETAs.
+  """
 
   def __init__(self, total: int, start: int = 0, label: str = "step",
                stream=None):
@@ -85,15 +89,15 @@ class Progress:
     self.start = start
     self.label = label
     self.stream = stream or sys.stdout
-    self._t0 = time.perf_counter()
-
-  def rate(self, step: int) -> float:
-    elapsed = time.perf_counter() - self._t0
-    return (step - self.start) / elapsed if elapsed > 0 else float("nan")
+    self._last_step = start
+    self._last_time = time.perf_counter()
 
   def report(self, step: int, **metrics: Any) -> float:
-    """Prints one line and returns steps per second since the start."""
-    rate = self.rate(step)
+    """Prints one line and returns steps per second since the last report."""
+    now = time.perf_counter()
+    elapsed = now - self._last_time
+    rate = (step - self._last_step) / elapsed if elapsed > 0 else float("nan")
+    self._last_step, self._last_time = step, now
     remaining = (self.total - step) / rate if rate > 0 else float("nan")
     parts = [f"{self.label} {step}/{self.total}"]
     for key, value in metrics.items():

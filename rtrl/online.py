@@ -100,7 +100,9 @@ def make_online_trainer(cell: Cell, estimator: Estimator,
     raise ValueError("accumulate_steps must be a positive integer, got "
                      f"{accumulate_steps!r}")
   if accumulate_steps > 1:
-    optimizer = optax.MultiSteps(optimizer, every_k_schedule=accumulate_steps)
+    # accumulator_dtype=None keeps the gradients' dtype (float64 under x64).
+    optimizer = optax.MultiSteps(optimizer, every_k_schedule=accumulate_steps,
+                                 accumulator_dtype=None)
 
   def init(params, key, batch_size):
     keys = jax.random.split(key, batch_size)

@@ -82,7 +82,8 @@ def stream_init(key: jax.Array, batch_size: int, max_length: int) -> CopyStream:
 def sample_length(key: jax.Array, curriculum_length) -> jax.Array:
   """Uniform on `max(1, T - 5) .. T`."""
   low = jnp.maximum(1, curriculum_length - LENGTH_WINDOW)
-  return jax.random.randint(key, (), low, curriculum_length + 1)
+  return jax.random.randint(key, (), low, curriculum_length + 1,
+                            dtype=jnp.int32)
 
 
 def _stream_step(stream: CopyStream, curriculum_length):
@@ -92,7 +93,7 @@ def _stream_step(stream: CopyStream, curriculum_length):
   key, length_key, bits_key = jax.random.split(stream.key, 3)
   new_length = sample_length(length_key, jnp.minimum(curriculum_length,
                                                      max_length))
-  new_bits = jax.random.randint(bits_key, (max_length,), 0, 2)
+  new_bits = jax.random.randint(bits_key, (max_length,), 0, 2, dtype=jnp.int32)
   bits = jnp.where(finished, new_bits, stream.bits)
   length = jnp.where(finished, new_length, stream.length)
   position = jnp.where(finished, 0, stream.position)
