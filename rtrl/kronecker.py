@@ -135,7 +135,8 @@ def _split_sorted(d_sorted: Array, rank: int):
   # never below d_i and the condition below always holds at i = r.
   remaining_sum = jnp.cumsum(d_sorted[::-1])[::-1]
   free_slots = (rank - index).astype(d_sorted.dtype)   # r - i + 1, 1-based i
-  mixes_from_here = (free_slots * d_sorted <= remaining_sum) | (index >= rank - 1)
+  mixes_from_here = ((free_slots * d_sorted <= remaining_sum)
+                     | (index >= rank - 1))
   num_kept = jnp.argmax(mixes_from_here)                # first True: m - 1
   k = (rank - num_kept).astype(d_sorted.dtype)
   mixed = index >= num_kept
@@ -548,7 +549,8 @@ def kronecker_sum_reduce(us, As, key, *, biased: bool = False
   variance (`biased=False`, r-OK, Theorem 3), or the closest r-Kronecker-sum
   to G (`biased=True`, r-B-OK). Steps (Algorithm 4):
 
-  1. thin QR `us.T = Q_u L`, `As.T = Q_A R` (Gram-Schmidt, `rtrl.linalg`): the columns of `Q_u`, `Q_A` are
+  1. thin QR `us.T = Q_u L`, `As.T = Q_A R` (Gram-Schmidt,
+     `rtrl.linalg.thin_qr_rows`): the columns of `Q_u`, `Q_A` are
      orthonormal bases `v_i`, `B_i`, and `L_ij = <v_i, u_j>`,
      `R_ij = <B_i, A_j>` are the triangular factors themselves;
   2. `C = L R^T` ((r+1) x (r+1)) are G's coordinates in the basis
@@ -609,11 +611,14 @@ def kronecker_sum_reduce(us, As, key, *, biased: bool = False
   us = us.astype(dtype)
   As = As.astype(dtype)
 
-  if us.shape[1] < num_terms or As.shape[1] < num_terms:
-    raise ValueError(
-        f"kronecker_sum_reduce needs r + 1 = {num_terms} summands to be at "
-        f"most the dimensions of u ({us.shape[1]}) and A ({As.shape[1]}); "
-        "lower the rank.")
+  # thin_qr_rows needs at least r + 1 columns. Zero columns appended to
+  # short inputs stay zero in every basis vector (each is a combination of
+  # the inputs), so they are simply cut off at the end.
+  dim_u, dim_a = us.shape[1], As.shape[1]
+  if dim_u < num_terms:
+    us = jnp.pad(us, ((0, 0), (0, num_terms - dim_u)))
+  if dim_a < num_terms:
+    As = jnp.pad(As, ((0, 0), (0, num_terms - dim_a)))
   # Gram-Schmidt QR (rtrl.linalg): XLA's Householder QR of the tall
   # (M, r+1) matrix is ~100x slower on CPU than the rest of the step.
   basis_u, coords_u = linalg.thin_qr_rows(us)   # (r+1, a), (r+1, r+1)
@@ -624,7 +629,7 @@ def kronecker_sum_reduce(us, As, key, *, biased: bool = False
   else:
     left, right = _unbiased_factors(core, rank, key)
   left, right = _balance_columns(left, right)
-  return left.T @ basis_u, right.T @ basis_a
+  return (left.T @ basis_u)[:, :dim_u], (right.T @ basis_a)[:, :dim_a]
 
 
 # --------------------------------------------------------------------------
@@ -639,7 +644,8 @@ def _balance_factor(u, A):
   both = (u_norm > 0) & (a_norm > 0)
   return jnp.where(
       both,
-      jnp.sqrt(jnp.where(both, a_norm, 1)) / jnp.sqrt(jnp.where(both, u_norm, 1)),
+      jnp.sqrt(jnp.where(both, a_norm, 1))
+      / jnp.sqrt(jnp.where(both, u_norm, 1)),
       1)
 
 

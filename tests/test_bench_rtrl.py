@@ -56,6 +56,7 @@ def test_tbptt_residuals_grow_linearly_with_truncation():
   assert four == 4 * one > 0
 
 
+@pytest.mark.slow
 def test_smoke_tiny_run(tmp_path, capsys):
   out = tmp_path / "bench.json"
   bench.main(["--sizes", "4", "--ranks", "1", "--estimators", "kf_avg,ok,tbptt",
