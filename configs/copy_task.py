@@ -28,10 +28,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.clip_norm = 0.0       # 0 disables global-norm clipping
   config.accumulate_steps = 1
   config.seed = 0
-  config.num_steps = 5000
+  config.num_steps = 20000
   config.chunk_steps = 100     # steps per jitted chunk; curriculum checked per chunk
   config.log_every = 500       # steps between progress lines (multiple of chunk_steps)
-  config.checkpoint_every = 2000
+  config.checkpoint_every = 5000
   config.max_length = 100      # largest curriculum length the generator supports
   config.error_threshold = 0.15  # bits/char to advance the curriculum
   return config
