@@ -80,6 +80,33 @@ def batch_loss(cell: Cell, readout_params: dict, cell_state: Any,
   return losses.sum() / batch.targets.shape[0]
 
 
+def estimate_step(cell: Cell, estimator: Estimator, params: dict,
+                  tstate: Any, cell_state: Any, batch: StepBatch):
+  """One batched forward step with gradient estimates, parameters fixed.
+
+  Resets the examples that start a sequence, steps cell and tangents
+  (vmapped), and returns `(tstate, cell_state, loss, grads)` with `loss` the
+  batch-mean step loss and `grads = {'cell': estimate summed over the batch,
+  'readout': exact immediate gradient}` of that loss.
+  """
+  batch_size = batch.targets.shape[0]
+  cell_state = where_reset(
+      batch.resets, broadcast_state(cell.initial_state(), batch_size),
+      cell_state)
+  tstate = where_reset(batch.resets, jax.vmap(estimator.reset)(tstate),
+                       tstate)
+  tstate, cell_state = jax.vmap(estimator.step(params["cell"]))(
+      tstate, cell_state, batch.inputs)
+  loss, (readout_grads, dloss_dstate) = jax.value_and_grad(
+      lambda r, s: batch_loss(cell, r, s, batch), argnums=(0, 1))(
+          params["readout"], cell_state)
+  per_example = jax.vmap(estimator.gradient, in_axes=(None, 0, 0))(
+      params["cell"], tstate, dloss_dstate)
+  cell_grads = jax.tree_util.tree_map(lambda g: g.sum(0), per_example)
+  return tstate, cell_state, loss, {"cell": cell_grads,
+                                    "readout": readout_grads}
+
+
 def make_online_trainer(cell: Cell, estimator: Estimator,
                         optimizer: optax.GradientTransformation,
                         accumulate_steps: int = 1) -> Trainer:
@@ -115,24 +142,11 @@ def make_online_trainer(cell: Cell, estimator: Estimator,
 
   def step(state: OnlineState, batch: StepBatch):
     params = state.params
-    batch_size = batch.targets.shape[0]
-    cell_state = where_reset(
-        batch.resets, broadcast_state(cell.initial_state(), batch_size),
-        state.cell_state)
-    tstate = where_reset(batch.resets, jax.vmap(estimator.reset)(state.tstate),
-                         state.tstate)
-    tstate, cell_state = jax.vmap(estimator.step(params["cell"]))(
-        tstate, cell_state, batch.inputs)
-    loss, (readout_grads, dloss_dstate) = jax.value_and_grad(
-        lambda r, s: batch_loss(cell, r, s, batch), argnums=(0, 1))(
-            params["readout"], cell_state)
-    per_example = jax.vmap(estimator.gradient, in_axes=(None, 0, 0))(
-        params["cell"], tstate, dloss_dstate)
-    cell_grads = jax.tree_util.tree_map(lambda g: g.sum(0), per_example)
-    grads = {"cell": cell_grads, "readout": readout_grads}
+    tstate, cell_state, loss, grads = estimate_step(
+        cell, estimator, params, state.tstate, state.cell_state, batch)
     updates, opt_state = optimizer.update(grads, state.opt_state, params)
     params = optax.apply_updates(params, updates)
-    metrics = StepMetrics(loss_sum=loss * batch_size,
+    metrics = StepMetrics(loss_sum=loss * batch.targets.shape[0],
                           weight_sum=batch.weights.sum())
     return OnlineState(params, opt_state, cell_state, tstate,
                        state.step + 1), metrics
@@ -158,22 +172,12 @@ def frozen_gradients(cell: Cell, estimator: Estimator, params: dict,
   state0 = cell.initial_state()
   tstate = jax.vmap(estimator.init, in_axes=(None, None, 0))(
       params["cell"], state0, keys)
-  initial = broadcast_state(state0, batch_size)
-  fresh_step = estimator.step(params["cell"])
 
   def body(carry, batch):
-    tstate, cell_state = carry
-    cell_state = where_reset(batch.resets, initial, cell_state)
-    tstate = where_reset(batch.resets, jax.vmap(estimator.reset)(tstate),
-                         tstate)
-    tstate, cell_state = jax.vmap(fresh_step)(tstate, cell_state, batch.inputs)
-    loss, dloss_dstate = jax.value_and_grad(
-        lambda s: batch_loss(cell, params["readout"], s, batch))(cell_state)
-    per_example = jax.vmap(estimator.gradient, in_axes=(None, 0, 0))(
-        params["cell"], tstate, dloss_dstate)
-    grads = jax.tree_util.tree_map(lambda g: g.sum(0), per_example)
+    tstate, cell_state, loss, grads = estimate_step(
+        cell, estimator, params, *carry, batch)
     metrics = StepMetrics(loss * batch_size, batch.weights.sum())
-    return (tstate, cell_state), (grads, metrics)
+    return (tstate, cell_state), (grads["cell"], metrics)
 
   _, (grads, metrics) = jax.lax.scan(
       body, (tstate, broadcast_state(state0, batch_size)), chunk)

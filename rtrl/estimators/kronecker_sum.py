@@ -69,17 +69,27 @@ def _kf_update(cell: Cell, approximate_D_rank: int | None = None):
   return update
 
 
-def unbiased_low_rank_D(jac, rank: int, key) -> jax.Array:
-  """`D'` `(K, n, S, n)`: the optimal unbiased rank-`rank` approximation of
-  the block-diagonal `D`, using its per-unit block SVD."""
+def low_rank_D_factors(jac, rank: int, key):
+  """`D' = Σ_i l_i ⊗ r_i`, the optimal unbiased rank-`rank` approximation of
+  the block-diagonal `D`, from its per-unit block SVD.
+
+  Returns:
+    `(state_vectors (r, S, n), column_vectors (r, K, n))`.
+  """
   left, singular_values, right = tangents.block_svd_of_D(jac)
   n, num_values = singular_values.shape
   left_coef, right_coef = kronecker.optimal_diagonal_mixing(
       singular_values.reshape(-1), rank, key)
   left_coef = left_coef.reshape(n, num_values, rank)
   right_coef = right_coef.reshape(n, num_values, rank)
-  state_vectors = jnp.einsum("isb,ibr->rsi", left, left_coef)   # (r, S, n)
-  column_vectors = jnp.einsum("ikb,ibr->rki", right, right_coef)  # (r, K, n)
+  state_vectors = jnp.einsum("isb,ibr->rsi", left, left_coef)
+  column_vectors = jnp.einsum("ikb,ibr->rki", right, right_coef)
+  return state_vectors, column_vectors
+
+
+def unbiased_low_rank_D(jac, rank: int, key) -> jax.Array:
+  """`D'` as a dense right Kronecker factor `(K, n, S, n)`."""
+  state_vectors, column_vectors = low_rank_D_factors(jac, rank, key)
   return jnp.einsum("rkj,rsi->kjsi", column_vectors, state_vectors)
 
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from rtrl import kronecker
 from rtrl import tangents
 from rtrl.cells import Cell
 from rtrl.estimators import base
-from rtrl.estimators.kronecker_sum import check_rank, max_rank_of_D
+from rtrl.estimators.kronecker_sum import (check_rank, low_rank_D_factors,
+                                           max_rank_of_D)
 
 
 def _norm(x):
@@ -56,14 +56,7 @@ def ktp(cell: Cell, rank: int) -> base.Estimator:
     a, b, c = tangent
     hb = tangents.apply_recurrent_jacobian(jac, cell.hidden_row, b)
     d_key, sign_key = jax.random.split(key)
-    left, singular_values, right = tangents.block_svd_of_D(jac)
-    n, num_values = singular_values.shape
-    left_coef, right_coef = kronecker.optimal_diagonal_mixing(
-        singular_values.reshape(-1), rank, d_key)
-    state_vectors = jnp.einsum("isb,ibr->rsi", left,
-                               left_coef.reshape(n, num_values, rank))
-    column_vectors = jnp.einsum("ikb,ibr->rki", right,
-                                right_coef.reshape(n, num_values, rank))
+    state_vectors, column_vectors = low_rank_D_factors(jac, rank, d_key)
     hhat = jnp.broadcast_to(jac.hhat, a.shape)
     a, hb, c = jax.vmap(_balance_triple)(a, hb, c)
     hhat, state_vectors, column_vectors = jax.vmap(_balance_triple)(
