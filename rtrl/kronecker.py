@@ -44,6 +44,7 @@ __all__ = [
     "optimal_diagonal_mixing",
     "optimal_diagonal_variance",
     "unbiased_low_rank",
+    "unbiased_low_rank_with_signs",
     "biased_low_rank",
     "optimal_variance",
     "kronecker_sum_reduce",
@@ -424,8 +425,13 @@ def _svd_with_clean_spectrum(C: Array):
 
 def _unbiased_factors(C: Array, rank: int, key) -> Tuple[Array, Array]:
   """Theorem 2 for any shape; `rank >= min(m, n)` gives C exactly."""
+  signs = _random_signs(key, (min(C.shape),), C.dtype)
+  return _unbiased_factors_with_signs(C, rank, signs)
+
+
+def _unbiased_factors_with_signs(C: Array, rank: int,
+                                 signs: Array) -> Tuple[Array, Array]:
   u, s, vt = _svd_with_clean_spectrum(C)
-  signs = _random_signs(key, s.shape, C.dtype)
   # jnp.linalg.svd returns s non-increasing: no sort needed.
   factor = _diagonal_factor_sorted(s, rank, signs)    # (q, rank)
   return u @ factor, vt.T @ factor
@@ -472,6 +478,30 @@ def unbiased_low_rank(C, rank: int, key) -> Tuple[Array, Array]:
   C = _check_matrix(C)
   rank = _static_rank(rank, min(C.shape), f"C of shape {C.shape}")
   return _unbiased_factors(C, rank, key)
+
+
+def unbiased_low_rank_with_signs(C, rank: int,
+                                 signs) -> Tuple[Array, Array]:
+  """`unbiased_low_rank` with its random signs given explicitly.
+
+  `unbiased_low_rank(C, rank, key)` draws `q = min(m, n)` independent
+  uniform signs and returns this function's value at them, so averaging this
+  over all `2**q` sign patterns gives the *exact* expectation (`C`): tests
+  use it to check unbiasedness deterministically.
+
+  Args:
+    C: (m, n) matrix.
+    rank: static Python int, 1 <= rank <= min(m, n).
+    signs: (min(m, n),) entries +-1, indexed like the non-increasing
+      singular values of C.
+  """
+  C = _check_matrix(C)
+  rank = _static_rank(rank, min(C.shape), f"C of shape {C.shape}")
+  signs = jnp.asarray(signs, C.dtype)
+  if signs.shape != (min(C.shape),):
+    raise ValueError(f"signs must have shape ({min(C.shape)},) for C of "
+                     f"shape {C.shape}, got {signs.shape}")
+  return _unbiased_factors_with_signs(C, rank, signs)
 
 
 def biased_low_rank(C, rank: int) -> Tuple[Array, Array]:
