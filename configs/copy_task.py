@@ -34,4 +34,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.checkpoint_every = 5000
   config.max_length = 100      # largest curriculum length the generator supports
   config.error_threshold = 0.15  # bits/char to advance the curriculum
+  # Run-loop options (experiments/runner.py).
+  config.skip_nonfinite_updates = False  # skip NaN/Inf updates, don't stop
+  config.allow_config_change = False     # resume a workdir with a changed config
+  config.keep_checkpoints = 2
   return config

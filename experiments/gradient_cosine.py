@@ -141,13 +141,12 @@ def restore_params(checkpoint_dir: str) -> tuple[dict, dict]:
                             "must be a Copy-task workdir")
   with open(config_path) as f:
     run_config = json.load(f)
-  step = workdir_lib.latest_checkpoint_step(checkpoint_dir)
-  if step is None:
+  found = workdir_lib.read_latest_checkpoint(checkpoint_dir)
+  if found is None:
     raise FileNotFoundError(f"no checkpoint_*.msgpack in {checkpoint_dir}")
-  path = os.path.join(checkpoint_dir,
-                      f"{workdir_lib.CHECKPOINT_PREFIX}{step:010d}.msgpack")
-  with open(path, "rb") as f:
-    raw = flax.serialization.msgpack_restore(f.read())
+  step, raw = found
+  path = workdir_lib.checkpoint_path(checkpoint_dir, step)
+  raw = raw.get("state", raw)  # The run loop nests the experiment's state.
   try:
     raw_params = raw["trainer"]["params"]
   except (KeyError, TypeError) as e:

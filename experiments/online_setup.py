@@ -39,6 +39,10 @@ def make_trainer(config, cell: cells.Cell) -> online.Trainer:
   if config.get("clip_norm"):
     optimizer = optax.chain(optax.clip_by_global_norm(config.clip_norm),
                             optimizer)
+  if config.get("skip_nonfinite_updates"):
+    # A step whose gradient holds a NaN/Inf leaves parameters and optimiser
+    # moments unchanged (long runs survive a rare bad step).
+    optimizer = optax.apply_if_finite(optimizer, max_consecutive_errors=1000)
   if config.estimator == "tbptt":
     return bptt.make_tbptt_trainer(cell, optimizer, config.truncation)
   return online.make_online_trainer(

@@ -109,10 +109,8 @@ def test_tbptt_rhn32_reaches_length_5(tmp_path):
 
 
 def _final_checkpoint(workdir):
-  paths = sorted(p for p in os.listdir(workdir)
-                 if p.startswith(workdir_lib.CHECKPOINT_PREFIX))
-  with open(os.path.join(workdir, paths[-1]), "rb") as f:
-    return paths[-1], flax.serialization.msgpack_restore(f.read())
+  path = workdir_lib.checkpoint_paths(workdir)[-1]
+  return os.path.basename(path), workdir_lib.read_checkpoint_file(path)
 
 
 def test_resume_from_checkpoint_matches_uninterrupted_run(tmp_path, capsys):
