@@ -39,6 +39,11 @@ def make_trainer(config, cell: cells.Cell) -> online.Trainer:
   if config.get("clip_norm"):
     optimizer = optax.chain(optax.clip_by_global_norm(config.clip_norm),
                             optimizer)
+  if config.get("cell_clip_norm"):
+    # Only the cell gradient, the readout's unclipped (the OK code on PTB).
+    optimizer = optax.chain(
+        optax.masked(optax.clip_by_global_norm(config.cell_clip_norm),
+                     {"cell": True, "readout": False}), optimizer)
   if config.get("skip_nonfinite_updates"):
     # A step whose gradient holds a NaN/Inf leaves parameters and optimiser
     # moments unchanged (long runs survive a rare bad step).

@@ -1,0 +1,64 @@
+"""Character-level Penn Treebank (Benzing et al. 2019, section 4.1.2).
+
+Paper setting (default): 8-OK on an RHN with 256 units, batch 32, Adam with
+learning rate 10^-3.5, 1M steps, state reset with probability 0.01 per step;
+weights initialised normal(0, 0.01) and the cell gradient clipped by norm 100
+as in the official code. Far too slow for a CPU (see README for steps/s):
+
+  python -m experiments.ptb --config configs/ptb.py --workdir runs/ptb_8ok
+
+`small` preset: a few minutes on a 2-core CPU, progress printed:
+
+  python -m experiments.ptb --config configs/ptb.py:small --workdir runs/ptb_small
+
+Other estimators at equal data (Table 2's rows):
+  --config.estimator=kf_avg                          (8-KF-AVG)
+  --config.estimator=tbptt --config.truncation=5     (TBPTT-5; 25 for TBPTT-25)
+The official code's fixed reset period instead of probability 0.01:
+  --config.reset_every=100
+"""
+
+import ml_collections
+
+
+def get_config(preset: str = "") -> ml_collections.ConfigDict:
+  config = ml_collections.ConfigDict()
+  # rtrl | uoro | kf | kf_avg | kf_approx | ok | ok_biased | ktp | tbptt
+  config.estimator = "ok"
+  config.rank = 8                 # kf_avg, kf_approx, ok, ok_biased, ktp
+  config.truncation = 25          # TBPTT horizon (estimator=tbptt)
+  config.cell = "rhn"             # rnn | rhn | lstm
+  config.hidden_size = 256
+  config.batch_size = 32
+  config.learning_rate = 10 ** -3.5
+  config.init_stddev = 0.01       # 0: the cell's default 1/sqrt(fan_in) init
+  config.cell_clip_norm = 100.0   # clip the cell gradient only (0: off)
+  config.clip_norm = 0.0          # global-norm clipping (0: off)
+  config.accumulate_steps = 1
+  config.reset_probability = 0.01  # per step and stream (paper)
+  config.reset_every = 0          # > 0: reset at multiples (official code: 100)
+  config.seed = 0
+  config.num_steps = 1_000_000
+  config.chunk_steps = 100        # steps per jitted chunk
+  config.log_every = 1000         # multiple of chunk_steps
+  config.eval_every = 10_000      # valid BPC (whole split); multiple of chunk_steps
+  config.eval_batch_size = 32     # streams the valid/test split is cut into
+  config.eval_reset_every = 0     # resets during evaluation (0: none)
+  config.checkpoint_every = 10_000
+  config.data_dir = ""            # "": $DATA_DIR/ptb, the cache, or download
+  config.verify_md5 = True        # check the files against the canonical md5
+  # Run-loop options (experiments/runner.py).
+  config.skip_nonfinite_updates = False
+  config.allow_config_change = False
+  config.keep_checkpoints = 2
+  if preset == "small":
+    config.hidden_size = 64
+    config.learning_rate = 10 ** -2.5
+    config.init_stddev = 0.0
+    config.num_steps = 10_000
+    config.log_every = 500
+    config.eval_every = 2000
+    config.checkpoint_every = 2000
+  elif preset:
+    raise ValueError(f"unknown preset {preset!r}; known: 'small'")
+  return config
