@@ -1,6 +1,8 @@
 """Copy task: the paper's explicit example, streams that decode into valid
-`encode` examples with lengths in max(1, T-5)..T and resets at sequence
-starts, and the curriculum threshold (advance iff error < 0.15 bits/char)."""
+`encode` examples with lengths in max(1, T-5)..T (output_only) or
+max(1, T-4)..T (official) and resets at sequence starts, and the chunk
+curriculum threshold (advance iff error < 0.15 bits/char). The official
+protocol's per-step rule is tested in test_copy_curriculum.py."""
 
 import jax
 import jax.numpy as jnp
@@ -31,6 +33,15 @@ def test_encode_paper_example():
   assert as_text(inputs) == "# 0 1 1 0 1 * * * * * *"
   assert as_text(targets) == "* * * * * * # 0 1 1 0 1"
   np.testing.assert_array_equal(weights, [0] * 6 + [1] * 6)
+
+
+def test_encode_official_weights_every_position():
+  """Under the official protocol the loss covers every position (the input
+  phase's target is the blank); tokens are the same as output_only's."""
+  inputs, targets, weights = copy_task.encode([0, 1, 1, 0, 1], "official")
+  assert as_text(inputs) == "# 0 1 1 0 1 * * * * * *"
+  assert as_text(targets) == "* * * * * * # 0 1 1 0 1"
+  np.testing.assert_array_equal(weights, [1] * 12)
 
 
 @pytest.mark.parametrize("bits,inp,tgt", [
@@ -70,15 +81,17 @@ def _decode_streams(chunk):
 
 # One compiled generator shape shared by the tests below (compiles are slow).
 BATCH, MAX_LENGTH, STEPS = 4, 12, 200
-_generate = jax.jit(copy_task.generate, static_argnums=2)
+_generate = jax.jit(copy_task.generate, static_argnums=2,
+                    static_argnames="curriculum")
 
 
-def generate(seed, curriculum):
+def generate(seed, length, curriculum="output_only"):
   stream = copy_task.stream_init(jax.random.PRNGKey(seed), BATCH, MAX_LENGTH)
-  return _generate(stream, jnp.asarray(curriculum, jnp.int32), STEPS)
+  return _generate(stream, jnp.asarray(length, jnp.int32), STEPS,
+                   curriculum=curriculum)
 
 
-def check_segments(chunk, low, high):
+def check_segments(chunk, low, high, curriculum="output_only"):
   """Asserts every segment between resets is (a prefix of) `encode(bits)`
   with a length in low..high; returns the complete lengths and all bits."""
   lengths, all_bits = set(), []
@@ -94,7 +107,7 @@ def check_segments(chunk, low, high):
           continue
       bits = inp[1:1 + length]
       assert set(bits.tolist()) <= {BIT0, BIT1}
-      e_inp, e_tgt, e_w = copy_task.encode(bits)
+      e_inp, e_tgt, e_w = copy_task.encode(bits, curriculum)
       n = len(inp)
       assert n <= len(e_inp)
       np.testing.assert_array_equal(inp, e_inp[:n])
@@ -107,20 +120,23 @@ def check_segments(chunk, low, high):
   return lengths, all_bits
 
 
-@pytest.mark.parametrize("curriculum", [1, 3, 9])
-def test_generate_streams_agree_with_encode(curriculum):
-  """Every complete sequence between resets == `encode(bits)` (bits read
-  from its input); lengths lie in max(1, T-5)..T and all of them occur;
+@pytest.mark.parametrize("curriculum,protocol", [
+    (1, "output_only"), (3, "output_only"), (9, "output_only"),
+    (9, "official")])
+def test_generate_streams_agree_with_encode(curriculum, protocol):
+  """Every complete sequence between resets == `encode(bits, protocol)`
+  (bits read from its input; weights per protocol); lengths lie in
+  max(1, T-w)..T (w = 5 output_only, 4 official) and all of them occur;
   a reset comes exactly at each sequence start; a partial last segment is a
   prefix of a valid example."""
-  _, chunk = generate(curriculum, curriculum)
+  _, chunk = generate(curriculum, curriculum, protocol)
   assert chunk.inputs.shape == (STEPS, BATCH, copy_task.VOCAB_SIZE)
   assert chunk.targets.shape == chunk.weights.shape == chunk.resets.shape == \
       (STEPS, BATCH)
   assert chunk.resets.dtype == jnp.bool_
   assert chunk.inputs.dtype == chunk.weights.dtype == jnp.float32
-  low = max(1, curriculum - 5)
-  lengths, all_bits = check_segments(chunk, low, curriculum)
+  low = max(1, curriculum - copy_task.LENGTH_WINDOWS[protocol])
+  lengths, all_bits = check_segments(chunk, low, curriculum, protocol)
   assert lengths == set(range(low, curriculum + 1))
   assert 0.3 < np.mean(all_bits) < 0.7  # bits are random, not constant
   if curriculum > 1:  # examples are different streams: resets differ
