@@ -28,6 +28,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.clip_norm = 0.0       # 0 disables global-norm clipping
   config.accumulate_steps = 1
   config.seed = 0
+  # Runs trained together as one vmapped program: run j of each learning
+  # rate equals the single run with seed + j (see experiments/runner.py).
+  config.num_seeds = 1
+  config.learning_rates = ()   # e.g. (10**-2.5, 1e-3); empty: learning_rate
   config.num_steps = 20000
   config.chunk_steps = 100     # steps per jitted chunk; curriculum checked per chunk
   config.log_every = 500       # steps between progress lines (multiple of chunk_steps)

@@ -51,23 +51,25 @@ def make_experiment(config) -> runner.Experiment:
   """The Copy task's pieces for `runner.run`."""
   validate(config)
   cell = online_setup.make_cell(config)
-  trainer = online_setup.make_trainer(config, cell)
 
-  def init(key):
+  def init(key, hparams):
     params_key, trainer_key, data_key = jax.random.split(key, 3)
     params = online_setup.init_params(cell, params_key, copy_task.VOCAB_SIZE,
                                       copy_task.VOCAB_SIZE)
+    trainer = online_setup.make_trainer(config, cell, **hparams)
     return {
         "trainer": trainer.init(params, trainer_key, config.batch_size),
         "stream": copy_task.stream_init(data_key, config.batch_size,
                                         config.max_length),
         "curriculum_length": jnp.ones((), jnp.int32),
+        "hparams": hparams,
     }
 
   def train_chunk(state):
     length = state["curriculum_length"]
     stream, chunk = copy_task.generate(state["stream"], length,
                                        config.chunk_steps)
+    trainer = online_setup.make_trainer(config, cell, **state["hparams"])
     trainer_state, metrics = trainer.run(state["trainer"], chunk)
     loss_sum, weight_sum = metrics.loss_sum.sum(), metrics.weight_sum.sum()
     error_bits = loss_sum / jnp.maximum(weight_sum, 1.0) / LOG2
@@ -75,7 +77,7 @@ def make_experiment(config) -> runner.Experiment:
                                              config.error_threshold)
     new_length = jnp.minimum(new_length, config.max_length).astype(jnp.int32)
     state = {"trainer": trainer_state, "stream": stream,
-             "curriculum_length": new_length}
+             "curriculum_length": new_length, "hparams": state["hparams"]}
     return state, {"loss_sum": loss_sum, "weight_sum": weight_sum,
                    "curriculum_length": new_length}
 
@@ -92,6 +94,7 @@ def make_experiment(config) -> runner.Experiment:
       name=name, init=init, train_chunk=train_chunk,
       chunk_steps=config.chunk_steps, summarize=summarize,
       examples_per_step=config.batch_size,
+      swept_hparams=("learning_rate",),
       progress_fields=("loss_bits", "curriculum_length"))
 
 

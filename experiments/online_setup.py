@@ -33,9 +33,16 @@ def make_estimator(config, cell):
   return estimators.make(config.estimator, cell, **estimator_hparams(config))
 
 
-def make_trainer(config, cell: cells.Cell) -> online.Trainer:
-  """TBPTT if `config.estimator == 'tbptt'`, else the online trainer."""
-  optimizer = optax.adam(config.learning_rate)
+def make_trainer(config, cell: cells.Cell,
+                 learning_rate=None) -> online.Trainer:
+  """TBPTT if `config.estimator == 'tbptt'`, else the online trainer.
+
+  `learning_rate` (default `config.learning_rate`) may be a traced scalar, so
+  a run axis can vmap over learning rates.
+  """
+  if learning_rate is None:
+    learning_rate = config.learning_rate
+  optimizer = optax.adam(learning_rate)
   if config.get("clip_norm"):
     optimizer = optax.chain(optax.clip_by_global_norm(config.clip_norm),
                             optimizer)

@@ -21,13 +21,26 @@ functions that turn metrics into JSON records. `run` does the rest:
   such updates and the run goes on);
 * `summary.json` from `Experiment.finish`.
 
+Runs as an array axis. `config.num_seeds = S` and, for each hyper-parameter
+an experiment declares in `swept_hparams` (e.g. `learning_rate`), a list in
+the plural field (`config.learning_rates`; empty means the single
+`config.learning_rate`) make `S x L` runs that train as ONE vmapped, jitted
+program. Run `r` is the single run with seed `config.seed + j` and that
+hyper-parameter value (same PRNG keys, same data stream, same curriculum
+logic): `run_grid` gives the order (sweep values slowest, seeds fastest), and
+`config.json` records it under `runs`. With more than one run every metric in
+`metrics.jsonl` and `summary.json` is a list over runs in that order. A run
+that diverges (NaN/Inf) is reported once and left to run on with the others;
+with a single run a NaN stops the run.
+
 Config fields read here: `seed`, `num_steps`, `log_every`, `checkpoint_every`,
-and optionally `eval_every`, `keep_checkpoints`, `allow_config_change`,
-`skip_nonfinite_updates`.
+and optionally `eval_every`, `num_seeds`, the sweep lists,
+`keep_checkpoints`, `allow_config_change`, `skip_nonfinite_updates`.
 """
 
 from __future__ import annotations
 
+import itertools
 import signal
 import sys
 import time
@@ -36,6 +49,7 @@ from typing import Any, Callable, NamedTuple
 from absl import app
 from absl import flags
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from experiments import workdir as workdir_lib
@@ -48,7 +62,10 @@ class Experiment(NamedTuple):
 
   Attributes:
     name: printed when the run starts.
-    init: `key -> state`, a pytree of arrays for one run.
+    init: `key -> state`, a pytree of arrays for one run; with
+      `swept_hparams`, `(key, hparams) -> state` where `hparams` maps each
+      swept name to this run's value (a scalar array: keep it in the state
+      and read it in `train_chunk`).
     train_chunk: pure, jittable `state -> (state, metrics)` advancing exactly
       `chunk_steps` training steps; `metrics` is a pytree of arrays.
     chunk_steps: training steps per `train_chunk` call.
@@ -62,6 +79,13 @@ class Experiment(NamedTuple):
       `summary.json` at the end of the run.
     progress_fields: record fields echoed on the progress line.
     examples_per_step: when positive, records get `examples_per_second`.
+    data: optional pytree of arrays (a dataset) given to `train_chunk` and
+      `evaluate` as a second argument, `train_chunk(state, data)`, as a jit
+      argument: arrays a jitted function closes over are embedded in the
+      program as constants (a 600 MB CIFAR-10 array takes minutes to compile).
+      Never checkpointed.
+    swept_hparams: config fields that may take a list of values (in the
+      plural field, e.g. `learning_rates`), vmapped as runs.
   """
   name: str
   init: Callable[[jax.Array], Pytree]
@@ -73,6 +97,8 @@ class Experiment(NamedTuple):
   finish: Callable[[Pytree, str], dict] | None = None
   progress_fields: tuple[str, ...] = ()
   examples_per_step: int = 0
+  data: Pytree = None
+  swept_hparams: tuple[str, ...] = ()
 
 
 class Preempted(SystemExit):
@@ -156,6 +182,101 @@ def _nonfinite_leaves(tree: Pytree) -> list[str]:
   return bad
 
 
+def _data_args(experiment: Experiment) -> tuple:
+  return () if experiment.data is None else (experiment.data,)
+
+
+def _with_data(jitted: Callable, experiment: Experiment) -> Callable:
+  """`state -> jitted(state, data)`: the data stay a jit argument."""
+  if experiment.data is None:
+    return jitted
+  data = jax.device_put(experiment.data)
+  return lambda state: jitted(state, data)
+
+
+def run_grid(config, swept_hparams: tuple[str, ...] = ()) -> list[dict]:
+  """The runs of a config, in run-axis order: one dict per run with its
+  `seed` and its value of each swept hyper-parameter.
+
+  Sweep values vary slowest (in the order of `swept_hparams`), seeds
+  fastest: with learning rates `[a, b]` and 2 seeds from `seed = 0`,
+  `[{seed 0, a}, {seed 1, a}, {seed 0, b}, {seed 1, b}]`.
+  """
+  num_seeds = config.get("num_seeds", 1)
+  if num_seeds is None:
+    num_seeds = 1
+  if isinstance(num_seeds, bool) or not isinstance(num_seeds, int) or \
+      num_seeds < 1:
+    raise ValueError(f"config.num_seeds must be a positive integer, got "
+                     f"{num_seeds!r}")
+  value_lists = []
+  for name in swept_hparams:
+    listed = config.get(name + "s")
+    values = list(listed) if listed else [config[name]]
+    for value in values:
+      if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"config.{name}s must be a list of numbers, got "
+                         f"{listed!r}")
+    value_lists.append(values)
+  return [{"seed": config.seed + j, **dict(zip(swept_hparams, combo))}
+          for combo in itertools.product(*value_lists)
+          for j in range(num_seeds)]
+
+
+def _run_index(tree: Pytree, r: int) -> Pytree:
+  return jax.tree_util.tree_map(lambda a: np.asarray(a)[r], tree)
+
+
+class _Runs:
+  """The experiment's single-run pieces, vmapped over the runs when there
+  are several; metrics turned into records (lists over runs)."""
+
+  def __init__(self, experiment: Experiment, runs: list[dict]):
+    self.experiment = experiment
+    self.runs = runs
+    self.stacked = len(runs) > 1
+    swept = experiment.swept_hparams
+    keys = jnp.stack([jax.random.PRNGKey(r["seed"]) for r in runs])
+    hparams = {name: jnp.asarray([r[name] for r in runs]) for name in swept}
+
+    def init_one(key, hparams):
+      return experiment.init(key, hparams) if swept else experiment.init(key)
+
+    data_axes = () if experiment.data is None else (None,)
+    if self.stacked:
+      self.keys, self.hparams = keys, hparams
+      self.init = jax.vmap(init_one)
+      self.train_chunk = jax.vmap(experiment.train_chunk,
+                                  in_axes=(0,) + data_axes)
+      self.evaluate = (jax.vmap(experiment.evaluate, in_axes=(0,) + data_axes)
+                       if experiment.evaluate else None)
+    else:
+      self.keys = keys[0]
+      self.hparams = {name: v[0] for name, v in hparams.items()}
+      self.init = init_one
+      self.train_chunk = experiment.train_chunk
+      self.evaluate = experiment.evaluate
+
+  def per_run(self, fn: Callable[[Any], dict], tree: Any) -> dict:
+    """`fn` on each run's slice of `tree`; values become lists over runs."""
+    if not self.stacked:
+      return fn(tree)
+    dicts = [fn(_run_index(tree, r)) for r in range(len(self.runs))]
+    return {k: [d[k] for d in dicts] for k in dicts[0]}
+
+  def nonfinite_runs(self, metrics: Pytree) -> list[int]:
+    return [r for r in range(len(self.runs))
+            if _nonfinite_leaves(_run_index(metrics, r))]
+
+
+def _progress_value(value: Any) -> Any:
+  if isinstance(value, list):  # Several runs: show the mean of the finite.
+    finite = [v for v in value if isinstance(v, (int, float))
+              and np.isfinite(v)]
+    return float(np.mean(finite)) if finite else float("nan")
+  return value
+
+
 def run(config, workdir: str, experiment: Experiment,
         log: Callable[[str], None] = print) -> list[dict]:
   """Runs (or resumes) one experiment in `workdir`; returns all its records.
@@ -174,12 +295,13 @@ def run(config, workdir: str, experiment: Experiment,
   skip_nonfinite = bool(config.get("skip_nonfinite_updates", False))
   keep = config.get("keep_checkpoints", 2) or 2
 
-  workdir_lib.prepare(workdir, config, log=log)
-  init = jax.jit(experiment.init)
-  state = init(jax.random.PRNGKey(config.seed))
+  runs = _Runs(experiment, run_grid(config, experiment.swept_hparams))
+  workdir_lib.prepare(workdir, config, log=log,
+                      extra={"runs": runs.runs} if runs.stacked else None)
+  state = jax.jit(runs.init)(runs.keys, runs.hparams)
   metrics_template = jax.tree_util.tree_map(
       lambda s: np.zeros(s.shape, s.dtype),
-      jax.eval_shape(experiment.train_chunk, state)[1])
+      jax.eval_shape(runs.train_chunk, state, *_data_args(experiment))[1])
   step = 0
   # Per-chunk metrics since the last record. Checkpointed with the state, so
   # a run resumed between two records writes the same records.
@@ -202,10 +324,14 @@ def run(config, workdir: str, experiment: Experiment,
               "window": {str(i): m for i, m in enumerate(window)}}
     workdir_lib.save_checkpoint(workdir, at_step, target, keep=keep)
 
-  train_chunk = jax.jit(experiment.train_chunk, donate_argnums=0)
-  evaluate = jax.jit(experiment.evaluate) if experiment.evaluate else None
+  train_chunk = _with_data(jax.jit(runs.train_chunk, donate_argnums=0),
+                           experiment)
+  evaluate = (_with_data(jax.jit(runs.evaluate), experiment)
+              if experiment.evaluate else None)
   log(f"{experiment.name} | {config.num_steps} steps"
+      + (f" | {len(runs.runs)} runs in one program" if runs.stacked else "")
       + (f" | resuming at {step}" if step else ""))
+  diverged: set[int] = set()
   progress = workdir_lib.Progress(config.num_steps, start=step)
   window_start_time = time.perf_counter()
   window_start_step = step
@@ -215,7 +341,14 @@ def run(config, workdir: str, experiment: Experiment,
       state, metrics = train_chunk(state)
       metrics = jax.device_get(metrics)  # The chunk's one host round trip.
       step += chunk_steps
-      bad = [] if skip_nonfinite else _nonfinite_leaves(metrics)
+      if runs.stacked:
+        for r in runs.nonfinite_runs(metrics):
+          if r not in diverged:
+            diverged.add(r)
+            log(f"Run {r} ({runs.runs[r]}) became non-finite in the chunk "
+                f"ending at step {step}; the other runs go on.")
+      bad = [] if skip_nonfinite or runs.stacked else _nonfinite_leaves(
+          metrics)
       if bad:
         last = workdir_lib.latest_checkpoint_step(workdir)
         raise NonFiniteError(
@@ -228,19 +361,20 @@ def run(config, workdir: str, experiment: Experiment,
       if eval_every and step % eval_every == 0:
         state, eval_metrics = evaluate(state)
         eval_metrics = jax.device_get(eval_metrics)
-        evaluated = (experiment.summarize_eval(eval_metrics)
+        evaluated = (runs.per_run(experiment.summarize_eval, eval_metrics)
                      if experiment.summarize_eval else {})
       if step % config.log_every == 0 or evaluated or step >= config.num_steps:
         elapsed = time.perf_counter() - window_start_time
-        record = {"step": step, **experiment.summarize(window), **evaluated}
+        record = {"step": step, **runs.per_run(
+            lambda w: experiment.summarize(list(w)), window), **evaluated}
         record["steps_per_second"] = (step - window_start_step) / max(
             elapsed, 1e-9)
         if experiment.examples_per_step:
           record["examples_per_second"] = (record["steps_per_second"]
                                            * experiment.examples_per_step)
         writer.write(record)
-        shown = {k: record[k] for k in experiment.progress_fields
-                 if k in record}
+        shown = {k: _progress_value(record[k])
+                 for k in experiment.progress_fields if k in record}
         progress.report(step, **shown)
         window = []
         window_start_time = time.perf_counter()
@@ -255,7 +389,9 @@ def run(config, workdir: str, experiment: Experiment,
       if step % config.checkpoint_every == 0 or step >= config.num_steps:
         checkpoint(step)
   if experiment.finish is not None:
-    summary = experiment.finish(state, workdir)
+    summary = runs.per_run(lambda st: experiment.finish(st, workdir), state)
+    if runs.stacked:
+      summary["runs"] = runs.runs
     workdir_lib.write_json(workdir, workdir_lib.SUMMARY_FILE, summary)
   return workdir_lib.read_metrics(workdir)
 

@@ -102,7 +102,7 @@ def config_differences(old: Mapping, new: Mapping) -> list[tuple[str, Any, Any]]
 
 def prepare(workdir: str, config: Any,
             bookkeeping_fields: Iterable[str] = BOOKKEEPING_FIELDS,
-            log=print) -> str:
+            log=print, extra: Mapping[str, Any] | None = None) -> str:
   """Creates `workdir` and writes `config.json`, after checking a saved one.
 
   On a rerun the saved `config.json` is compared with `config` before
@@ -113,10 +113,14 @@ def prepare(workdir: str, config: Any,
   logged, the old file is kept as `config.previous.json`, and the new one is
   written.
 
+  `extra` (e.g. the run grid) is saved beside the config's fields.
+
   Returns:
     `workdir`.
   """
   new = _to_jsonable(config)
+  if extra:
+    new.update(_to_jsonable(extra))
   path = os.path.join(workdir, CONFIG_FILE)
   if os.path.exists(path):
     with open(path) as f:
