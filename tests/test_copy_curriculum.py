@@ -26,45 +26,34 @@ STEPS, BATCH, MAX_LENGTH = 2000, 8, 20
 
 
 class Recorded(NamedTuple):
-  """What the fake train step saw, leaves (num_steps, B)."""
-  tokens: jax.Array
-  targets: jax.Array
-  weights: jax.Array
-  output_weights: jax.Array
-  resets: jax.Array
+  """What the train step saw, leaves (num_steps, B)."""
+  tokens: np.ndarray
+  targets: np.ndarray
+  weights: np.ndarray
+  output_weights: np.ndarray
+  resets: np.ndarray
 
 
 def fake_train_step(losses_bits):
   """A `train_step` whose step t reports batch-mean loss `losses_bits[t]`
   (bits) under the protocol's weights, and output-phase sums of the same
-  per-example loss; its state is `(t, Recorded)`: it writes down the batch
-  it is given at row t."""
+  per-example loss; its state is the step counter t."""
 
-  def train_step(carry, batch, output_weights):
-    t, seen = carry
+  def train_step(t, batch, output_weights):
     ce = losses_bits[t] * copy_task.LOG2  # nats, every example alike
     metrics = CopyStepMetrics(
         loss_sum=ce * batch.weights.sum(), weight_sum=batch.weights.sum(),
         output_loss_sum=ce * output_weights.sum(),
         output_weight_sum=output_weights.sum())
-    row = Recorded(batch.inputs.argmax(-1), batch.targets, batch.weights,
-                   output_weights, batch.resets)
-    seen = jax.tree_util.tree_map(lambda a, r: a.at[t].set(r.astype(a.dtype)),
-                                  seen, row)
-    return (t + 1, seen), metrics
+    return t + 1, metrics
   return train_step
 
 
 @functools.partial(jax.jit, static_argnames=("curriculum", "rule"))
 def _run_chunk(losses_bits, stream, state, curriculum, rule):
-  num_steps, batch_size = losses_bits.shape[0], stream.length.shape[0]
-  dtype = jnp.asarray(0.0).dtype
-  zeros = jnp.zeros((num_steps, batch_size), jnp.int32)
-  seen = Recorded(zeros, zeros, zeros.astype(dtype), zeros.astype(dtype),
-                  zeros.astype(bool))
   return copy_task.run_chunk(
-      fake_train_step(losses_bits), (jnp.zeros((), jnp.int32), seen), stream,
-      state, num_steps, curriculum, **dict(rule))
+      fake_train_step(losses_bits), jnp.zeros((), jnp.int32), stream, state,
+      losses_bits.shape[0], curriculum, **dict(rule))
 
 
 def run(losses_bits, curriculum, batch_size, max_length, state=None, seed=0,
@@ -78,10 +67,15 @@ def run(losses_bits, curriculum, batch_size, max_length, state=None, seed=0,
   dtype = jnp.asarray(0.0).dtype
   state = CurriculumState(jnp.asarray(state.length, jnp.int32),
                           jnp.asarray(state.error_ema, dtype))
-  ((_, recorded), _, final), (metrics, trace) = _run_chunk(
+  (steps, _, final), out = _run_chunk(
       jnp.asarray(losses_bits, dtype), stream, state, curriculum,
       tuple(sorted(rule.items())))
-  return final, metrics, trace, jax.device_get(recorded)
+  assert int(steps) == len(losses_bits)
+  out = jax.device_get(out)
+  recorded = Recorded(out.batches.inputs.argmax(-1), out.batches.targets,
+                      out.batches.weights, out.output_weights,
+                      out.batches.resets)
+  return final, out.metrics, out.curriculum, recorded
 
 
 def sequence_lengths(recorded):

@@ -273,6 +273,14 @@ class CopyStepMetrics(NamedTuple):
   output_weight_sum: jax.Array  # Σ_b o_b
 
 
+class ChunkOutputs(NamedTuple):
+  """Per-step outputs of `run_chunk`, leaves `(num_steps, ...)`."""
+  metrics: CopyStepMetrics    # what `train_step` reported
+  curriculum: CurriculumState  # the curriculum after each step
+  batches: StepBatch          # what `train_step` was given
+  output_weights: jax.Array   # (num_steps, B) output-phase masks
+
+
 def run_chunk(train_step: Callable[..., Any], train_state: Any,
               stream: CopyStream, state: CurriculumState, num_steps: int,
               curriculum: str, threshold: float = ERROR_THRESHOLD,
@@ -283,15 +291,15 @@ def run_chunk(train_step: Callable[..., Any], train_state: Any,
   Args:
     train_step: pure `(train_state, batch, output_weights) -> (train_state,
       CopyStepMetrics)`; trains on `batch` (its weights follow the protocol).
+      It may also be a forward pass with fixed parameters (TBPTT: the
+      batches are returned for the window's update).
     curriculum: "official" (checks at sequence starts, moving average updated
       with `loss_sum / weight_sum` in bits after every step) or "output_only"
       (T += 1 at the end if the chunk's output-phase error is below
-      `threshold`).
+      `threshold`; within the chunk T is fixed).
 
   Returns:
-    `((train_state, stream, state), (metrics, trace))`: per-step
-    `CopyStepMetrics` and `CurriculumState` after each step, leaves
-    `(num_steps, ...)`.
+    `((train_state, stream, state), ChunkOutputs)`.
   """
   check_curriculum(curriculum)
   official = curriculum == "official"
@@ -305,14 +313,16 @@ def run_chunk(train_step: Callable[..., Any], train_state: Any,
       state = ema_update(
           state, metrics.loss_sum / jnp.maximum(metrics.weight_sum, 1) / LOG2,
           decay)
-    return (train_state, stream, state), (metrics, state)
+    return (train_state, stream, state), ChunkOutputs(metrics, state, batch,
+                                                      output_weights)
 
-  (train_state, stream, state), (metrics, trace) = jax.lax.scan(
+  (train_state, stream, state), outputs = jax.lax.scan(
       body, (train_state, stream, state), None, length=num_steps)
   if not official:
+    metrics = outputs.metrics
     error_bits = (metrics.output_loss_sum.sum() /
                   jnp.maximum(metrics.output_weight_sum.sum(), 1) / LOG2)
     length = jnp.minimum(curriculum_update(state.length, error_bits,
                                            threshold), stream.bits.shape[-1])
     state = state._replace(length=length.astype(jnp.int32))
-  return (train_state, stream, state), (metrics, trace)
+  return (train_state, stream, state), outputs
