@@ -1,0 +1,234 @@
+"""What every reproduction target shares: curves of runs, the paper's
+best-learning-rate selection, figures and result tables.
+
+A target is a small function `(scale, workdir) -> Result` (see
+`ok_paper.py`). It describes each curve of a figure as a `Curve`: an
+experiment (`copy_task`, `ptb`, ...), its config preset and overrides. Each
+curve runs as ONE program over all its seeds and learning rates (the run
+loop's run axis, `experiments/runner.py`), in its own sub-workdir, so a
+rerun of the target resumes every curve where it stopped and skips finished
+ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import importlib.util
+import json
+import os
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from experiments import workdir as workdir_lib
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+SCALES = ("small", "paper")
+
+
+@dataclasses.dataclass(frozen=True)
+class Curve:
+  """One curve of a figure (or row of a table): one experiment config, run
+  for every seed and learning rate of the grid at once."""
+  label: str
+  experiment: str                 # module under experiments/, e.g. 'copy_task'
+  overrides: dict[str, Any]
+  preset: str = ""                # configs/<experiment>.py preset
+
+  @property
+  def dirname(self) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_"
+                   for c in self.label)
+
+
+@dataclasses.dataclass
+class CurveResult:
+  curve: Curve
+  workdir: str
+  records: list[dict]
+  summary: dict
+  runs: list[dict]
+  best_runs: list[int]            # run indices of the selected learning rate
+  best_learning_rate: float | None
+
+
+@dataclasses.dataclass
+class Result:
+  """What a target made: files written and the numbers for its table."""
+  name: str
+  files: list[str]
+  table: list[dict]
+
+
+def load_config(experiment: str, preset: str = ""):
+  """`configs/<experiment>.py` `get_config(preset)` (loaded by path)."""
+  path = os.path.join(REPO_ROOT, "configs", f"{experiment}.py")
+  spec = importlib.util.spec_from_file_location(f"{experiment}_config", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(preset) if preset else module.get_config()
+
+
+# Overrides applied to every curve's config, where the config has the field
+# (`scripts/reproduce.py --set FIELD=VALUE`; tests shrink targets with it).
+_GLOBAL_OVERRIDES: dict[str, Any] = {}
+
+
+@contextlib.contextmanager
+def overriding(overrides: dict[str, Any]):
+  """Within the block, every curve's config gets `overrides` (fields a config
+  lacks are skipped)."""
+  saved = dict(_GLOBAL_OVERRIDES)
+  _GLOBAL_OVERRIDES.update(overrides)
+  try:
+    yield
+  finally:
+    _GLOBAL_OVERRIDES.clear()
+    _GLOBAL_OVERRIDES.update(saved)
+
+
+def make_config(curve: Curve):
+  """The curve's config: its preset, its overrides, then the global ones."""
+  config = load_config(curve.experiment, curve.preset)
+  unknown = sorted(set(curve.overrides) - set(config.keys()))
+  if unknown:
+    raise ValueError(f"curve {curve.label!r}: configs/{curve.experiment}.py "
+                     f"has no field(s) {unknown}")
+  config.update(curve.overrides)
+  config.update({k: v for k, v in _GLOBAL_OVERRIDES.items()
+                 if k in config.keys()})
+  return config
+
+
+def run_curve(curve: Curve, workdir: str) -> tuple[list[dict], dict, list]:
+  """Trains (or resumes) one curve; returns its records, summary and runs."""
+  module = importlib.import_module(f"experiments.{curve.experiment}")
+  config = make_config(curve)
+  curve_dir = os.path.join(workdir, curve.dirname)
+  print(f"=== {curve.label} -> {curve_dir}", flush=True)
+  module.train(config, curve_dir)
+  with open(os.path.join(curve_dir, workdir_lib.CONFIG_FILE)) as f:
+    saved = json.load(f)
+  runs = saved.get("runs") or [{"seed": config.seed,
+                                "learning_rate": config.get("learning_rate")}]
+  summary_path = os.path.join(curve_dir, workdir_lib.SUMMARY_FILE)
+  summary = {}
+  if os.path.exists(summary_path):
+    with open(summary_path) as f:
+      summary = json.load(f)
+  return workdir_lib.read_metrics(curve_dir), summary, runs
+
+
+def per_run(value: Any, num_runs: int) -> list:
+  """A metric as a list over runs (a single run's scalar becomes `[x]`)."""
+  return list(value) if isinstance(value, list) else [value] * num_runs
+
+
+def select_learning_rate(runs: list[dict], scores: Sequence[float],
+                         higher_is_better: bool) -> tuple[list[int], Any]:
+  """The paper's protocol: the learning rate whose mean score over seeds is
+  best. Runs that diverged (NaN) count as the worst score.
+
+  Returns:
+    `(run indices of that learning rate, the learning rate)`.
+  """
+  by_rate: dict[Any, list[int]] = {}
+  for index, run in enumerate(runs):
+    by_rate.setdefault(run.get("learning_rate"), []).append(index)
+  worst = -np.inf if higher_is_better else np.inf
+
+  def mean_score(indices):
+    values = [scores[i] if scores[i] is not None and np.isfinite(scores[i])
+              else worst for i in indices]
+    return float(np.mean(values))
+
+  pick = max if higher_is_better else min
+  rate = pick(by_rate, key=lambda r: mean_score(by_rate[r]))
+  return by_rate[rate], rate
+
+
+def run_curves(curves: Sequence[Curve], workdir: str,
+               score: Callable[[list[dict], dict, int], float],
+               higher_is_better: bool) -> list[CurveResult]:
+  """Runs every curve and selects each one's learning rate by `score(records,
+  summary, run_index)`."""
+  results = []
+  for curve in curves:
+    records, summary, runs = run_curve(curve, workdir)
+    scores = [score(records, summary, r) for r in range(len(runs))]
+    best, rate = select_learning_rate(runs, scores, higher_is_better)
+    results.append(CurveResult(curve, os.path.join(workdir, curve.dirname),
+                               records, summary, runs, best, rate))
+  return results
+
+
+def series(records: list[dict], metric: str, runs: list[int],
+           num_runs: int) -> tuple[np.ndarray, np.ndarray]:
+  """`(steps, values (len(runs), len(steps)))` of `metric` over records that
+  have it."""
+  kept = [r for r in records if r.get(metric) is not None]
+  steps = np.array([r["step"] for r in kept])
+  values = np.array([[np.nan if v is None else v for v in
+                      (per_run(r[metric], num_runs)[i] for i in runs)]
+                     for r in kept], dtype=float).T
+  return steps, values.reshape(len(runs), len(steps))
+
+
+def plot_curves(results: list[CurveResult], metric: str, ylabel: str,
+                title: str, path: str, log_y: bool = False) -> str:
+  """Mean and standard deviation (shaded) over the selected runs of each
+  curve against training steps, as the paper's Figures 1, 2, 4 and 5."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, ax = plt.subplots(figsize=(6, 4))
+  for result in results:
+    steps, values = series(result.records, metric, result.best_runs,
+                           len(result.runs))
+    if not steps.size:
+      continue
+    mean = np.nanmean(values, axis=0)
+    std = np.nanstd(values, axis=0)
+    rate = result.best_learning_rate
+    label = result.curve.label + (f" (lr {rate:.2g})" if rate else "")
+    ax.plot(steps, mean, label=label)
+    ax.fill_between(steps, mean - std, mean + std, alpha=0.2)
+  ax.set(xlabel="training steps", ylabel=ylabel, title=title)
+  if log_y:
+    ax.set_yscale("log")
+  ax.legend()
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return path
+
+
+def write_table(rows: list[dict], path_stem: str, title: str) -> list[str]:
+  """`rows` as `<stem>.json` and a Markdown table `<stem>.md`."""
+  with open(path_stem + ".json", "w") as f:
+    json.dump(rows, f, indent=2)
+  columns = list(dict.fromkeys(k for row in rows for k in row))
+
+  def cell(value):
+    if isinstance(value, float):
+      return f"{value:.4g}"
+    return "" if value is None else str(value)
+
+  lines = [f"# {title}", "", "| " + " | ".join(columns) + " |",
+           "|" + "---|" * len(columns)]
+  lines += ["| " + " | ".join(cell(row.get(c)) for c in columns) + " |"
+            for row in rows]
+  with open(path_stem + ".md", "w") as f:
+    f.write("\n".join(lines) + "\n")
+  print("\n".join(lines), flush=True)
+  return [path_stem + ".json", path_stem + ".md"]
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+  finite = [v for v in values if v is not None and np.isfinite(v)]
+  if not finite:
+    return float("nan"), float("nan")
+  return float(np.mean(finite)), float(np.std(finite))

@@ -1,0 +1,393 @@
+"""The OK paper's figures and tables (Benzing et al. 2019), one function each.
+
+Every target takes `(scale, workdir)`. `scale='paper'` uses the paper's
+settings: RHN sizes and batch sizes as stated, 5 seeds, the learning-rate
+grid {10^-2.5, 10^-3, 10^-3.5, 10^-4} with the best rate per curve chosen by
+the mean over seeds (final curriculum length on Copy, best validation BPC on
+PTB), the official Copy curriculum, and the official code's step counts
+(Copy: 4M steps, as its logs; PTB: 1M). `scale='small'` is the documented
+reduction that finishes in about 30 minutes on a 2-core CPU: smaller RHNs,
+fewer steps, 2 seeds and 2 learning rates (see `SMALL` in each target).
+Results go to `workdir/<target>/`: one sub-workdir per curve (resumable),
+`figure.png`, and `table.{md,json}` next to the paper's numbers.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+from experiments.reproduce import common
+from experiments.reproduce.common import Curve
+
+PAPER_LEARNING_RATES = (10 ** -2.5, 10 ** -3, 10 ** -3.5, 10 ** -4)
+SMALL_LEARNING_RATES = (10 ** -2.5, 10 ** -3)
+
+
+# --------------------------------------------------------------------------
+# Copy task: Figures 1, 4 and 12 (curriculum length against steps).
+# --------------------------------------------------------------------------
+
+
+def _copy_base(scale: str, batch_size: int) -> dict:
+  if scale == "paper":
+    return dict(hidden_size=128, batch_size=batch_size, num_seeds=5,
+                learning_rates=PAPER_LEARNING_RATES, num_steps=4_000_000,
+                curriculum="official", chunk_steps=400, log_every=4000,
+                checkpoint_every=40_000)
+  return dict(hidden_size=32, batch_size=batch_size, num_seeds=2,
+              learning_rates=SMALL_LEARNING_RATES, num_steps=20_000,
+              curriculum="official", chunk_steps=400, log_every=2000,
+              checkpoint_every=4000)
+
+
+def _estimator(name: str, rank: int = 0, truncation: int = 0) -> dict:
+  if name == "tbptt":
+    return dict(estimator="tbptt", truncation=truncation)
+  return dict(estimator=name, rank=rank) if rank else dict(estimator=name)
+
+
+def _final_length(records, summary, run_index) -> float:
+  del summary
+  if not records:
+    return float("nan")
+  return float(common.per_run(records[-1]["curriculum_length"],
+                              run_index + 1)[run_index])
+
+
+def _copy_figure(name: str, curves: list[Curve], workdir: str, title: str,
+                 paper_lengths: dict[str, float]) -> common.Result:
+  out = os.path.join(workdir, name)
+  os.makedirs(out, exist_ok=True)
+  results = common.run_curves(curves, out, _final_length,
+                              higher_is_better=True)
+  figure = common.plot_curves(results, "curriculum_length",
+                              "curriculum length T", title,
+                              os.path.join(out, "figure.png"))
+  rows = []
+  for result in results:
+    lengths = [_final_length(result.records, {}, r) for r in result.best_runs]
+    mean, std = common.mean_std(lengths)
+    rows.append({"curve": result.curve.label,
+                 "learning_rate": result.best_learning_rate,
+                 "final_T_mean": mean, "final_T_std": std,
+                 "seeds": len(result.best_runs),
+                 "paper_T": paper_lengths.get(result.curve.label)})
+  files = [figure] + common.write_table(rows, os.path.join(out, "table"),
+                                        title)
+  return common.Result(name, files, rows)
+
+
+def ok_fig1(scale: str, workdir: str) -> common.Result:
+  """Figure 1: Copy task, 16-OK vs 16-KF-AVG vs TBPTT-50 vs TBPTT-80, RHN 128,
+  batch 16 (paper: T 42, 32, 33, 33). Small: RHN 32, 8-OK, 8-KF-AVG,
+  TBPTT-20, TBPTT-40, 20k steps."""
+  base = _copy_base(scale, 16)
+  rank = 16 if scale == "paper" else 8
+  short, long = (50, 80) if scale == "paper" else (20, 40)
+  chunk = 400
+  curves = [
+      Curve(f"{rank}-OK", "copy_task", {**base, **_estimator("ok", rank)}),
+      Curve(f"{rank}-KF-AVG", "copy_task",
+            {**base, **_estimator("kf_avg", rank)}),
+      Curve(f"TBPTT-{short}", "copy_task",
+            {**base, **_estimator("tbptt", truncation=short),
+             "chunk_steps": chunk}),
+      Curve(f"TBPTT-{long}", "copy_task",
+            {**base, **_estimator("tbptt", truncation=long),
+             "chunk_steps": chunk}),
+  ]
+  paper = {"16-OK": 42, "16-KF-AVG": 32, "TBPTT-50": 33, "TBPTT-80": 33}
+  return _copy_figure("ok_fig1", curves, workdir,
+                      f"Copy task, RHN-{base['hidden_size']}, batch 16",
+                      paper)
+
+
+def ok_fig4(scale: str, workdir: str) -> common.Result:
+  """Figure 4: KTP against KF-RTRL and KF-RTRL-r-APPROX on Copy at batch 256
+  (paper: KTP 17, then 33, 32, 30, 25 in legend order). The paper names only
+  KTP, KF-RTRL and KF-RTRL-16-APPROX; the ranks of the other APPROX curves
+  are our reading. Small: RHN 32, batch 64, 20k steps."""
+  base = _copy_base(scale, 256 if scale == "paper" else 64)
+  curves = [
+      Curve("16-KTP", "copy_task", {**base, **_estimator("ktp", 16)}),
+      Curve("KF-RTRL", "copy_task", {**base, **_estimator("kf")}),
+      Curve("KF-RTRL-16-APPROX", "copy_task",
+            {**base, **_estimator("kf_approx", 16)}),
+      Curve("KF-RTRL-4-APPROX", "copy_task",
+            {**base, **_estimator("kf_approx", 4)}),
+      Curve("KF-RTRL-1-APPROX", "copy_task",
+            {**base, **_estimator("kf_approx", 1)}),
+  ]
+  paper = {"16-KTP": 17, "KF-RTRL": 33, "KF-RTRL-16-APPROX": 32}
+  return _copy_figure("ok_fig4", curves, workdir,
+                      f"Copy task, KTP and KF-RTRL-APPROX, batch "
+                      f"{base['batch_size']}", paper)
+
+
+def ok_fig12(scale: str, workdir: str) -> common.Result:
+  """Figure 12: 16-B-OK vs 16-OK (batch 16) and 1-B-OK vs 1-OK (batch 256)
+  on Copy: the biased rank-16 approximation nearly matches 16-OK, the biased
+  rank-1 one is far worse. Small: RHN 32, rank 8 and 1, batch 16 and 64."""
+  rank = 16 if scale == "paper" else 8
+  small_batch = _copy_base(scale, 16)
+  large_batch = _copy_base(scale, 256 if scale == "paper" else 64)
+  curves = [
+      Curve(f"{rank}-OK", "copy_task",
+            {**small_batch, **_estimator("ok", rank)}),
+      Curve(f"{rank}-B-OK", "copy_task",
+            {**small_batch, **_estimator("ok_biased", rank)}),
+      Curve("1-OK (large batch)", "copy_task",
+            {**large_batch, **_estimator("ok", 1)}),
+      Curve("1-B-OK (large batch)", "copy_task",
+            {**large_batch, **_estimator("ok_biased", 1)}),
+  ]
+  return _copy_figure("ok_fig12", curves, workdir,
+                      "Copy task, biased (B-OK) vs unbiased OK", {})
+
+
+# --------------------------------------------------------------------------
+# Char-PTB: Figure 2 / Table 2 (batch 32) and Figure 5 / Table 3 (batch 64).
+# --------------------------------------------------------------------------
+
+
+def _ptb_curves(scale: str, batch_size: int) -> list[Curve]:
+  if scale == "paper":
+    base = dict(hidden_size=256, batch_size=batch_size, num_seeds=5,
+                learning_rates=PAPER_LEARNING_RATES, num_steps=1_000_000,
+                chunk_steps=100, log_every=1000, eval_every=10_000,
+                checkpoint_every=10_000)
+    preset = ""
+  else:
+    base = dict(batch_size=batch_size // 2, num_seeds=2,
+                learning_rates=SMALL_LEARNING_RATES, num_steps=6000,
+                chunk_steps=100, log_every=500, eval_every=2000,
+                checkpoint_every=2000)
+    preset = "small"
+  return [
+      Curve("8-KF-AVG", "ptb", {**base, **_estimator("kf_avg", 8)}, preset),
+      Curve("8-OK", "ptb", {**base, **_estimator("ok", 8)}, preset),
+      Curve("TBPTT-5", "ptb", {**base, **_estimator("tbptt", truncation=5)},
+            preset),
+      Curve("TBPTT-25", "ptb", {**base, **_estimator("tbptt",
+                                                     truncation=25)}, preset),
+  ]
+
+
+def _best_valid(records, summary, run_index) -> float:
+  del records
+  value = summary.get("best_valid_bpc")
+  if value is None:
+    return float("nan")
+  return float(common.per_run(value, run_index + 1)[run_index])
+
+
+def _ptb_table(name: str, scale: str, batch_size: int, workdir: str,
+               paper: dict[str, tuple[float, float]]) -> common.Result:
+  out = os.path.join(workdir, name)
+  os.makedirs(out, exist_ok=True)
+  results = common.run_curves(_ptb_curves(scale, batch_size), out,
+                              _best_valid, higher_is_better=False)
+  figure = common.plot_curves(results, "valid_bpc", "validation BPC",
+                              f"char-PTB ({scale} scale)",
+                              os.path.join(out, "figure.png"))
+  rows = []
+  for result in results:
+    n = len(result.runs)
+    valid = [common.per_run(result.summary.get("best_valid_bpc"), n)[r]
+             for r in result.best_runs]
+    test = [common.per_run(result.summary.get("test_bpc"), n)[r]
+            for r in result.best_runs]
+    (valid_mean, valid_std), (test_mean, test_std) = (
+        common.mean_std(valid), common.mean_std(test))
+    paper_valid, paper_test = paper.get(result.curve.label, (None, None))
+    rows.append({"model": result.curve.label,
+                 "learning_rate": result.best_learning_rate,
+                 "valid_bpc": valid_mean, "valid_std": valid_std,
+                 "test_bpc": test_mean, "test_std": test_std,
+                 "paper_valid": paper_valid, "paper_test": paper_test})
+  files = [figure] + common.write_table(
+      rows, os.path.join(out, "table"),
+      f"char-PTB BPC, batch {batch_size} ({scale} scale)")
+  return common.Result(name, files, rows)
+
+
+def ok_fig2_table2(scale: str, workdir: str) -> common.Result:
+  """Figure 2 and Table 2: char-PTB, RHN 256, batch 32: 8-KF-AVG, 8-OK,
+  TBPTT-5, TBPTT-25 (paper valid/test BPC 1.82/1.77, 1.74/1.69, 1.78/1.73,
+  1.73/1.69). Small: the `small` PTB preset (RHN 64), batch 16, 6k steps."""
+  paper = {"8-KF-AVG": (1.82, 1.77), "8-OK": (1.74, 1.69),
+           "TBPTT-5": (1.78, 1.73), "TBPTT-25": (1.73, 1.69)}
+  return _ptb_table("ok_fig2_table2", scale, 32, workdir, paper)
+
+
+def ok_fig5_table3(scale: str, workdir: str) -> common.Result:
+  """Figure 5 and Table 3: the same at batch 64 (paper: 8-OK 1.69/1.64,
+  TBPTT-5 1.72/1.67, TBPTT-25 1.68/1.63). Small: RHN 64, batch 32."""
+  paper = {"8-OK": (1.69, 1.64), "TBPTT-5": (1.72, 1.67),
+           "TBPTT-25": (1.68, 1.63)}
+  return _ptb_table("ok_fig5_table3", scale, 64, workdir, paper)
+
+
+# --------------------------------------------------------------------------
+# Gradient quality: Figures 3, 6, 7/8, 9, 10/11 (cosine to exact RTRL).
+# --------------------------------------------------------------------------
+
+
+def _cosine(out: str, label: str, overrides: dict) -> dict:
+  """One gradient-cosine run (skipped when its summary exists)."""
+  import json  # pylint: disable=g-import-not-at-top
+  from experiments import gradient_cosine  # pylint: disable=g-import-not-at-top
+  workdir = os.path.join(out, Curve(label, "", {}).dirname)
+  summary_path = os.path.join(workdir, gradient_cosine.SUMMARY_FILE)
+  if os.path.exists(summary_path):
+    with open(summary_path) as f:
+      return json.load(f)
+  config = common.make_config(Curve(label, "gradient_cosine", overrides))
+  print(f"=== cosine: {label} -> {workdir}", flush=True)
+  return gradient_cosine.run(config, workdir)
+
+
+def _cosine_rows(label: str, summary: dict, **extra) -> list[dict]:
+  return [{"setting": label, "estimator": name, **extra,
+           "mean_cosine": stats.get("mean_cosine"),
+           "std_cosine": stats.get("mean_std_cosine"),
+           "final_mean_cosine": stats.get("final_mean_cosine")}
+          for name, stats in summary["estimators"].items()]
+
+
+def _train_single(out: str, label: str, experiment: str, overrides: dict,
+                  preset: str = "") -> str:
+  """Trains one network (one seed, one learning rate) for a cosine figure;
+  returns its workdir."""
+  curve = Curve(label, experiment, {**overrides, "num_seeds": 1,
+                                    "learning_rates": ()}, preset)
+  common.run_curve(curve, out)
+  return os.path.join(out, curve.dirname)
+
+
+def _cosine_target(name: str, workdir: str, title: str,
+                   settings: list[tuple[str, dict]]) -> common.Result:
+  out = os.path.join(workdir, name)
+  os.makedirs(out, exist_ok=True)
+  rows, files = [], []
+  for label, overrides in settings:
+    summary = _cosine(out, label, overrides)
+    rows += _cosine_rows(label, summary)
+    png = os.path.join(out, Curve(label, "", {}).dirname, "cosine.png")
+    if os.path.exists(png):
+      files.append(png)
+  files += common.write_table(rows, os.path.join(out, "table"), title)
+  return common.Result(name, files, rows)
+
+
+def _cosine_size(scale: str) -> dict:
+  if scale == "paper":
+    return dict(num_steps=1000, repetitions=20, chunk_steps=50)
+  return dict(num_steps=200, repetitions=5, chunk_steps=100)
+
+
+def ok_fig3(scale: str, workdir: str) -> common.Result:
+  """Figure 3: cosine to the true gradient after training an RHN on char-PTB
+  (paper: RHN 256, 8-OK for 1M steps, then 1000 frozen steps, 20
+  repetitions; 8-OK stays far above 8-KF-AVG). Small: the `small` PTB preset
+  (RHN 64) trained 4k steps, 200 frozen steps, 5 repetitions."""
+  out = os.path.join(workdir, "ok_fig3")
+  train = (dict(hidden_size=256, num_steps=1_000_000) if scale == "paper"
+           else dict(num_steps=4000))
+  trained = _train_single(out, "trained-8-OK", "ptb",
+                          {**train, **_estimator("ok", 8)},
+                          "" if scale == "paper" else "small")
+  settings = [("after-training", dict(
+      checkpoint_dir=trained, task="ptb", reset_probability=0.01,
+      estimators="ok:1,ok:2,ok:8,kf_avg:8", **_cosine_size(scale)))]
+  return _cosine_target("ok_fig3", workdir, "Figure 3: cosine after "
+                        "training on char-PTB", settings)
+
+
+def ok_fig6(scale: str, workdir: str) -> common.Result:
+  """Figure 6: cosine on an untrained RHN on char-PTB text (paper: RHN 256,
+  20 random networks; 2-OK is already about 1). Small: RHN 32."""
+  size = 256 if scale == "paper" else 32
+  settings = [(f"untrained-RHN-{size}", dict(
+      task="ptb", hidden_size=size, params_per_repetition=True,
+      reset_probability=0.01, estimators="ok:1,ok:2,ok:8,kf_avg:2,kf_avg:8,kf",
+      **_cosine_size(scale)))]
+  return _cosine_target("ok_fig6", workdir, "Figure 6: cosine on an "
+                        "untrained RHN, char-PTB", settings)
+
+
+def ok_fig7_8(scale: str, workdir: str) -> common.Result:
+  """Figures 7 and 8: cosine on the Copy task for an RHN trained until it
+  learns T=40 (paper: RHN 128, 16-OK; Figure 8 repeats it with retrained
+  weights, here a second seed). Training stops growing the curriculum at the
+  target length (`max_length`). Small: RHN 32, 8-OK, T capped at 10, 20k
+  steps."""
+  out = os.path.join(workdir, "ok_fig7_8")
+  if scale == "paper":
+    train = dict(hidden_size=128, max_length=40, num_steps=4_000_000,
+                 learning_rate=10 ** -3.5, **_estimator("ok", 16))
+  else:
+    train = dict(hidden_size=32, max_length=10, num_steps=20_000,
+                 **_estimator("ok", 8))
+  settings = []
+  for figure, seed in (("fig7", 0), ("fig8", 1)):
+    trained = _train_single(out, f"trained-{figure}", "copy_task",
+                            {**train, "seed": seed})
+    settings.append((figure, dict(
+        checkpoint_dir=trained, task="copy", sequence_length=0,
+        estimators="ok:1,ok:2,ok:16,kf_avg:16,kf", **_cosine_size(scale))))
+  return _cosine_target("ok_fig7_8", workdir, "Figures 7-8: cosine on Copy "
+                        "after training", settings)
+
+
+def ok_fig9(scale: str, workdir: str) -> common.Result:
+  """Figure 9: cosine on untrained RHNs of 8..512 units on char-PTB after
+  100 steps (paper). Small: 8..64 units. Exact RTRL at 512 units needs a
+  GPU (its tangent is n^3 per example)."""
+  sizes = (8, 16, 32, 64, 128, 256, 512) if scale == "paper" else (8, 16,
+                                                                    32, 64)
+  settings = [(f"RHN-{n}", dict(
+      task="ptb", hidden_size=n, num_steps=100,
+      repetitions=20 if scale == "paper" else 5, chunk_steps=50,
+      params_per_repetition=True, estimators="ok:2,ok:8,kf_avg:8,kf"))
+              for n in sizes]
+  return _cosine_target("ok_fig9", workdir, "Figure 9: cosine against RHN "
+                        "size, untrained, char-PTB", settings)
+
+
+def ok_fig10_11(scale: str, workdir: str) -> common.Result:
+  """Figures 10 and 11: cosine on the Copy task for larger trained RHNs
+  (paper: trained until T=40, and 256 / 512 units trained 1M steps; 8-OK vs
+  8-KF-AVG). Small: RHN 32 and 64, 8-OK trained 10k steps."""
+  out = os.path.join(workdir, "ok_fig10_11")
+  sizes = (256, 512) if scale == "paper" else (32, 64)
+  steps = 1_000_000 if scale == "paper" else 10_000
+  settings = []
+  for n in sizes:
+    trained = _train_single(out, f"trained-RHN-{n}", "copy_task", dict(
+        hidden_size=n, num_steps=steps, **_estimator("ok", 8)))
+    settings.append((f"RHN-{n}", dict(
+        checkpoint_dir=trained, task="copy", sequence_length=0,
+        estimators="ok:8,kf_avg:8", **_cosine_size(scale))))
+  return _cosine_target("ok_fig10_11", workdir, "Figures 10-11: cosine on "
+                        "Copy for larger RHNs", settings)
+
+
+TARGETS: dict[str, Callable[[str, str], common.Result]] = {
+    "ok_fig1": ok_fig1,
+    "ok_fig2_table2": ok_fig2_table2,
+    "ok_fig3": ok_fig3,
+    "ok_fig4": ok_fig4,
+    "ok_fig5_table3": ok_fig5_table3,
+    "ok_fig6": ok_fig6,
+    "ok_fig7_8": ok_fig7_8,
+    "ok_fig9": ok_fig9,
+    "ok_fig10_11": ok_fig10_11,
+    "ok_fig12": ok_fig12,
+}
+
+
+def describe(name: str) -> str:
+  doc = TARGETS[name].__doc__ or ""
+  return " ".join(doc.split())
