@@ -22,6 +22,18 @@ checkpoint, the sequence length from its curriculum when 0):
     --workdir runs/cosine_fig7 --config.checkpoint_dir=runs/copy_ok16 \
     --config.task=copy --config.sequence_length=0 \
     --config.estimators=ok:1,ok:2,ok:16,kf_avg:16,kf
+
+Paper Figure 3 (an RHN trained on char-PTB, then frozen, on PTB text with
+resets of probability 0.01; the cell comes from the PTB workdir):
+
+  python -m experiments.gradient_cosine --config configs/gradient_cosine.py \
+    --workdir runs/cosine_fig3 --config.checkpoint_dir=runs/ptb_8ok \
+    --config.task=ptb --config.reset_probability=0.01 \
+    --config.num_steps=1000 --config.repetitions=20 --config.chunk_steps=50 \
+    --config.estimators=ok:8,kf_avg:8
+
+Untrained on PTB text (Figure 6 with real inputs): --config.task=ptb without
+checkpoint_dir.
 """
 
 import ml_collections
@@ -33,11 +45,14 @@ def get_config() -> ml_collections.ConfigDict:
   config.estimators = "ok:1,ok:2,ok:8,kf_avg:8,kf,uoro"
   config.cell = "rhn"            # rnn | rhn | lstm (ignored with a checkpoint)
   config.hidden_size = 32        # (ignored with a checkpoint)
-  config.task = "random"         # random | copy
+  config.task = "random"         # random | copy | ptb
   config.vocab_size = 50         # random task: one-hot inputs and targets
-  config.reset_probability = 0.0  # random task: per-step state reset
+  config.reset_probability = 0.0  # random, ptb tasks: per-step state reset
   config.sequence_length = 10    # copy task T; 0 = the checkpoint's curriculum
-  config.checkpoint_dir = ""     # a copy-task workdir; "" = fresh parameters
+  config.ptb_split = "valid"     # ptb task: text the streams read
+  config.data_dir = ""           # ptb task: as experiments/ptb.py ("" = default)
+  config.verify_md5 = True       # ptb task: check the files' md5
+  config.checkpoint_dir = ""     # a Copy or PTB workdir; "" = fresh parameters
   config.params_per_repetition = False  # fresh: a new network per repetition
   config.num_steps = 200
   config.repetitions = 5

@@ -3,8 +3,9 @@
   python -m experiments.gradient_cosine --config configs/gradient_cosine.py \
     --workdir runs/cosine_rhn32
 
-With the weights frozen (fresh or restored from a Copy-task checkpoint), runs
-exact RTRL and every estimator in `config.estimators` on the same trajectory
+With the weights frozen (fresh, or restored from a Copy-task or char-PTB
+checkpoint), on random inputs, the Copy task or char-PTB text
+(`experiments/cosine_tasks.py`), runs exact RTRL and every estimator in `config.estimators` on the same trajectory
 and records, at every step and for every repetition (an independent data
 stream and estimator PRNG stream), the cosine between the estimate of
 `dL_t/dW` and the exact one (Benzing et al. 2019, section 4.2, Figures 3, 6,
@@ -27,17 +28,20 @@ import zlib
 
 from absl import app
 from absl import flags
-import flax.serialization
 import jax
 import jax.numpy as jnp
 import ml_collections
 from ml_collections import config_flags
 import numpy as np
 
+from experiments import cosine_tasks
 from experiments import online_setup
 from experiments import workdir as workdir_lib
 from rtrl import estimators, online, readout
-from rtrl.tasks import copy_task
+
+# Kept here for callers of the tool's earlier layout.
+make_data = cosine_tasks.make_data
+restore_params = cosine_tasks.restore_params
 
 SUMMARY_FILE = "summary.json"
 PLOT_FILE = "cosine.png"
@@ -109,14 +113,7 @@ def validate(config) -> None:
   if config.num_steps % min(config.chunk_steps, config.num_steps):
     raise ValueError(f"config.num_steps ({config.num_steps}) must be a "
                      f"multiple of config.chunk_steps ({config.chunk_steps})")
-  if config.task not in ("random", "copy"):
-    raise ValueError(f"config.task must be 'random' or 'copy', got "
-                     f"{config.task!r}")
-  if config.task == "copy" and config.sequence_length < (
-      0 if config.checkpoint_dir else 1):
-    raise ValueError("config.sequence_length must be a positive integer "
-                     "(0 only with a checkpoint: its curriculum length), got "
-                     f"{config.sequence_length!r}")
+  cosine_tasks.validate_task(config)
   if not 0.0 <= config.reset_probability <= 1.0:
     raise ValueError("config.reset_probability must be in [0, 1]")
   if config.min_gradient_norm < 0:
@@ -125,49 +122,6 @@ def validate(config) -> None:
     raise ValueError("config.params_per_repetition needs fresh parameters "
                      "(config.checkpoint_dir must be empty)")
   parse_estimators(config.estimators)
-
-
-def restore_params(checkpoint_dir: str) -> tuple[dict, dict]:
-  """`(params, info)` from a Copy-task workdir's newest checkpoint.
-
-  Read without a full template, so that a checkpoint of any trainer (online
-  with any estimator and optimiser, or TBPTT) restores: only `trainer.params`
-  is taken, checked against a fresh init of the cell in the workdir's
-  `config.json`. `info` has cell, hidden_size, step, curriculum_length.
-  """
-  config_path = os.path.join(checkpoint_dir, workdir_lib.CONFIG_FILE)
-  if not os.path.exists(config_path):
-    raise FileNotFoundError(f"{config_path} not found: config.checkpoint_dir "
-                            "must be a Copy-task workdir")
-  with open(config_path) as f:
-    run_config = json.load(f)
-  found = workdir_lib.read_latest_checkpoint(checkpoint_dir)
-  if found is None:
-    raise FileNotFoundError(f"no checkpoint_*.msgpack in {checkpoint_dir}")
-  step, raw = found
-  path = workdir_lib.checkpoint_path(checkpoint_dir, step)
-  raw = raw.get("state", raw)  # The run loop nests the experiment's state.
-  try:
-    raw_params = raw["trainer"]["params"]
-  except (KeyError, TypeError) as e:
-    raise ValueError(f"{path} holds no trainer.params; is it a Copy-task "
-                     "checkpoint?") from e
-  cell = online_setup.make_cell(ml_collections.ConfigDict(run_config))
-  template = online_setup.init_params(cell, jax.random.PRNGKey(0),
-                                      copy_task.VOCAB_SIZE,
-                                      copy_task.VOCAB_SIZE)
-  params = flax.serialization.from_state_dict(template, raw_params)
-  shapes, expected = (jax.tree_util.tree_map(np.shape, t)
-                      for t in (params, template))
-  if shapes != expected:
-    raise ValueError(f"{path} has params of shapes {shapes}, expected "
-                     f"{expected} for {cell!r} on the Copy task")
-  params = jax.tree_util.tree_map(lambda w, g: jnp.asarray(g, w.dtype),
-                                  template, params)
-  info = {"cell": run_config["cell"], "hidden_size": run_config["hidden_size"],
-          "step": step,
-          "curriculum_length": int(np.asarray(raw.get("curriculum_length", 0)))}
-  return params, info
 
 
 def resolve(config) -> tuple[ml_collections.ConfigDict, Any]:
@@ -184,14 +138,19 @@ def resolve(config) -> tuple[ml_collections.ConfigDict, Any]:
               f"checkpoint's {info[field]!r}.")
       config[field] = info[field]
     # The checkpoint's readout and input weights fix the vocabulary.
-    config.vocab_size = copy_task.VOCAB_SIZE
+    if config.task != "random" and config.task != info["task"]:
+      raise ValueError(f"config.task={config.task!r}, but "
+                       f"{config.checkpoint_dir} is a {info['task']} run "
+                       f"(vocabulary {info['vocab_size']}); use "
+                       f"config.task={info['task']!r} or 'random'")
+    config.vocab_size = info["vocab_size"]
     if config.task == "copy" and config.sequence_length == 0:
       config.sequence_length = max(1, info["curriculum_length"])
     config.checkpoint_step = info["step"]
     config.checkpoint_curriculum_length = info["curriculum_length"]
     return config, params
-  if config.task == "copy":
-    config.vocab_size = copy_task.VOCAB_SIZE
+  config.vocab_size = cosine_tasks.TASK_VOCAB.get(config.task,
+                                                  config.vocab_size)
   cell = online_setup.make_cell(config)
   init = lambda k: online_setup.init_params(cell, k, config.vocab_size,
                                             config.vocab_size)
@@ -199,33 +158,6 @@ def resolve(config) -> tuple[ml_collections.ConfigDict, Any]:
     return config, jax.vmap(init)(
         jax.random.split(params_key, config.repetitions))
   return config, init(params_key)
-
-
-def make_data(config):
-  """`(state0, next_chunk)`: `next_chunk(state) -> (state, StepBatch)` with
-  time-major `(chunk, repetitions, ...)` leaves, one stream per repetition."""
-  reps, chunk = config.repetitions, min(config.chunk_steps, config.num_steps)
-  key = jax.random.fold_in(jax.random.PRNGKey(config.seed), 1)
-  dtype = jnp.asarray(0.0).dtype
-  if config.task == "copy":
-    length = config.sequence_length
-    stream = copy_task.stream_init(key, reps, length)
-    return stream, jax.jit(lambda s: copy_task.generate(s, length, chunk))
-
-  vocab, p_reset = config.vocab_size, config.reset_probability
-
-  @jax.jit
-  def next_random(key):
-    key, k_in, k_out, k_reset = jax.random.split(key, 4)
-    tokens = jax.random.randint(k_in, (chunk, reps), 0, vocab)
-    batch = online.StepBatch(
-        inputs=jax.nn.one_hot(tokens, vocab, dtype=dtype),
-        targets=jax.random.randint(k_out, (chunk, reps), 0, vocab),
-        weights=jnp.ones((chunk, reps), dtype),
-        resets=jax.random.bernoulli(k_reset, p_reset, (chunk, reps)))
-    return key, batch
-
-  return key, next_random
 
 
 def make_runner(cell, estimator, params_axis):
@@ -307,7 +239,7 @@ def compute_cosines(config, params, on_chunk=None) -> dict:
     carries[spec.label] = init(params, jax.random.split(key,
                                                         config.repetitions))
     runners[spec.label] = run
-  data_state, next_chunk = make_data(config)
+  data_state, next_chunk = cosine_tasks.make_data(config)
   cosines = {s.label: [] for s in specs}
   norms = []
   for start in range(0, config.num_steps, chunk_steps):
@@ -418,8 +350,9 @@ def plot(result: dict, title: str, path: str) -> None:
 
 
 def describe(config) -> str:
-  task = (f"copy T={config.sequence_length}" if config.task == "copy"
-          else f"random inputs (vocab {config.vocab_size})")
+  task = {"copy": f"copy T={config.sequence_length}",
+          "ptb": f"char-PTB {config.get('ptb_split', 'valid')} text"}.get(
+              config.task, f"random inputs (vocab {config.vocab_size})")
   source = (f"checkpoint step {config.checkpoint_step}"
             if config.checkpoint_dir else "untrained")
   return (f"{config.cell.upper()}-{config.hidden_size} | {task} | {source} | "

@@ -203,3 +203,54 @@ def test_parses_paper_style_labels():
   assert [s.label for s in specs] == ["2-OK", "8-OK", "8-KF-AVG", "KF-RTRL",
                                       "UORO", "8-KTP"]
   assert specs[0].hparams() == {"rank": 2} and specs[3].hparams() == {}
+
+
+def ptb_data_dir(folder: pathlib.Path) -> str:
+  """Three small files in the char-PTB format (md5 check off)."""
+  from rtrl.tasks import ptb  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  folder.mkdir()
+  for split in ptb.SPLITS:
+    text = "\n".join(" ".join(rng.choice(list("abc_de"), size=8))
+                     for _ in range(20)) + "\n "
+    (folder / ptb.FILE_NAMES[split]).write_text(text)
+  return str(folder)
+
+
+def test_ptb_task_untrained_and_from_ptb_checkpoint(tmp_path):
+  from experiments import ptb as ptb_experiment  # pylint: disable=g-import-not-at-top
+  data_dir = ptb_data_dir(tmp_path / "data")
+  ptb_overrides = dict(task="ptb", data_dir=data_dir, verify_md5=False,
+                       reset_probability=0.1, num_steps=20, chunk_steps=10,
+                       estimators="rtrl")
+  # Untrained: the vocabulary is PTB's 50 symbols whatever vocab_size says.
+  config, params = tool.resolve(small_config(vocab_size=7, **ptb_overrides))
+  assert config.vocab_size == 50 and params["cell"]["W"].shape[0] == 50 + 4 + 1
+  state, next_chunk = tool.make_data(config)
+  _, chunk = next_chunk(state)
+  assert chunk.inputs.shape == (10, 2, 50)
+  np.testing.assert_array_equal(chunk.inputs.sum(-1), 1.0)
+  result = tool.compute_cosines(config, params)
+  np.testing.assert_allclose(result["cosine"]["RTRL"], 1.0, atol=2e-6)
+
+  # Restored from a PTB run: its cell and size replace the tool's.
+  train_config = load_config("ptb")
+  train_config.update(dict(estimator="tbptt", truncation=5, hidden_size=6,
+                           batch_size=2, data_dir=data_dir, verify_md5=False,
+                           chunk_steps=50, log_every=50, eval_every=50,
+                           checkpoint_every=50, num_steps=50,
+                           eval_batch_size=2))
+  ptb_experiment.train(train_config, str(tmp_path / "ptb_run"))
+  config = small_config(checkpoint_dir=str(tmp_path / "ptb_run"),
+                        **ptb_overrides)
+  effective, params = tool.resolve(config)
+  assert effective.hidden_size == 6 and effective.vocab_size == 50
+  assert effective.checkpoint_step == 50
+  summary = tool.run(config, str(tmp_path / "cosine"))
+  assert summary["estimators"]["RTRL"]["num_valid_points"] > 0
+  assert summary["estimators"]["RTRL"]["mean_cosine"] == pytest.approx(1.0)
+  with pytest.raises(ValueError, match="is a ptb run"):
+    tool.resolve(small_config(task="copy",
+                              checkpoint_dir=str(tmp_path / "ptb_run")))
+  with pytest.raises(ValueError, match="config.ptb_split"):
+    tool.validate(small_config(task="ptb", ptb_split="training"))
