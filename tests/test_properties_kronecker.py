@@ -30,123 +30,22 @@ Tolerances are first-order rounding bounds. A backward-stable SVD perturbs
 each singular value by <= c (m + n) eps ||C||_2, the factor products add
 rounding of the same order, and the variance `s1**2/k - s2` is Lipschitz in
 each `s_i` with constant <= 2 ||C||_*, so its error is
-<= c (m + n) q eps ||C||_*^2; `_variance_tolerance` uses c = 100 (the observed
-worst case is below c = 1). Tolerances scale with the input.
+<= c (m + n) q eps ||C||_*^2; `kronecker_cases.variance_tolerance` uses
+c = 100 (the observed worst case is c = 0.45). Tolerances scale with the input.
 """
 
 from __future__ import annotations
 
 import functools
-import itertools
 
-from hypothesis import strategies as st
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from hypothesis_profiles import property_tests
+import kronecker_cases as cases
 from rtrl import kronecker
-
-MAX_DIM = 8
-MAX_Q_ENUMERATED = 7      # 2**7 sign patterns per matrix
-SPECTRA = ("distinct", "zeros", "repeated", "all_zero", "gaussian")
-# Default-suite pools (each new shape or rank costs a JAX compilation); the
-# slow set draws every shape up to MAX_DIM.
-FAST_MATRIX_CASES = ((1, 5, 1), (6, 1, 1), (3, 3, 1), (3, 3, 2), (4, 7, 2),
-                     (7, 4, 3))                      # (m, n, rank)
-FAST_DIAGONAL_CASES = ((1, 1), (1, 2), (4, 1), (4, 3), (4, 5), (7, 2),
-                       (7, 6))                       # (q, rank)
-FAST_KRONECKER_SHAPES = ((2, 1, 5), (3, 4, 2), (4, 6, 9))  # (r + 1, a, M)
-FAST_SIGN_TRICK_SHAPES = ((1, (1, 3)), (4, (3, 2)))       # (a, A shape)
-
-
-def _eps(dtype=np.float64) -> float:
-  return float(np.finfo(dtype).eps)
-
-
-# --------------------------------------------------------------------------
-# Strategies.
-# --------------------------------------------------------------------------
-
-
-def _singular_values(rng, q: int, spectrum: str) -> np.ndarray:
-  """Non-increasing non-negative (q,) values of the given kind, max ~1."""
-  if spectrum == "all_zero":
-    return np.zeros(q)
-  if spectrum == "repeated":
-    values = rng.choice([1.0, 0.5, 0.25], size=q)
-  else:
-    values = np.exp(rng.uniform(-4, 0, size=q))
-  if spectrum == "zeros":
-    values[rng.random(q) < 0.5] = 0.0
-  return np.sort(values)[::-1]
-
-
-def _orthonormal_columns(rng, rows: int, cols: int) -> np.ndarray:
-  q, r = np.linalg.qr(rng.normal(size=(rows, cols)))
-  return q * np.sign(np.where(np.diag(r) == 0, 1, np.diag(r)))
-
-
-def _matrix(m, n, spectrum, exponent, seed) -> np.ndarray:
-  rng = np.random.default_rng(seed)
-  scale = 10.0 ** exponent
-  if spectrum == "gaussian":
-    return rng.normal(size=(m, n)) * scale
-  q = min(m, n)
-  s = _singular_values(rng, q, spectrum)
-  u, v = _orthonormal_columns(rng, m, q), _orthonormal_columns(rng, n, q)
-  return (u * (s * scale)) @ v.T
-
-
-@st.composite
-def matrix_cases(draw, fast=False, max_q=MAX_Q_ENUMERATED):
-  """(C float64 (m, n), rank) with min(m, n) <= max_q."""
-  if fast:
-    m, n, rank = draw(st.sampled_from(FAST_MATRIX_CASES))
-  else:
-    m = draw(st.integers(1, MAX_DIM))
-    n = draw(st.integers(1, min(MAX_DIM, max_q) if m > max_q else MAX_DIM))
-    rank = draw(st.integers(1, min(m, n)))
-  spectrum = draw(st.sampled_from(SPECTRA))
-  exponent = draw(st.integers(-30, 30))
-  seed = draw(st.integers(0, 2**32 - 1))
-  return _matrix(m, n, spectrum, exponent, seed), rank
-
-
-# --------------------------------------------------------------------------
-# Independent NumPy reference of Theorem 6.
-# --------------------------------------------------------------------------
-
-
-def reference_variance(values, rank: int) -> float:
-  """`s1**2 / k - s2` (Theorem 6) for non-negative `values`, any order.
-
-  m = min{i : (r - i + 1) d_i <= sum_{j >= i} d_j} (1-based, d sorted
-  non-increasing), k = r - m + 1, s1, s2 = sum and sum of squares of
-  d_m..d_q. 0 when at most `rank` values are non-zero.
-  """
-  d = np.sort(np.maximum(np.asarray(values, np.float64), 0))[::-1]
-  if np.count_nonzero(d) <= rank:
-    return 0.0
-  for i in range(1, rank + 1):
-    if (rank - i + 1) * d[i - 1] <= d[i - 1:].sum():
-      break
-  k = rank - i + 1
-  s1, s2 = d[i - 1:].sum(), (d[i - 1:] ** 2).sum()
-  return max(s1 * s1 / k - s2, 0.0)
-
-
-def _variance_tolerance(C) -> float:
-  """First-order rounding bound on variances of C (module docstring)."""
-  m, n = C.shape
-  nuclear = np.linalg.svd(C, compute_uv=False).sum()
-  return 100 * (m + n) * min(m, n) * _eps() * nuclear**2
-
-
-def _sign_patterns(q: int) -> np.ndarray:
-  return np.array(list(itertools.product([1.0, -1.0], repeat=q)))
-
 
 # --------------------------------------------------------------------------
 # unbiased_low_rank / biased_low_rank / optimal_variance.
@@ -170,8 +69,8 @@ def _low_rank_samples(C, rank, signs, keys):
   return factors, products, kronecker.optimal_variance(C, rank)
 
 
-@property_tests(matrix_cases(fast=True), matrix_cases(), max_examples=25,
-                thorough_examples=300)
+@property_tests(cases.matrix_cases(fast=True), cases.matrix_cases(),
+                max_examples=25, thorough_examples=300)
 def check_unbiased_low_rank(case):
   """Exact expectation over all 2**q signs; per-sample rank and error."""
   C, rank = case
@@ -182,7 +81,7 @@ def check_unbiased_low_rank(case):
   with jax.enable_x64(True):
     factors, (product, keyed, biased), variance = jax.device_get(
         _low_rank_samples(jnp.asarray(C), rank,
-                          jnp.asarray(_sign_patterns(q)), keys))
+                          jnp.asarray(cases.sign_patterns(q)), keys))
   # Rank <= rank: the factors have `rank` columns.
   assert factors[0].shape == (2**q, m, rank)
   assert factors[1].shape == (2**q, n, rank)
@@ -194,8 +93,8 @@ def check_unbiased_low_rank(case):
   mean_error = np.max(np.abs(product.mean(axis=0) - C))
   assert mean_error <= 1e-10 * spectral, (mean_error, spectral)
 
-  tolerance = _variance_tolerance(C)
-  expected = reference_variance(singular, rank)
+  tolerance = cases.variance_tolerance(C)
+  expected = cases.reference_variance(singular, rank)
   assert abs(float(variance) - expected) <= tolerance, (variance, expected)
   squared_errors = np.sum((np.concatenate([product, keyed]) - C) ** 2,
                           axis=(1, 2))
@@ -221,22 +120,6 @@ def check_unbiased_low_rank(case):
 # --------------------------------------------------------------------------
 
 
-@st.composite
-def diagonal_cases(draw, fast=False):
-  """(d (q,) float64 in a random order, rank >= 1, may exceed q)."""
-  if fast:
-    q, rank = draw(st.sampled_from(FAST_DIAGONAL_CASES))
-  else:
-    q = draw(st.integers(1, 10))
-    rank = draw(st.integers(1, q + 1))
-  spectrum = draw(st.sampled_from(SPECTRA[:4]))
-  exponent = draw(st.integers(-30, 30))
-  seed = draw(st.integers(0, 2**32 - 1))
-  rng = np.random.default_rng(seed)
-  d = _singular_values(rng, q, spectrum) * 10.0**exponent
-  return rng.permutation(d), rank
-
-
 @functools.partial(jax.jit, static_argnums=1)
 def _diagonal_samples(d, rank, keys):
   """Mixings at each key; the closed form for d and for d sorted."""
@@ -246,8 +129,8 @@ def _diagonal_samples(d, rank, keys):
           kronecker.optimal_diagonal_variance(jnp.sort(d), rank))
 
 
-@property_tests(diagonal_cases(fast=True), diagonal_cases(), max_examples=20,
-                thorough_examples=300)
+@property_tests(cases.diagonal_cases(fast=True), cases.diagonal_cases(),
+                max_examples=20, thorough_examples=300)
 def check_optimal_diagonal_mixing(case):
   """Symmetric factor, exact diagonal, closed-form error, any order."""
   d, rank = case
@@ -259,13 +142,13 @@ def check_optimal_diagonal_mixing(case):
   assert left.shape == (8, q, rank)
   assert np.all(np.isfinite(left)) and np.array_equal(left, right)
   nuclear = d.sum()
-  tolerance = 100 * 2 * q * q * _eps() * nuclear**2
-  expected = reference_variance(d, rank)
+  tolerance = 100 * 2 * q * q * cases.eps() * nuclear**2
+  expected = cases.reference_variance(d, rank)
   assert abs(variance - expected) <= tolerance, (variance, expected)
   assert abs(sorted_variance - expected) <= tolerance
   product = np.einsum("pir,pjr->pij", left, left)
   diagonal_error = np.abs(np.diagonal(product, axis1=1, axis2=2) - d)
-  assert np.max(diagonal_error) <= 100 * q * _eps() * max(nuclear, 0.0)
+  assert np.max(diagonal_error) <= 100 * q * cases.eps() * max(nuclear, 0.0)
   squared_errors = np.sum((product - np.diag(d)) ** 2, axis=(1, 2))
   assert np.max(np.abs(squared_errors - expected)) <= tolerance, (
       squared_errors, expected)
@@ -279,47 +162,6 @@ def check_optimal_diagonal_mixing(case):
 # --------------------------------------------------------------------------
 # kronecker_sum_reduce.
 # --------------------------------------------------------------------------
-
-KRONECKER_STRUCTURES = ("random", "zero_rows", "dependent", "cancelling",
-                        "all_zero")
-
-
-def _kronecker_sum(rng, terms, dim, structure, exponent, partner=None):
-  """(terms, dim) rows at scale 10**exponent with the given structure."""
-  rows = rng.normal(size=(terms, dim)) * np.exp(rng.uniform(-3, 0, (terms, 1)))
-  if structure == "all_zero":
-    rows[:] = 0
-  elif structure == "zero_rows":
-    rows[rng.random(terms) < 0.5] = 0
-  elif structure == "dependent":
-    rows[-1] = rng.normal(size=terms - 1) @ rows[:-1]
-  elif structure == "cancelling":
-    rows[1] = rows[0] if partner is None else -rows[0]
-  return rows * 10.0**exponent
-
-
-@st.composite
-def kronecker_sum_cases(draw, fast=False):
-  """(us (r+1, a), As (r+1, M)) float64; factor scales 1e-15..1e15 each."""
-  if fast:
-    terms, dim_u, dim_a = draw(st.sampled_from(FAST_KRONECKER_SHAPES))
-  else:
-    terms = draw(st.integers(2, 5))
-    dim_u = draw(st.integers(1, 6))
-    dim_a = draw(st.integers(1, 12))
-  structure = draw(st.sampled_from(KRONECKER_STRUCTURES))
-  exponent_u = draw(st.integers(-15, 15))
-  exponent_a = draw(st.integers(-15, 15))
-  seed = draw(st.integers(0, 2**32 - 1))
-  rng = np.random.default_rng(seed)
-  us = _kronecker_sum(rng, terms, dim_u, structure, exponent_u)
-  As = _kronecker_sum(rng, terms, dim_a, structure, exponent_a, partner=True)
-  return us, As
-
-
-def _summand_scale(us, As) -> float:
-  """sum_i ||u_i|| ||A_i||: bounds ||G||_* and the rounding of the QRs."""
-  return float(np.sum(np.linalg.norm(us, axis=1) * np.linalg.norm(As, axis=1)))
 
 
 @functools.lru_cache(maxsize=None)
@@ -335,12 +177,11 @@ def _key_per_sign_class(q: int) -> np.ndarray:
   kronecker_sum_reduce shares (its step 3 is unbiased_low_rank with `key`).
   """
   reference = np.diag(1.0 - 0.05 * np.arange(q))
-  patterns = _sign_patterns(q)
+  patterns = cases.sign_patterns(q)
   with jax.enable_x64(True):
     keys = jax.random.split(jax.random.PRNGKey(2), 16 * 2**q)
-    class_products, products = jax.device_get(jax.jit(
-        lambda signs, keys: _low_rank_samples(reference, q - 1, signs, keys)[1][:2]
-    )(jnp.asarray(patterns), keys))
+    _, (class_products, products, _), _ = jax.device_get(_low_rank_samples(
+        jnp.asarray(reference), q - 1, jnp.asarray(patterns), keys))
   distance = np.abs(products[:, None] - class_products[None]).max(axis=(2, 3))
   pattern_of_key = np.argmin(distance, axis=1)
   assert np.all(distance[np.arange(len(keys)), pattern_of_key] < 1e-12)
@@ -361,7 +202,8 @@ def _reduce_samples(us, As, keys):
                                                   biased=True)
 
 
-@property_tests(kronecker_sum_cases(fast=True), kronecker_sum_cases(),
+@property_tests(cases.kronecker_sum_cases(fast=True),
+                cases.kronecker_sum_cases(),
                 max_examples=12, thorough_examples=200)
 def check_kronecker_sum_reduce(case):
   """Exact expectation over the signs, per-sample error = closed form."""
@@ -371,8 +213,8 @@ def check_kronecker_sum_reduce(case):
   rank = terms - 1
   G = us.T @ As
   singular = np.linalg.svd(G, compute_uv=False)
-  scale = _summand_scale(us, As)
-  tolerance = 100 * (dim_u + dim_a) * terms * _eps() * scale**2
+  scale = cases.summand_scale(us, As)
+  tolerance = 100 * (dim_u + dim_a) * terms * cases.eps() * scale**2
   keys = _key_per_sign_class(terms)
   with jax.enable_x64(True):
     (new_us, new_As), (biased_us, biased_As) = jax.device_get(
@@ -385,7 +227,7 @@ def check_kronecker_sum_reduce(case):
   mean_error = np.max(np.abs(samples.mean(axis=0) - G))
   assert mean_error <= 1e-10 * scale, (mean_error, scale)
   squared_errors = np.sum((samples - G) ** 2, axis=(1, 2))
-  expected = reference_variance(singular, rank)
+  expected = cases.reference_variance(singular, rank)
   assert np.max(np.abs(squared_errors - expected)) <= tolerance, (
       squared_errors, expected, tolerance)
   assert biased_us.shape == (rank, dim_u) and biased_As.shape == (rank, dim_a)
@@ -404,34 +246,6 @@ def check_kronecker_sum_reduce(case):
 # --------------------------------------------------------------------------
 
 
-@st.composite
-def sign_trick_cases(draw, fast=False):
-  """(u1, A1, u2, A2) float64 with zero, equal or cancelling summands."""
-  if fast:
-    dim_u, shape_a = draw(st.sampled_from(FAST_SIGN_TRICK_SHAPES))
-  else:
-    dim_u = draw(st.integers(1, 6))
-    shape_a = (draw(st.integers(1, 5)), draw(st.integers(1, 5)))
-  structure = draw(st.sampled_from(
-      ("random", "zero_u1", "zero_A2", "equal", "cancelling", "all_zero")))
-  exponents = draw(st.lists(st.integers(-15, 15), min_size=4, max_size=4))
-  seed = draw(st.integers(0, 2**32 - 1))
-  rng = np.random.default_rng(seed)
-  u1, u2 = rng.normal(size=(2, dim_u))
-  A1, A2 = rng.normal(size=(2,) + shape_a)
-  if structure == "zero_u1":
-    u1 = 0 * u1
-  elif structure == "zero_A2":
-    A2 = 0 * A2
-  elif structure in ("equal", "cancelling"):
-    u2, A2 = u1, (A1 if structure == "equal" else -A1)
-    exponents[2:] = exponents[:2]
-  elif structure == "all_zero":
-    u1, u2, A1, A2 = 0 * u1, 0 * u2, 0 * A1, 0 * A2
-  u1, A1, u2, A2 = (x * 10.0**e for x, e in zip((u1, A1, u2, A2), exponents))
-  return u1, A1, u2, A2
-
-
 @jax.jit
 def _sign_trick_samples(u1, A1, u2, A2, keys):
   mixed = jax.vmap(kronecker.sign_trick_mix,
@@ -439,7 +253,8 @@ def _sign_trick_samples(u1, A1, u2, A2, keys):
   return mixed, kronecker.sign_trick_variance(u1, A1, u2, A2)
 
 
-@property_tests(sign_trick_cases(fast=True), sign_trick_cases(),
+@property_tests(cases.sign_trick_cases(fast=True),
+                cases.sign_trick_cases(),
                 max_examples=15, thorough_examples=300)
 def check_sign_trick_mix(case):
   """Both outcomes average to the sum; error = sign_trick_variance."""
@@ -459,7 +274,7 @@ def check_sign_trick_mix(case):
   # p2 u2 (x) A1 is unbounded relative to G (see sign_trick_variance).
   magnitude = scale + np.max(np.linalg.norm(u, axis=1)
                              * np.linalg.norm(A.reshape(len(A), -1), axis=1))
-  tolerance = 100 * G.size * _eps() * magnitude
+  tolerance = 100 * G.size * cases.eps() * magnitude
   # The outcome takes one of two values (sign +-1): the 32 keys draw both
   # (unless the cross term is 0 and both are equal) with prob. 1 - 2**-31.
   first = samples[0]
@@ -473,3 +288,112 @@ def check_sign_trick_mix(case):
 (test_sign_trick_mix_exact_expectation_and_error,
  test_sign_trick_mix_exact_expectation_and_error_thorough) = (
      check_sign_trick_mix)
+
+
+# --------------------------------------------------------------------------
+# Float32: finite at every scale and as accurate as float32 allows.
+# --------------------------------------------------------------------------
+
+
+def _assert_finite_float32(*arrays):
+  for array in arrays:
+    assert array.dtype == np.float32, array.dtype
+    assert np.all(np.isfinite(array)), array
+
+
+def _assert_close_variance(got, expected, tolerance):
+  """A float32 closed form vs the float64 reference; a value that overflows
+  float32 (the variance is the scale squared) may be inf, never NaN."""
+  got = np.float64(got)
+  assert not np.isnan(got)
+  if expected < 1e37:
+    assert abs(got - expected) <= tolerance, (got, expected, tolerance)
+
+
+@property_tests(cases.float32_cases(fast=True), cases.float32_cases(),
+                max_examples=16, thorough_examples=300)
+def check_float32(case):
+  """No NaN/Inf in float32 at scales 1e-30..1e30 (all-zero inputs too);
+  per-sample errors equal the float64 closed forms to float32 rounding."""
+  kind, data = case
+  eps = cases.eps(np.float32)
+  assert jnp.asarray(0.0).dtype == jnp.float32
+  if kind == "low_rank":
+    C, rank = data
+    m, n = C.shape
+    q = min(m, n)
+    keys = jax.random.split(jax.random.PRNGKey(0), NUM_KEYS)
+    factors, products, variance = jax.device_get(_low_rank_samples(
+        jnp.asarray(C, jnp.float32), rank,
+        jnp.asarray(cases.sign_patterns(q), jnp.float32), keys))
+    _assert_finite_float32(*factors)
+    singular = np.linalg.svd(C, compute_uv=False)
+    expected = cases.reference_variance(singular, rank)
+    tolerance = 100 * (m + n) * q * eps * singular.sum()**2
+    _assert_close_variance(variance, expected, tolerance)
+    left, right = (np.float64(f) for f in factors[:2])
+    samples = np.einsum("pir,pjr->pij", left, right)
+    squared_errors = np.sum((samples - C) ** 2, axis=(1, 2))
+    assert np.max(np.abs(squared_errors - expected)) <= tolerance, (
+        squared_errors, expected, tolerance)
+    mean_error = np.max(np.abs(samples.mean(axis=0) - C))
+    assert mean_error <= 100 * q * eps * singular.sum(), mean_error
+  elif kind == "diagonal":
+    d, rank = data
+    q = d.shape[0]
+    keys = jax.random.split(jax.random.PRNGKey(1), 8)
+    (left, right), variance, _ = jax.device_get(_diagonal_samples(
+        jnp.asarray(d, jnp.float32), rank, keys))
+    _assert_finite_float32(left, right)
+    expected = cases.reference_variance(d, rank)
+    tolerance = 100 * 2 * q * q * eps * d.sum()**2
+    _assert_close_variance(variance, expected, tolerance)
+    product = np.einsum("pir,pjr->pij", np.float64(left), np.float64(left))
+    squared_errors = np.sum((product - np.diag(d)) ** 2, axis=(1, 2))
+    assert np.max(np.abs(squared_errors - expected)) <= tolerance, (
+        squared_errors, expected, tolerance)
+  elif kind == "reduce":
+    us, As = data
+    terms, dim_u = us.shape
+    dim_a = As.shape[1]
+    keys = jax.random.split(jax.random.PRNGKey(4), NUM_KEYS)
+    (new_us, new_As), (biased_us, biased_As) = jax.device_get(
+        _reduce_samples(jnp.asarray(us, jnp.float32),
+                        jnp.asarray(As, jnp.float32), keys))
+    _assert_finite_float32(new_us, new_As, biased_us, biased_As)
+    G = us.T @ As
+    singular = np.linalg.svd(G, compute_uv=False)
+    scale = cases.summand_scale(us, As)
+    tolerance = 100 * (dim_u + dim_a) * terms * eps * scale**2
+    samples = np.einsum("pri,prj->pij", np.float64(new_us), np.float64(new_As))
+    squared_errors = np.sum((samples - G) ** 2, axis=(1, 2))
+    expected = cases.reference_variance(singular, terms - 1)
+    assert np.max(np.abs(squared_errors - expected)) <= tolerance, (
+        squared_errors, expected, tolerance)
+    biased = np.float64(biased_us).T @ np.float64(biased_As)
+    tail = np.sum(singular[terms - 1:] ** 2)
+    assert abs(np.sum((biased - G) ** 2) - tail) <= tolerance
+  else:
+    u1, A1, u2, A2 = data
+    keys = jax.random.split(jax.random.PRNGKey(3), 8)
+    (u, A), variance = jax.device_get(_sign_trick_samples(
+        *(jnp.asarray(x, jnp.float32) for x in data), keys))
+    _assert_finite_float32(u, A)
+    G = np.einsum("i,jk->ijk", u1, A1) + np.einsum("i,jk->ijk", u2, A2)
+    samples = np.einsum("pi,pjk->pijk", np.float64(u), np.float64(A))
+    magnitude = (np.linalg.norm(u1) * np.linalg.norm(A1)
+                 + np.linalg.norm(u2) * np.linalg.norm(A2)
+                 + np.max(np.linalg.norm(np.float64(u), axis=1)
+                          * np.linalg.norm(np.float64(A).reshape(8, -1),
+                                           axis=1)))
+    with jax.enable_x64(True):
+      expected = float(kronecker.sign_trick_variance(u1, A1, u2, A2))
+    tolerance = 1000 * G.size * eps * magnitude**2
+    _assert_close_variance(variance, expected, tolerance)
+    squared_errors = np.sum((samples - G) ** 2, axis=(1, 2, 3))
+    assert np.max(np.abs(squared_errors - expected)) <= tolerance, (
+        squared_errors, expected, tolerance)
+
+
+(test_float32_finite_and_accurate_at_every_scale,
+ test_float32_finite_and_accurate_at_every_scale_thorough) = check_float32
