@@ -180,3 +180,38 @@ def test_bad_split_and_batch():
     ptb.load_split("training")
   with pytest.raises(ValueError, match="batch_size"):
     ptb_eval.make_eval_streams(np.zeros(5, np.uint8), 0)
+
+
+def make_archive(path: pathlib.Path, files: dict) -> str:
+  """An uncompressed tar laid out like simple-examples.tgz; a file:// URL."""
+  import tarfile  # pylint: disable=g-import-not-at-top
+  with tarfile.open(path, "w") as tar:
+    for name, source in files.items():
+      tar.add(source, arcname=f"./{ptb.ARCHIVE_DIR}/{name}")
+  return path.as_uri()
+
+
+def test_download_checks_md5_and_writes_nothing_on_mismatch(tmp_path):
+  sources = {name: write_split(tmp_path / "src", split, HAND_MADE)
+             for split, name in ptb.FILE_NAMES.items()}
+  url = make_archive(tmp_path / "fake.tar", sources)
+  with pytest.raises(ValueError, match=r"ptb\.char\.train\.txt.*md5"):
+    ptb.download(tmp_path / "cache", url=url)
+  assert not (tmp_path / "cache").exists()
+
+
+def test_download_into_cache_and_found_there(tmp_path, monkeypatch):
+  folder = dataset_dir_or_skip("ptb")
+  url = make_archive(tmp_path / "simple-examples.tar",
+                     {name: folder / name
+                      for name in ptb.FILE_NAMES.values()})
+  monkeypatch.setenv("RTRL_CACHE_DIR", str(tmp_path / "cache"))
+  monkeypatch.setenv("DATA_DIR", str(tmp_path / "nothing"))
+  monkeypatch.setattr(ptb, "ARCHIVE_URL", url)
+  monkeypatch.setattr(ptb.download, "__defaults__", (url,))
+  found = ptb.find_data_dir(None)
+  assert found == tmp_path / "cache" / "ptb"
+  assert ptb.load_split("valid").size == ptb.NUM_SYMBOLS["valid"]
+  # $DATA_DIR/ptb comes first when it holds the files.
+  monkeypatch.setenv("DATA_DIR", str(folder.parent))
+  assert ptb.find_data_dir(None) == folder
