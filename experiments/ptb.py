@@ -22,7 +22,6 @@ from __future__ import annotations
 from absl import app
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from experiments import online_setup
 from experiments import runner
