@@ -20,6 +20,8 @@ The official code's fixed reset period instead of probability 0.01:
 
 import ml_collections
 
+from experiments import run_config
+
 
 def get_config(preset: str = "") -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
@@ -38,6 +40,10 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   config.reset_probability = 0.01  # per step and stream (paper)
   config.reset_every = 0          # > 0: reset at multiples (official code: 100)
   config.seed = 0
+  # Runs trained together as one vmapped program: run j of each learning
+  # rate equals the single run with seed + j (see experiments/runner.py).
+  config.num_seeds = 1
+  config.learning_rates = ()      # e.g. (10**-3.5, 10**-3); empty: learning_rate
   config.num_steps = 1_000_000
   config.chunk_steps = 100        # steps per jitted chunk
   config.log_every = 1000         # multiple of chunk_steps
@@ -47,10 +53,8 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   config.checkpoint_every = 10_000
   config.data_dir = ""            # "": $DATA_DIR/ptb, the cache, or download
   config.verify_md5 = True        # check the files against the canonical md5
-  # Run-loop options (experiments/runner.py).
-  config.skip_nonfinite_updates = False
-  config.allow_config_change = False
-  config.keep_checkpoints = 2
+  # Run-loop fields (resume, NaN policy, devices): experiments/run_config.py.
+  run_config.add_run_fields(config)
   if preset == "small":
     config.hidden_size = 64
     config.learning_rate = 10 ** -2.5

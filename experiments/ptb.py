@@ -71,9 +71,12 @@ def validate(config) -> None:
         config[field], int) or config[field] < 0:
       raise ValueError(f"config.{field} must be an integer >= 0 (0: off), "
                        f"got {config[field]!r}")
-  if not config.learning_rate > 0:
-    raise ValueError(f"config.learning_rate must be positive, got "
-                     f"{config.learning_rate!r}")
+  for rate in list(config.get("learning_rates") or ()) + [
+      config.learning_rate]:
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or \
+        not rate > 0:
+      raise ValueError(f"config.learning_rate(s) must be positive numbers, "
+                       f"got {rate!r}")
   if config.init_stddev < 0:
     raise ValueError(f"config.init_stddev must be >= 0, got "
                      f"{config.init_stddev!r}")
@@ -99,35 +102,50 @@ def describe(config) -> str:
           f"{config.learning_rate:.3g}")
 
 
+def batch_axes(state: dict) -> dict:
+  """`online_setup.batch_axes`, with the stream's reset key replicated."""
+  axes = online_setup.batch_axes(state)
+  axes["stream"] = axes["stream"]._replace(key=None)
+  return axes
+
+
 def make_experiment(config) -> runner.Experiment:
-  """The PTB pieces for `runner.run` (loads the data once, here)."""
+  """The PTB pieces for `runner.run` (loads the data once, here).
+
+  The training text and the valid streams are the run loop's `data` (a jit
+  argument, never checkpointed); `learning_rate` may be swept
+  (`config.learning_rates`) and `num_seeds` > 1 stacks runs.
+  """
   validate(config)
   cell = online_setup.make_cell(config)
-  trainer = online_setup.make_trainer(config, cell)
   verify = config.get("verify_md5", True)
   train_ids = ptb.load_split("train", config.data_dir or None, verify)
   valid_ids = ptb.load_split("valid", config.data_dir or None, verify)
-  text = jnp.asarray(train_ids)
-  valid_streams = ptb_eval.make_eval_streams(
-      valid_ids, config.eval_batch_size, config.eval_reset_every)
+  data = {"train": jnp.asarray(train_ids),
+          "valid": ptb_eval.make_eval_streams(
+              valid_ids, config.eval_batch_size, config.eval_reset_every)}
+  num_symbols = train_ids.size
   dtype = jnp.asarray(0.0).dtype
 
-  def init(key):
+  def init(key, hparams):
     params_key, trainer_key, data_key = jax.random.split(key, 3)
     params = init_params(config, cell, params_key)
+    trainer = online_setup.make_trainer(config, cell, **hparams)
     return {
         "trainer": trainer.init(params, trainer_key, config.batch_size),
-        "stream": ptb.stream_init(data_key, text.shape[0], config.batch_size),
+        "stream": ptb.stream_init(data_key, num_symbols, config.batch_size),
         "step": jnp.zeros((), jnp.int32),
         "best_params": params,
         "best_valid_bpc": jnp.full((), jnp.inf, dtype),
         "best_step": jnp.zeros((), jnp.int32),
+        "hparams": hparams,
     }
 
-  def train_chunk(state):
+  def train_chunk(state, data):
+    trainer = online_setup.make_trainer(config, cell, **state["hparams"])
     stream, chunk = ptb.stream_chunk(
-        text, state["stream"], config.chunk_steps, config.reset_probability,
-        config.reset_every)
+        data["train"], state["stream"], config.chunk_steps,
+        config.reset_probability, config.reset_every)
     trainer_state, metrics = trainer.run(state["trainer"], chunk)
     state = {**state, "trainer": trainer_state, "stream": stream,
              "step": state["step"] + config.chunk_steps}
@@ -139,9 +157,9 @@ def make_experiment(config) -> runner.Experiment:
     weight = sum(float(m["weight_sum"]) for m in window)
     return {"train_bpc": loss / max(weight, 1.0) / LOG2}
 
-  def evaluate(state):
+  def evaluate(state, data):
     params = state["trainer"].params
-    bits, count = ptb_eval.bits_sums(cell, params, valid_streams)
+    bits, count = ptb_eval.bits_sums(cell, params, data["valid"])
     valid_bpc = bits / count
     better = valid_bpc < state["best_valid_bpc"]
     keep = lambda new, old: jnp.where(better, new, old)
@@ -155,17 +173,20 @@ def make_experiment(config) -> runner.Experiment:
   def summarize_eval(metrics):
     return {"valid_bpc": float(metrics["valid_bpc"])}
 
+  test_streams = []  # built on first use, shared by the runs
+
   def finish(state, workdir):
     del workdir
     best_step = int(state["best_step"])
     summary = {"best_valid_bpc": float(state["best_valid_bpc"]),
                "best_step": best_step, "test_bpc": None}
     if best_step > 0:
-      test_ids = ptb.load_split("test", config.data_dir or None, verify)
-      test_streams = ptb_eval.make_eval_streams(
-          test_ids, config.eval_batch_size, config.eval_reset_every)
+      if not test_streams:
+        test_ids = ptb.load_split("test", config.data_dir or None, verify)
+        test_streams.append(ptb_eval.make_eval_streams(
+            test_ids, config.eval_batch_size, config.eval_reset_every))
       summary["test_bpc"] = ptb_eval.bpc(cell, state["best_params"],
-                                         test_streams)
+                                         test_streams[0])
     print(f"Best valid BPC {summary['best_valid_bpc']:.4f} at step "
           f"{best_step}; test BPC there: {summary['test_bpc']}")
     return summary
@@ -175,7 +196,9 @@ def make_experiment(config) -> runner.Experiment:
       chunk_steps=config.chunk_steps, summarize=summarize,
       evaluate=evaluate, summarize_eval=summarize_eval, finish=finish,
       progress_fields=("train_bpc", "valid_bpc"),
-      examples_per_step=config.batch_size)
+      examples_per_step=config.batch_size, data=data,
+      swept_hparams=("learning_rate",), batch_axes=batch_axes,
+      batch_size=config.batch_size)
 
 
 def train(config, workdir: str) -> list[dict]:

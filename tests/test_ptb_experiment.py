@@ -163,3 +163,23 @@ def test_presets():
   assert paper.reset_probability == 0.01
   with pytest.raises(ValueError, match="preset"):
     load_config("huge")
+
+
+def test_swept_learning_rates_equal_single_runs(tmp_path):
+  data_dir = hand_made_data(tmp_path)
+  rates = (0.01, 0.003)
+  stacked = ptb_experiment.train(
+      tiny_config(data_dir, num_steps=100, learning_rates=rates),
+      str(tmp_path / "stacked"))
+  single = ptb_experiment.train(
+      tiny_config(data_dir, num_steps=100, learning_rate=rates[1]),
+      str(tmp_path / "single"))
+  for got, want in zip(stacked, single):
+    for field in ("train_bpc", "valid_bpc"):
+      if field in want:
+        assert len(got[field]) == 2
+        np.testing.assert_allclose(got[field][1], want[field], rtol=1e-5)
+  summary = json.loads((tmp_path / "stacked" / workdir_lib.SUMMARY_FILE)
+                       .read_text())
+  assert [r["learning_rate"] for r in summary["runs"]] == list(rates)
+  assert len(summary["test_bpc"]) == 2
