@@ -21,7 +21,9 @@ Two curriculum protocols (`curriculum=`), both starting at T = 1:
   1 bit) of the per-step batch-mean cross-entropy in bits over all positions,
   updated after every training step. It is checked whenever a sequence starts,
   before that sequence's length is drawn: below 0.15, T += 1 and the average
-  is set to 0.3. Lengths are uniform on max(1, T - 4) .. T.
+  is set to 0.3. Lengths are uniform on max(1, T - 4) .. T (the spec; the
+  official script draws max(1, T - k), k uniform on 0..4, which differs only
+  while T < 5: there it puts the clipped mass on length 1).
   Within a step the official code checks at each starting example in turn
   (example index order) against the same average. `check_at_starts` computes
   that sequential rule in closed form: the first starting example fires iff
