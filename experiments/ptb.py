@@ -14,7 +14,14 @@ The workdir gets `config.json`, `metrics.jsonl` (`step`, `train_bpc` (mean
 over the steps since the previous record), `steps_per_second`, and
 `valid_bpc` at eval steps), checkpoints and `summary.json`
 (`best_valid_bpc`, `best_step`, `test_bpc`). The shared run loop
-(`experiments/runner.py`) resumes a rerun from the newest valid checkpoint.
+(`experiments/runner.py`) resumes a rerun from the newest valid checkpoint;
+with `num_seeds > 1` or a `learning_rates` list the runs train as one
+vmapped program and every value becomes a list over runs.
+
+The official code's details are config fields: `init_stddev=0.01` (every
+weight normal(0, 0.01)), `cell_clip_norm=100` (the cell gradient only), and
+`reset_every=100` for its fixed reset period instead of the paper's
+`reset_probability=0.01`.
 """
 
 from __future__ import annotations
