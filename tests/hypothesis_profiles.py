@@ -36,7 +36,7 @@ _COMMON = dict(
 )
 settings.register_profile(
     FAST, max_examples=12, derandomize=True,
-    deadline=datetime.timedelta(seconds=30), **_COMMON)
+    deadline=datetime.timedelta(seconds=60), **_COMMON)
 settings.register_profile(
     THOROUGH, max_examples=200, deadline=None, **_COMMON)
 
