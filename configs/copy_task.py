@@ -28,6 +28,8 @@ Override any field, e.g. the paper's setting (Benzing et al. 2019, Fig. 1):
 
 import ml_collections
 
+from experiments import run_config
+
 
 def get_config() -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
@@ -54,8 +56,6 @@ def get_config() -> ml_collections.ConfigDict:
   config.checkpoint_every = 5000
   config.max_length = 100      # largest curriculum length the generator supports
   config.error_threshold = 0.15  # bits/char to advance the curriculum
-  # Run-loop options (experiments/runner.py).
-  config.skip_nonfinite_updates = False  # skip NaN/Inf updates, don't stop
-  config.allow_config_change = False     # resume a workdir with a changed config
-  config.keep_checkpoints = 2
+  # Run-loop fields (resume, NaN policy, devices): experiments/run_config.py.
+  run_config.add_run_fields(config)
   return config

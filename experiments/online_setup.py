@@ -69,3 +69,29 @@ def describe(config) -> str:
   if config.estimator in RANKED_ESTIMATORS:
     return f"{config.rank}-{config.estimator}"
   return config.estimator
+
+
+def batch_axes(state: dict) -> dict:
+  """Batch axes of an online experiment's run state, for the `data` mesh
+  axis (`experiments/sharding.py`).
+
+  `state` is a dict whose `'trainer'` entry is the trainer state (its
+  `cell_state` and `tstate` hold one row per example) and whose `'stream'`
+  entry, if any, is the per-example data stream; every other entry
+  (parameters, optimiser state, curriculum, best parameters, ...) is
+  replicated. Only the structure of `state` is read.
+  """
+  replicate = lambda tree: jax.tree_util.tree_map(lambda _: None, tree)
+  per_example = lambda tree: jax.tree_util.tree_map(lambda _: 0, tree)
+  axes = {}
+  for key, value in state.items():
+    if key == "trainer":
+      axes[key] = type(value)(**{
+          field: (per_example if field in ("cell_state", "tstate")
+                  else replicate)(getattr(value, field))
+          for field in value._fields})
+    elif key == "stream":
+      axes[key] = per_example(value)
+    else:
+      axes[key] = replicate(value)
+  return axes

@@ -21,26 +21,24 @@ functions that turn metrics into JSON records. `run` does the rest:
   such updates and the run goes on);
 * `summary.json` from `Experiment.finish`.
 
-Runs as an array axis. `config.num_seeds = S` and, for each hyper-parameter
-an experiment declares in `swept_hparams` (e.g. `learning_rate`), a list in
-the plural field (`config.learning_rates`; empty means the single
-`config.learning_rate`) make `S x L` runs that train as ONE vmapped, jitted
-program. Run `r` is the single run with seed `config.seed + j` and that
-hyper-parameter value (same PRNG keys, same data stream, same curriculum
-logic): `run_grid` gives the order (sweep values slowest, seeds fastest), and
-`config.json` records it under `runs`. With more than one run every metric in
-`metrics.jsonl` and `summary.json` is a list over runs in that order. A run
-that diverges (NaN/Inf) is reported once and left to run on with the others;
-with a single run a NaN stops the run.
+Runs as an array axis (`experiments/run_axes.py`): `config.num_seeds` and
+the lists of swept hyper-parameters (`config.learning_rates`) train as ONE
+vmapped program; `config.json` records the run grid under `runs`, and every
+metric becomes a list over runs. A run that diverges is reported and the
+others go on; with a single run a NaN stops the run.
+
+Devices (`experiments/sharding.py`): the batch is split over a `data` mesh
+axis and stacked runs over a `runs` axis; with `config.distributed` the same
+command runs on every host of a cluster, and only process 0 writes.
 
 Config fields read here: `seed`, `num_steps`, `log_every`, `checkpoint_every`,
 and optionally `eval_every`, `num_seeds`, the sweep lists,
-`keep_checkpoints`, `allow_config_change`, `skip_nonfinite_updates`.
+`keep_checkpoints`, `allow_config_change`, `skip_nonfinite_updates`,
+`num_devices`, `mesh_shape`, `distributed`.
 """
 
 from __future__ import annotations
 
-import itertools
 import signal
 import sys
 import time
@@ -49,9 +47,10 @@ from typing import Any, Callable, NamedTuple
 from absl import app
 from absl import flags
 import jax
-import jax.numpy as jnp
 import numpy as np
 
+from experiments import run_axes
+from experiments import sharding
 from experiments import workdir as workdir_lib
 
 Pytree = Any
@@ -86,6 +85,11 @@ class Experiment(NamedTuple):
       Never checkpointed.
     swept_hparams: config fields that may take a list of values (in the
       plural field, e.g. `learning_rates`), vmapped as runs.
+    batch_axes: optional `state -> tree` giving, per leaf of one run's state,
+      the index of its batch axis (split over the `data` mesh axis) or None
+      (replicated). Without it the state is replicated.
+    batch_size: the batch that the `data` mesh axis splits (checked to
+      divide over it).
   """
   name: str
   init: Callable[[jax.Array], Pytree]
@@ -99,6 +103,8 @@ class Experiment(NamedTuple):
   examples_per_step: int = 0
   data: Pytree = None
   swept_hparams: tuple[str, ...] = ()
+  batch_axes: Callable[[Pytree], Pytree] | None = None
+  batch_size: int | None = None
 
 
 class Preempted(SystemExit):
@@ -173,108 +179,20 @@ class _SignalCatcher:
     return False
 
 
-def _nonfinite_leaves(tree: Pytree) -> list[str]:
-  bad = []
-  for key_path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-    leaf = np.asarray(leaf)
-    if np.issubdtype(leaf.dtype, np.inexact) and not np.isfinite(leaf).all():
-      bad.append(jax.tree_util.keystr(key_path) or "metrics")
-  return bad
-
-
 def _data_args(experiment: Experiment) -> tuple:
   return () if experiment.data is None else (experiment.data,)
 
 
-def _with_data(jitted: Callable, experiment: Experiment) -> Callable:
+def _with_data(jitted: Callable, data: Pytree) -> Callable:
   """`state -> jitted(state, data)`: the data stay a jit argument."""
-  if experiment.data is None:
+  if data is None:
     return jitted
-  data = jax.device_put(experiment.data)
   return lambda state: jitted(state, data)
 
 
 def run_grid(config, swept_hparams: tuple[str, ...] = ()) -> list[dict]:
-  """The runs of a config, in run-axis order: one dict per run with its
-  `seed` and its value of each swept hyper-parameter.
-
-  Sweep values vary slowest (in the order of `swept_hparams`), seeds
-  fastest: with learning rates `[a, b]` and 2 seeds from `seed = 0`,
-  `[{seed 0, a}, {seed 1, a}, {seed 0, b}, {seed 1, b}]`.
-  """
-  num_seeds = config.get("num_seeds", 1)
-  if num_seeds is None:
-    num_seeds = 1
-  if isinstance(num_seeds, bool) or not isinstance(num_seeds, int) or \
-      num_seeds < 1:
-    raise ValueError(f"config.num_seeds must be a positive integer, got "
-                     f"{num_seeds!r}")
-  value_lists = []
-  for name in swept_hparams:
-    listed = config.get(name + "s")
-    values = list(listed) if listed else [config[name]]
-    for value in values:
-      if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"config.{name}s must be a list of numbers, got "
-                         f"{listed!r}")
-    value_lists.append(values)
-  return [{"seed": config.seed + j, **dict(zip(swept_hparams, combo))}
-          for combo in itertools.product(*value_lists)
-          for j in range(num_seeds)]
-
-
-def _run_index(tree: Pytree, r: int) -> Pytree:
-  return jax.tree_util.tree_map(lambda a: np.asarray(a)[r], tree)
-
-
-class _Runs:
-  """The experiment's single-run pieces, vmapped over the runs when there
-  are several; metrics turned into records (lists over runs)."""
-
-  def __init__(self, experiment: Experiment, runs: list[dict]):
-    self.experiment = experiment
-    self.runs = runs
-    self.stacked = len(runs) > 1
-    swept = experiment.swept_hparams
-    keys = jnp.stack([jax.random.PRNGKey(r["seed"]) for r in runs])
-    hparams = {name: jnp.asarray([r[name] for r in runs]) for name in swept}
-
-    def init_one(key, hparams):
-      return experiment.init(key, hparams) if swept else experiment.init(key)
-
-    data_axes = () if experiment.data is None else (None,)
-    if self.stacked:
-      self.keys, self.hparams = keys, hparams
-      self.init = jax.vmap(init_one)
-      self.train_chunk = jax.vmap(experiment.train_chunk,
-                                  in_axes=(0,) + data_axes)
-      self.evaluate = (jax.vmap(experiment.evaluate, in_axes=(0,) + data_axes)
-                       if experiment.evaluate else None)
-    else:
-      self.keys = keys[0]
-      self.hparams = {name: v[0] for name, v in hparams.items()}
-      self.init = init_one
-      self.train_chunk = experiment.train_chunk
-      self.evaluate = experiment.evaluate
-
-  def per_run(self, fn: Callable[[Any], dict], tree: Any) -> dict:
-    """`fn` on each run's slice of `tree`; values become lists over runs."""
-    if not self.stacked:
-      return fn(tree)
-    dicts = [fn(_run_index(tree, r)) for r in range(len(self.runs))]
-    return {k: [d[k] for d in dicts] for k in dicts[0]}
-
-  def nonfinite_runs(self, metrics: Pytree) -> list[int]:
-    return [r for r in range(len(self.runs))
-            if _nonfinite_leaves(_run_index(metrics, r))]
-
-
-def _progress_value(value: Any) -> Any:
-  if isinstance(value, list):  # Several runs: show the mean of the finite.
-    finite = [v for v in value if isinstance(v, (int, float))
-              and np.isfinite(v)]
-    return float(np.mean(finite)) if finite else float("nan")
-  return value
+  """See `run_axes.run_grid`."""
+  return run_axes.run_grid(config, swept_hparams)
 
 
 def run(config, workdir: str, experiment: Experiment,
@@ -295,60 +213,99 @@ def run(config, workdir: str, experiment: Experiment,
   skip_nonfinite = bool(config.get("skip_nonfinite_updates", False))
   keep = config.get("keep_checkpoints", 2) or 2
 
-  runs = _Runs(experiment, run_grid(config, experiment.swept_hparams))
-  workdir_lib.prepare(workdir, config, log=log,
+  grid = run_axes.run_grid(config, experiment.swept_hparams)
+  mesh = sharding.make_mesh(config, batch_size=experiment.batch_size,
+                            num_runs=len(grid), stacked=len(grid) > 1)
+  runs = run_axes.Runs(experiment, grid, mesh)
+  writes = sharding.is_writer()
+  say = log if writes else (lambda message: None)
+  workdir_lib.prepare(workdir, config, log=say, write=writes,
                       extra={"runs": runs.runs} if runs.stacked else None)
-  state = jax.jit(runs.init)(runs.keys, runs.hparams)
+
+  state_shape = jax.eval_shape(runs.init, runs.keys, runs.hparams)
+  data = experiment.data
+  if mesh is None:
+    place_state = jax.device_put
+    data = None if data is None else jax.device_put(data)
+    init = jax.jit(runs.init)
+    train_chunk = jax.jit(runs.train_chunk, donate_argnums=0)
+    evaluate = jax.jit(runs.evaluate) if experiment.evaluate else None
+  else:
+    axes = experiment.batch_axes(state_shape) if experiment.batch_axes else None
+    state_sh = sharding.state_shardings(mesh, state_shape, axes,
+                                        runs.stacked)
+    place_state = lambda tree: sharding.put(tree, state_sh)
+    data_sh = () if data is None else (sharding.replicated(mesh, data),)
+    if data is not None:
+      data = sharding.put(data, data_sh[0])
+    init = jax.jit(runs.init, out_shardings=state_sh)
+    metrics_sh = sharding.replicated(
+        mesh, jax.eval_shape(runs.train_chunk, state_shape,
+                             *_data_args(experiment))[1])
+    train_chunk = jax.jit(runs.train_chunk, donate_argnums=0,
+                          in_shardings=(state_sh,) + data_sh,
+                          out_shardings=(state_sh, metrics_sh))
+    evaluate = (jax.jit(runs.evaluate, in_shardings=(state_sh,) + data_sh)
+                if experiment.evaluate else None)
+    say(f"Mesh {dict(mesh.shape)} over {mesh.devices.size} devices "
+        f"({jax.process_count()} processes).")
+  train_chunk = _with_data(train_chunk, data)
+  evaluate = _with_data(evaluate, data) if evaluate else None
+
+  with sharding.active(mesh):
+    state = init(runs.keys, runs.hparams)
   metrics_template = jax.tree_util.tree_map(
       lambda s: np.zeros(s.shape, s.dtype),
-      jax.eval_shape(runs.train_chunk, state, *_data_args(experiment))[1])
+      jax.eval_shape(runs.train_chunk, state_shape,
+                     *_data_args(experiment))[1])
   step = 0
   # Per-chunk metrics since the last record. Checkpointed with the state, so
   # a run resumed between two records writes the same records.
   window: list[Pytree] = []
   writer = workdir_lib.MetricsWriter(workdir)
-  found = workdir_lib.read_latest_checkpoint(workdir, log=log)
+  found = workdir_lib.read_latest_checkpoint(workdir, log=say)
   if found is not None:
     step, raw = found
     path = workdir_lib.checkpoint_path(workdir, step)
-    state = jax.device_put(workdir_lib.restore_like(state, raw["state"], path))
+    host_template = jax.tree_util.tree_map(
+        lambda s: np.zeros(s.shape, s.dtype), state_shape)
+    state = place_state(workdir_lib.restore_like(host_template, raw["state"],
+                                                 path))
     saved_window = raw.get("window") or {}
     window = [workdir_lib.restore_like(metrics_template, saved_window[str(i)],
                                        path)
               for i in range(len(saved_window))]
-    writer.truncate_after(step)
-    log(f"Resumed from step {step} ({path}).")
+    if writes:
+      writer.truncate_after(step)
+    say(f"Resumed from step {step} ({path}).")
 
   def checkpoint(at_step: int) -> None:
-    target = {"step": at_step, "state": state,
-              "window": {str(i): m for i, m in enumerate(window)}}
-    workdir_lib.save_checkpoint(workdir, at_step, target, keep=keep)
+    host_state = sharding.to_host(state)  # Collective with several processes.
+    if writes:
+      target = {"step": at_step, "state": host_state,
+                "window": {str(i): m for i, m in enumerate(window)}}
+      workdir_lib.save_checkpoint(workdir, at_step, target, keep=keep)
 
-  train_chunk = _with_data(jax.jit(runs.train_chunk, donate_argnums=0),
-                           experiment)
-  evaluate = (_with_data(jax.jit(runs.evaluate), experiment)
-              if experiment.evaluate else None)
-  log(f"{experiment.name} | {config.num_steps} steps"
+  say(f"{experiment.name} | {config.num_steps} steps"
       + (f" | {len(runs.runs)} runs in one program" if runs.stacked else "")
       + (f" | resuming at {step}" if step else ""))
   diverged: set[int] = set()
   progress = workdir_lib.Progress(config.num_steps, start=step)
   window_start_time = time.perf_counter()
   window_start_step = step
-  record: dict = {}
-  with _SignalCatcher() as signals:
+  with _SignalCatcher() as signals, sharding.active(mesh):
     while step < config.num_steps:
       state, metrics = train_chunk(state)
-      metrics = jax.device_get(metrics)  # The chunk's one host round trip.
+      metrics = sharding.to_host(metrics)  # The chunk's one host round trip.
       step += chunk_steps
       if runs.stacked:
         for r in runs.nonfinite_runs(metrics):
           if r not in diverged:
             diverged.add(r)
-            log(f"Run {r} ({runs.runs[r]}) became non-finite in the chunk "
+            say(f"Run {r} ({runs.runs[r]}) became non-finite in the chunk "
                 f"ending at step {step}; the other runs go on.")
-      bad = [] if skip_nonfinite or runs.stacked else _nonfinite_leaves(
-          metrics)
+      bad = [] if skip_nonfinite or runs.stacked else \
+          run_axes.nonfinite_leaves(metrics)
       if bad:
         last = workdir_lib.latest_checkpoint_step(workdir)
         raise NonFiniteError(
@@ -360,7 +317,7 @@ def run(config, workdir: str, experiment: Experiment,
       evaluated = {}
       if eval_every and step % eval_every == 0:
         state, eval_metrics = evaluate(state)
-        eval_metrics = jax.device_get(eval_metrics)
+        eval_metrics = sharding.to_host(eval_metrics)
         evaluated = (runs.per_run(experiment.summarize_eval, eval_metrics)
                      if experiment.summarize_eval else {})
       if step % config.log_every == 0 or evaluated or step >= config.num_steps:
@@ -372,27 +329,32 @@ def run(config, workdir: str, experiment: Experiment,
         if experiment.examples_per_step:
           record["examples_per_second"] = (record["steps_per_second"]
                                            * experiment.examples_per_step)
-        writer.write(record)
-        shown = {k: _progress_value(record[k])
-                 for k in experiment.progress_fields if k in record}
-        progress.report(step, **shown)
+        if writes:
+          writer.write(record)
+          progress.report(step, **{
+              k: run_axes.progress_value(record[k])
+              for k in experiment.progress_fields if k in record})
         window = []
         window_start_time = time.perf_counter()
         window_start_step = step
-      if signals.received is not None:
+      stop = sharding.any_process(signals.received is not None)
+      if stop:
         checkpoint(step)
-        name = signal.Signals(signals.received).name
-        log(f"Stopped by {name} at step {step}; checkpoint written. Rerun the "
-            f"same command (same --workdir {workdir}) to resume from step "
-            f"{step}.")
-        raise Preempted(128 + signals.received)
+        signum = signals.received or signal.SIGTERM
+        say(f"Stopped by {signal.Signals(signum).name} at step {step}; "
+            f"checkpoint written. Rerun the same command (same --workdir "
+            f"{workdir}) to resume from step {step}.")
+        raise Preempted(128 + signum)
       if step % config.checkpoint_every == 0 or step >= config.num_steps:
         checkpoint(step)
   if experiment.finish is not None:
-    summary = runs.per_run(lambda st: experiment.finish(st, workdir), state)
-    if runs.stacked:
-      summary["runs"] = runs.runs
-    workdir_lib.write_json(workdir, workdir_lib.SUMMARY_FILE, summary)
+    host_state = sharding.to_host(state)
+    if writes:
+      summary = runs.per_run(lambda st: experiment.finish(st, workdir),
+                             host_state)
+      if runs.stacked:
+        summary["runs"] = runs.runs
+      workdir_lib.write_json(workdir, workdir_lib.SUMMARY_FILE, summary)
   return workdir_lib.read_metrics(workdir)
 
 
@@ -413,6 +375,7 @@ def main_for(train: Callable[[Any, str], Any]) -> Callable[[list[str]], None]:
   def main(argv):
     if len(argv) > 1:
       raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    sharding.initialize_distributed(flags.FLAGS.config)
     try:
       train(flags.FLAGS.config, flags.FLAGS.workdir)
     except Preempted:

@@ -31,7 +31,9 @@ CHECKSUM_SUFFIX = ".sha256"
 # it reads data, never what it computes: they may differ on resume.
 BOOKKEEPING_FIELDS = frozenset({
     "num_steps", "epochs", "log_every", "eval_every", "checkpoint_every",
-    "data_dir", "allow_config_change", "keep_checkpoints",
+    "data_dir", "allow_config_change", "keep_checkpoints", "num_devices",
+    "mesh_shape", "distributed", "coordinator_address", "num_processes",
+    "process_id",
 })
 
 
@@ -102,7 +104,8 @@ def config_differences(old: Mapping, new: Mapping) -> list[tuple[str, Any, Any]]
 
 def prepare(workdir: str, config: Any,
             bookkeeping_fields: Iterable[str] = BOOKKEEPING_FIELDS,
-            log=print, extra: Mapping[str, Any] | None = None) -> str:
+            log=print, extra: Mapping[str, Any] | None = None,
+            write: bool = True) -> str:
   """Creates `workdir` and writes `config.json`, after checking a saved one.
 
   On a rerun the saved `config.json` is compared with `config` before
@@ -113,7 +116,9 @@ def prepare(workdir: str, config: Any,
   logged, the old file is kept as `config.previous.json`, and the new one is
   written.
 
-  `extra` (e.g. the run grid) is saved beside the config's fields.
+  `extra` (e.g. the run grid) is saved beside the config's fields. With
+  `write=False` (every process but the first of a multi-host run) the config
+  is only checked.
 
   Returns:
     `workdir`.
@@ -146,13 +151,16 @@ def prepare(workdir: str, config: Any,
     for field, o, n in differences:
       kind = "bookkeeping" if field in bookkeeping else "ALLOWED change"
       log(f"Config {kind}: {field}: {o!r} -> {n!r}")
+    if not write:
+      return workdir
     if essential:
       write_atomic(os.path.join(workdir, "config.previous.json"),
                    json.dumps(old, indent=2, sort_keys=True).encode())
     if not differences:
       return workdir
-  os.makedirs(workdir, exist_ok=True)
-  write_atomic(path, json.dumps(new, indent=2, sort_keys=True).encode())
+  if write:
+    os.makedirs(workdir, exist_ok=True)
+    write_atomic(path, json.dumps(new, indent=2, sort_keys=True).encode())
   return workdir
 
 

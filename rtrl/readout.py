@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import optax
 
-LOG2 = float(jnp.log(2.0))
+LOG2 = math.log(2.0)
 
 
 def init(key: jax.Array, hidden_size: int, num_outputs: int) -> dict:
