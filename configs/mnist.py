@@ -1,73 +1,49 @@
 r"""MNIST FNN 784-512(ReLU)-10 trained by RLS, RLS+Adam or Adam (Zhang et al.
-2021, section VI). The part after `:` picks the optimiser.
+2021, section VI). The part after `:` picks the optimiser preset, optionally
+followed by `,small`.
 
-Full RLS (identity output, MSE loss, eq. 57), one epoch:
+Presets (the paper's legends): `rls` (RLS, identity output, MSE loss of eq.
+57), `rls_momentum` (RLS+M, α=0.5), `rls_momentum_l1` (RLS+M+R, γ=1e-5),
+`rls_hybrid` (HRLS: RLS on the hidden layer, Adam on the output layer,
+softmax cross-entropy), `rls_hybrid_momentum`, `rls_hybrid_momentum_l1`,
+`adam_mse`, `adam_ce`; and the older names `adam` (= `adam_mse`).
 
   python -m experiments.mnist --config=configs/mnist.py:rls \
     --workdir=runs/mnist_rls --config.epochs=1 \
     --config.data_dir=../shared/data/mnist
-
-The hybrid (softmax cross-entropy; RLS on the hidden layer, Adam on the
-output layer), with the paper's momentum and L1 options ("HRLS+M+R"):
-
-  python -m experiments.mnist --config=configs/mnist.py:rls_hybrid \
-    --workdir=runs/mnist_hrls_mr --config.momentum=0.5 --config.l1=1e-5
-
-Adam on the same MSE loss (the fair baseline for `rls`), or on
-cross-entropy (the baseline for `rls_hybrid`):
-
-  python -m experiments.mnist --config=configs/mnist.py:adam \
-    --workdir=runs/mnist_adam_mse
+  python -m experiments.mnist --config=configs/mnist.py:rls_hybrid_momentum_l1 \
+    --workdir=runs/mnist_hrls_mr
   python -m experiments.mnist --config=configs/mnist.py:adam \
     --workdir=runs/mnist_adam_ce --config.loss=cross_entropy
 
-Without `--config.data_dir`, the data come from `$DATA_DIR/mnist` or are
-downloaded into `~/.cache/rtrl_rls/mnist` (md5-checked). The paper's setting
-is 100 epochs (the default); `--config.train_limit=10000` makes a quick run.
-A run restarted with the same `--workdir` resumes from its last checkpoint.
+`small`: 3 epochs on the first 10,000 training images (about a minute on 2
+CPU cores). Without `--config.data_dir`, the data come from `$DATA_DIR/mnist`
+or are downloaded into `~/.cache/rtrl_rls/mnist` (md5-checked). The paper's
+setting is 100 epochs (the default). A run restarted with the same
+`--workdir` resumes from its last checkpoint.
 """
 
 import ml_collections
-from ml_collections import config_dict
 
-OPTIMIZERS = ("rls", "rls_hybrid", "adam")
-LOSSES = ("mse", "cross_entropy")
+from experiments import classifier
 
-# Loss that the paper pairs with each optimiser (section VI-A).
-DEFAULT_LOSS = {"rls": "mse", "rls_hybrid": "cross_entropy", "adam": "mse"}
+OPTIMIZERS = ("rls", "rls_hybrid", "adam") + tuple(classifier.PRESETS)
+LOSSES = classifier.LOSS_NAMES
+PAPER_L1 = 1e-5
+PAPER_CLIP_NORM = 5.0
 
 
-def get_config(optimizer: str = "rls") -> ml_collections.ConfigDict:
-  """Returns the paper's MNIST setting for `optimizer` (rls|rls_hybrid|adam)."""
-  optimizer = optimizer or "rls"
-  if optimizer not in OPTIMIZERS:
-    raise ValueError(f"configs/mnist.py:{optimizer}: unknown optimiser; "
-                     f"choose one of {OPTIMIZERS}")
-  config = ml_collections.ConfigDict()
-  config.optimizer = optimizer
-  config.loss = DEFAULT_LOSS[optimizer]
-
-  # Data and model.
-  config.data_dir = config_dict.placeholder(str)  # None: $DATA_DIR or cache.
-  config.train_limit = 0  # Use only the first N training images (0: all).
+def get_config(arg: str = "rls") -> ml_collections.ConfigDict:
+  """The paper's MNIST setting for `PRESET[,small]` (see the docstring)."""
+  arg = (arg or "rls").replace("adam,", "adam_mse,")
+  if arg == "adam":
+    arg = "adam_mse"
+  config, small = classifier.preset_config(arg, PAPER_L1, PAPER_CLIP_NORM,
+                                           "configs/mnist.py")
   config.hidden_size = 512
-
-  # Training loop (paper: batch 128, 100 epochs, clip the L2 norm at 5.0).
-  config.batch_size = 128
-  config.epochs = 100
-  config.seed = 0
-  config.clip_norm = 5.0  # 0 turns clipping off.
-  config.eval_chunk_size = 10_000  # Examples per evaluation forward pass.
-
-  # Adam (PyTorch defaults in the paper): the whole net for `adam`, the
-  # output layer for `rls_hybrid`.
-  config.learning_rate = 1e-3
-
-  # RLS (paper: P0 = I, lambda = 1, k = 0.1, eta = 1; +M: 0.5, +R: 1e-5).
-  config.forgetting_factor = 1.0
-  config.ratio = 0.1
-  config.gradient_scale = 1.0
-  config.init_scale = 1.0
-  config.momentum = config_dict.placeholder(float)  # None: off.
-  config.l1 = config_dict.placeholder(float)  # None: off.
+  config.eval_chunk_size = 10_000
+  config.eval_train_set = True  # Whole-training-set loss after each epoch.
+  if small:
+    config.train_limit = 10_000
+    config.epochs = 3
   return config

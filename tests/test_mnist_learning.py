@@ -73,7 +73,8 @@ def make_runner(tmp_path_factory, train_limit: int):
           config, str(workdir), data=data)[-1]
       print(f"\n{name} (train_limit={train_limit}): " + ", ".join(
           f"{k}={cache[name][k]:.4f}" for k in
-          ("test_accuracy", "train_eval_loss", "train_loss", "seconds")))
+          ("test_accuracy", "train_eval_loss", "train_loss",
+           "steps_per_second")))
     return cache[name]
 
   return run
@@ -200,17 +201,20 @@ def test_command_line_writes_the_workdir(tiny_mnist_dir, tmp_path):
        "--config.hidden_size=16", "--config.momentum=0.5"],
       cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
   assert result.returncode == 0, result.stderr[-3000:]
-  assert "epoch 2/2" in result.stdout and "ETA" in result.stdout
+  # 640 images / batch 128 = 5 steps per epoch; one progress line per epoch.
+  assert "step 10/10 | epoch=2" in result.stdout and "ETA" in result.stdout
   config = json.loads((workdir / "config.json").read_text())
   assert config["optimizer"] == "rls" and config["momentum"] == 0.5
   records = [json.loads(line) for line in
              (workdir / "metrics.jsonl").read_text().splitlines()]
   assert [r["epoch"] for r in records] == [1, 2]
   assert {"epoch", "step", "train_loss", "test_loss", "test_accuracy",
-          "seconds", "steps_per_second"} <= set(records[0])
+          "train_loss_curve", "steps_per_second"} <= set(records[0])
   assert all(np.isfinite(r["train_loss"]) for r in records)
   assert list(workdir.glob("checkpoint_*.msgpack"))
   assert (workdir / "curves.png").stat().st_size > 0
+  summary = json.loads((workdir / "summary.json").read_text())
+  assert summary["final_test_accuracy"] == records[-1]["test_accuracy"]
 
 
 def test_unknown_optimizer_in_config_is_an_error():
