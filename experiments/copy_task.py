@@ -201,6 +201,7 @@ def make_experiment(config) -> runner.Experiment:
       chunk_steps=config.chunk_steps, summarize=summarize,
       examples_per_step=config.batch_size,
       swept_hparams=("learning_rate",),
+      batch_axes=online_setup.batch_axes, batch_size=config.batch_size,
       progress_fields=("loss_bits", "output_error_bits",
                        "curriculum_length"))
 
