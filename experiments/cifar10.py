@@ -59,9 +59,12 @@ def train(config, workdir: str, data: dict | None = None) -> list[dict]:
   def preprocess(images):
     return (images.astype(jnp.float32) / 255 - mean) / std
 
-  fc_inputs = "4x4x256 pooled" if config.pool_after_conv5 else "8x8 flattened"
+  pools = sum(spec == "pool" for spec in config.conv_features)
+  side = 32 // 2 ** (pools + bool(config.pool_after_conv5))
+  channels = [s for s in config.conv_features if s != "pool"][-1]
+  fc_inputs = f"FC in {side}x{side}x{channels}"
   name = (f"CIFAR-10 mini-VGG {list(config.conv_features)} ({fc_inputs}) "
-          f"FC{config.hidden_size} | {config.optimizer} ({config.loss}) | "
+          f"FC {config.hidden_size} | {config.optimizer} ({config.loss}) | "
           f"batch {config.batch_size} | {len(arrays['train_labels'])} images")
   return classifier.train(config, workdir, model, arrays, name,
                           classifier_models.example_input(model), preprocess)
