@@ -41,7 +41,6 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
 from hypothesis_profiles import property_tests
 import kronecker_cases as cases
