@@ -63,8 +63,9 @@ class Experiment(NamedTuple):
     name: printed when the run starts.
     init: `key -> state`, a pytree of arrays for one run; with
       `swept_hparams`, `(key, hparams) -> state` where `hparams` maps each
-      swept name to this run's value (a scalar array: keep it in the state
-      and read it in `train_chunk`).
+      swept name to this run's value (a scalar array: keep the dict at
+      `state['hparams']` and read it in `train_chunk`; on resume the runner
+      puts the config's values there).
     train_chunk: pure, jittable `state -> (state, metrics)` advancing exactly
       `chunk_steps` training steps; `metrics` is a pytree of arrays.
     chunk_steps: training steps per `train_chunk` call.
@@ -269,8 +270,15 @@ def run(config, workdir: str, experiment: Experiment,
     path = workdir_lib.checkpoint_path(workdir, step)
     host_template = jax.tree_util.tree_map(
         lambda s: np.zeros(s.shape, s.dtype), state_shape)
-    state = place_state(workdir_lib.restore_like(host_template, raw["state"],
-                                                 path))
+    restored = workdir_lib.restore_like(host_template, raw["state"], path)
+    if experiment.swept_hparams and isinstance(restored, dict) and \
+        "hparams" in restored:
+      # The config's values, not the checkpoint's: an allowed change of a
+      # learning rate takes effect on resume.
+      restored["hparams"] = jax.tree_util.tree_map(
+          lambda old, new: np.asarray(new, old.dtype), restored["hparams"],
+          jax.device_get(runs.hparams))
+    state = place_state(restored)
     saved_window = raw.get("window") or {}
     window = [workdir_lib.restore_like(metrics_template, saved_window[str(i)],
                                        path)
