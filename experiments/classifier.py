@@ -28,7 +28,14 @@ Records, one per epoch: `epoch`, `step`, `train_loss` (epoch-mean minibatch
 loss), `train_loss_last_batch`, `train_loss_curve` (mean minibatch loss of
 each block of `config.loss_every` steps, for convergence speed), `test_loss`,
 `test_accuracy` (and `train_eval_loss` / `train_eval_accuracy` on the whole
-training set when `config.eval_train_set`), `steps_per_second`.
+training set when `config.eval_train_set`), `steps_per_second`;
+`summary.json` has the final and best test accuracy.
+
+Runs axis (`experiments/run_axes.py`): `config.num_seeds` and the lists
+`config.learning_rates` (Adam), `config.ratios` (k) and
+`config.gradient_scales` (η) make seeds x values runs that train as one
+vmapped program (the optimiser is rebuilt inside the jitted epoch from each
+run's values); record values are then lists over runs.
 """
 
 from __future__ import annotations

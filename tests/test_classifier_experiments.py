@@ -194,3 +194,17 @@ def test_imdb_small_reaches_75_percent(imdb_small_data, tmp_path, preset):
                                  data=imdb_small_data)[-1]
   print(f"\nimdb small {preset}: {record}")
   assert record["test_accuracy"] >= IMDB_SMALL_ACCURACY
+
+
+@pytest.mark.slow
+def test_rls_fig4_target_runs_all_networks(tmp_path, monkeypatch):
+  """`scripts/reproduce.py rls_fig4`, shrunk: a vmapped k sweep per network."""
+  monkeypatch.setenv("DATA_DIR", str(dataset_dir_or_skip("cifar10").parent))
+  from experiments.reproduce import common
+  from experiments.reproduce import rls_paper
+  with common.overriding({"epochs": 1, "train_limit": 512,
+                          "test_limit": 500}):
+    result = rls_paper.rls_fig4("small", str(tmp_path))
+  assert len(result.table) == 3 * len(rls_paper.SWEEP_VALUES)
+  assert all(0.0 <= row["test_accuracy_mean"] <= 1.0 for row in result.table)
+  assert (tmp_path / "rls_fig4" / "figure.png").stat().st_size > 0
