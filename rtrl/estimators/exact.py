@@ -29,8 +29,8 @@ def exact_rtrl(cell: Cell) -> base.Estimator:
     del key  # exact: no randomness
     propagated = tangents.apply_recurrent_jacobian(jac, cell.hidden_row,
                                                    influence)
-    immediate = jac.hhat[:, None, None, None, None] * tangents.dense_D(jac)
-    return propagated + immediate
+    # + hhat ⊗ D, written into D's diagonal entries only (no extra pass).
+    return tangents.add_scaled_D(propagated, jac.hhat, jac)
 
   def readout(influence, g):
     p = influence.shape[0]

@@ -59,12 +59,17 @@ def _kf_update(cell: Cell, approximate_D_rank: int | None = None):
     propagated = tangents.apply_recurrent_jacobian(jac, cell.hidden_row,
                                                    factor)
     mix_key, d_key = jax.random.split(key)
-    if approximate_D_rank is None:
-      immediate = tangents.dense_D(jac)
-    else:
+    if approximate_D_rank is not None:
       immediate = unbiased_low_rank_D(jac, approximate_D_rank, d_key)
-    u_new, factor_new = kronecker.sign_trick_mix(
-        u, propagated, jac.hhat, immediate, mix_key)
+      return kronecker.sign_trick_mix(u, propagated, jac.hhat, immediate,
+                                      mix_key)
+    # The sign trick with F = hhat ⊗ D, D added on its diagonal entries.
+    norm = lambda x: jnp.sqrt(jnp.sum(x * x))
+    p1, p2, sign = kronecker.sign_trick_scales(
+        norm(u), norm(propagated), norm(jac.hhat), norm(jac.D), mix_key,
+        propagated.dtype)
+    u_new = p1 * u + sign * p2 * jac.hhat
+    factor_new = tangents.add_scaled_D(propagated / p1, sign / p2, jac)
     return u_new, factor_new
   return update
 
@@ -146,12 +151,8 @@ def _ok(cell: Cell, rank: int, biased: bool, name: str) -> base.Estimator:
     propagated = tangents.apply_recurrent_jacobian(jac, cell.hidden_row,
                                                    factor)
     us = jnp.concatenate([u, jac.hhat[None]], axis=0)
-    factors = jnp.concatenate([propagated, tangents.dense_D(jac)[None]],
-                              axis=0)
-    flat = factors.reshape(rank + 1, -1)
-    u_new, flat_new = kronecker.kronecker_sum_reduce(us, flat, key,
-                                                     biased=biased)
-    return u_new, flat_new.reshape(factor.shape)
+    return kronecker.reduce_rows(
+        us, tangents.factors_and_D_rows(propagated, jac), key, biased=biased)
 
   return base.build(name, cell, zeros, update, _kronecker_readout)
 

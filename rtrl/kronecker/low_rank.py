@@ -1,0 +1,161 @@
+"""Unbiased (Theorem 2) and biased (Eckart-Young) low-rank approximations of
+any matrix, through its SVD and the diagonal construction of `diagonal.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+import jax.numpy as jnp
+
+from rtrl.kronecker._common import (Array, _check_matrix, _random_signs,
+                                    _static_rank)
+from rtrl.kronecker.diagonal import _diagonal_factor_sorted, _sorted_variance
+
+# --------------------------------------------------------------------------
+# General matrices: Theorem 2 (unbiased) and Eckart-Young (biased).
+# --------------------------------------------------------------------------
+
+
+def _svd_with_clean_spectrum(C: Array):
+  """Thin SVD with numerically-zero singular values set to exactly 0.
+
+  Singular values below `max(m, n) * eps * s_max` (numpy's matrix_rank
+  tolerance) are rounding noise of the SVD itself. Left in, they would be
+  mixed with genuine ones and add noise of size `sqrt(s_i * s_j)`, far above
+  rounding level, to matrices that are exactly representable at the target
+  rank. Zeroing them changes C by at most that tolerance.
+  """
+  u, s, vt = jnp.linalg.svd(C, full_matrices=False)
+  tolerance = max(C.shape) * jnp.finfo(C.dtype).eps * s[0]
+  s = jnp.where(s > tolerance, s, 0)
+  return u, s, vt
+
+
+def _unbiased_factors(C: Array, rank: int, key) -> Tuple[Array, Array]:
+  """Theorem 2 for any shape; `rank >= min(m, n)` gives C exactly."""
+  signs = _random_signs(key, (min(C.shape),), C.dtype)
+  return _unbiased_factors_with_signs(C, rank, signs)
+
+
+def _unbiased_factors_with_signs(C: Array, rank: int,
+                                 signs: Array) -> Tuple[Array, Array]:
+  u, s, vt = _svd_with_clean_spectrum(C)
+  # jnp.linalg.svd returns s non-increasing: no sort needed.
+  factor = _diagonal_factor_sorted(s, rank, signs)    # (q, rank)
+  return u @ factor, vt.T @ factor
+
+
+def _truncated_factors(C: Array, rank: int) -> Tuple[Array, Array]:
+  """Eckart-Young factors (m, rank), (n, rank); zero-padded if rank > q."""
+  u, s, vt = jnp.linalg.svd(C, full_matrices=False)
+  q = s.shape[0]
+  keep = min(q, rank)
+  root = jnp.sqrt(s[:keep])
+  left = u[:, :keep] * root
+  right = vt[:keep].T * root
+  if keep < rank:
+    left = jnp.pad(left, ((0, 0), (0, rank - keep)))
+    right = jnp.pad(right, ((0, 0), (0, rank - keep)))
+  return left, right
+
+
+def unbiased_low_rank(C, rank: int, key) -> Tuple[Array, Array]:
+  """Minimum-variance unbiased rank-`rank` approximation of a matrix.
+
+  `C = U diag(s) V^T` (thin SVD); `diag(s)` is approximated optimally by
+  `optimal_diagonal_mixing` and mapped back (Lemma 4), so `L @ R.T` has rank
+  <= rank, `E[L @ R.T] = C`, and its variance is the minimum possible,
+  `optimal_variance(C, rank)`. If C has rank <= `rank` the output equals C
+  (up to rounding).
+
+  Args:
+    C: (m, n) matrix.
+    rank: static Python int, 1 <= rank <= min(m, n).
+    key: a JAX PRNG key.
+
+  Returns:
+    `(L, R)` with shapes (m, rank) and (n, rank).
+
+  Raises:
+    ValueError: if C is not 2-D or rank is outside [1, min(m, n)].
+
+  References:
+    Benzing et al. 2019, Theorem 2 (= appendix Theorem 4), Lemma 4,
+    Algorithm 5.
+  """
+  C = _check_matrix(C)
+  rank = _static_rank(rank, min(C.shape), f"C of shape {C.shape}")
+  return _unbiased_factors(C, rank, key)
+
+
+def unbiased_low_rank_with_signs(C, rank: int,
+                                 signs) -> Tuple[Array, Array]:
+  """`unbiased_low_rank` with its random signs given explicitly.
+
+  `unbiased_low_rank(C, rank, key)` draws `q = min(m, n)` independent
+  uniform signs and returns this function's value at them, so averaging this
+  over all `2**q` sign patterns gives the *exact* expectation (`C`): tests
+  use it to check unbiasedness deterministically.
+
+  Args:
+    C: (m, n) matrix.
+    rank: static Python int, 1 <= rank <= min(m, n).
+    signs: (min(m, n),) entries +-1, indexed like the non-increasing
+      singular values of C.
+  """
+  C = _check_matrix(C)
+  rank = _static_rank(rank, min(C.shape), f"C of shape {C.shape}")
+  signs = jnp.asarray(signs, C.dtype)
+  if signs.shape != (min(C.shape),):
+    raise ValueError(f"signs must have shape ({min(C.shape)},) for C of "
+                     f"shape {C.shape}, got {signs.shape}")
+  return _unbiased_factors_with_signs(C, rank, signs)
+
+
+def biased_low_rank(C, rank: int) -> Tuple[Array, Array]:
+  """Best rank-`rank` approximation in Frobenius norm (Eckart-Young).
+
+  Args:
+    C: (m, n) matrix.
+    rank: static Python int, 1 <= rank <= min(m, n).
+
+  Returns:
+    `(L, R)` with shapes (m, rank) and (n, rank): `L = U_r sqrt(S_r)`,
+    `R = V_r sqrt(S_r)`, so `L @ R.T` is the truncated SVD of C.
+
+  Raises:
+    ValueError: if C is not 2-D or rank is outside [1, min(m, n)].
+
+  References:
+    Benzing et al. 2019, appendix Algorithm 6 (OptBias), Theorem 5.
+  """
+  C = _check_matrix(C)
+  rank = _static_rank(rank, min(C.shape), f"C of shape {C.shape}")
+  return _truncated_factors(C, rank)
+
+
+def optimal_variance(C, rank: int) -> Array:
+  """Variance `E||C' - C||^2` of `unbiased_low_rank(C, rank, key)`.
+
+  This is the minimum over all unbiased approximators of rank <= `rank`:
+  `s1**2 / k - s2` over C's singular values (Theorem 6), 0 when C has rank
+  <= `rank`.
+
+  Args:
+    C: (m, n) matrix.
+    rank: static Python int, 1 <= rank <= min(m, n).
+
+  Returns:
+    Scalar variance.
+
+  References:
+    Benzing et al. 2019, Theorem 6 with Lemma 4.
+  """
+  C = _check_matrix(C)
+  rank = _static_rank(rank, min(C.shape), f"C of shape {C.shape}")
+  _, s, _ = _svd_with_clean_spectrum(C)
+  if s.shape[0] <= rank:
+    return jnp.zeros((), C.dtype)
+  return _sorted_variance(s, rank)
+

@@ -1,0 +1,76 @@
+"""The RTRL benchmark's cost model: methods, labels, paper Table 1
+exponents, analytic tangent sizes and FLOP floors (pure Python, no timing)."""
+
+from __future__ import annotations
+
+RANKED = ("kf_avg", "kf_approx", "ok", "ok_biased", "ktp")
+UNRANKED = ("rtrl", "tbptt", "uoro", "kf")
+# Paper Table 1: (time, memory) exponents of n per example and step. kf and
+# kf_approx are 1-OK-like; ok_biased costs what ok does.
+PAPER = {"rtrl": (4, 3), "ok": (3, 2), "ok_biased": (3, 2), "kf_avg": (3, 2),
+         "kf": (3, 2), "kf_approx": (3, 2), "uoro": (2, 2), "ktp": (2, 1),
+         "tbptt": (2, 1)}
+PAPER_TEXT = {"rtrl": "n^4 / n^3", "ok": "r n^3 / r n^2",
+              "ok_biased": "r n^3 / r n^2", "kf_avg": "r n^3 / r n^2",
+              "kf": "n^3 / n^2", "kf_approx": "n^3 / n^2",
+              "uoro": "n^2 / n^2", "ktp": "r n^2 / r n", "tbptt": "T n^2 / T n"}
+
+
+def methods(names, ranks):
+  """[(estimator, rank or None)] in the order they are printed."""
+  out = []
+  for name in names:
+    out += [(name, r) for r in ranks] if name in RANKED else [(name, None)]
+  return out
+
+
+def label(method, truncation):
+  name, rank = method
+  return f"tbptt-{truncation}" if name == "tbptt" else (
+      f"{rank}-{name}" if rank else name)
+
+
+
+def analytic_tangent_floats(name, rank, cell, input_size) -> int:
+  """The tangent size each estimator's design promises (P = input + n + 1)."""
+  n, k, s = cell.hidden_size, cell.num_gates, cell.num_state_rows
+  p = input_size + n + 1
+  if name == "rtrl":
+    return p * k * n * s * n
+  if name == "uoro":
+    return s * n + p * k * n
+  if name in ("kf", "kf_approx"):
+    return p + k * n * s * n
+  if name in ("kf_avg", "ok", "ok_biased"):
+    return rank * (p + k * n * s * n)
+  if name == "ktp":
+    return rank * (p + s * n + k * n)
+  raise ValueError(f"no analytic size for estimator {name!r}")
+
+
+def flop_floor(name, rank, cell, input_size, batch) -> float:
+  """FLOPs per online step (whole batch) of the estimator's unavoidable
+  GEMMs: `H A` on every stored `(S n)`-row (`2 rows (S n)^2`), plus for OK
+  and B-OK the reduction's Gram matrix and combination (`2 (2r+1) (r+1) M`,
+  `M = K S n^2`). Elementwise work, the cell and the optimiser are left out,
+  so `time / floor` is how far a step is from the matmul roofline."""
+  n, k, s = cell.hidden_size, cell.num_gates, cell.num_state_rows
+  p = input_size + n + 1
+  square = 2 * (s * n) ** 2
+  if name == "rtrl":
+    flops = p * k * n * square
+  elif name in ("kf", "kf_approx"):
+    flops = k * n * square
+  elif name in ("kf_avg", "ok", "ok_biased"):
+    flops = rank * k * n * square
+    if name != "kf_avg":
+      flops += 2 * (2 * rank + 1) * (rank + 1) * k * s * n * n
+  elif name == "ktp":
+    flops = rank * square
+  elif name == "uoro":
+    flops = 2 * n * k * n + 2 * p * k * n
+  elif name == "tbptt":
+    flops = 3 * 2 * p * k * n      # forward + two backward products per step
+  else:
+    raise ValueError(f"no FLOP floor for {name!r}")
+  return float(flops * batch)
