@@ -42,6 +42,7 @@ SUBSET_TEST_ACCURACY = 0.90  # One epoch on the first 10k training images.
 RUNS = {
     "rls": ("rls", {}),  # Identity output, MSE (eq. 57).
     "rls_momentum": ("rls", {"momentum": 0.5}),  # The paper's "RLS+M".
+    "rls_eta2": ("rls", {"gradient_scale": 2.0}),  # Twice the paper's eta.
     "rls_hybrid": ("rls_hybrid", {}),  # Softmax CE, Adam on the output.
     "adam_mse": ("adam", {"loss": "mse"}),
     "adam_cross_entropy": ("adam", {"loss": "cross_entropy"}),
@@ -132,11 +133,22 @@ def test_one_epoch_reaches_95_percent(one_epoch, name):
 @pytest.mark.xfail(
     strict=False,
     reason="Measured (seed 0/1/2): plain RLS with the paper's defaults ends "
-    "epoch 1 at MSE 0.0608/0.0641/0.0648 vs Adam(1e-3) 0.0557/0.0535/0.0532; "
-    "its first steps overshoot (minibatch loss ~14 at step 2). The paper's "
-    "claim holds here for RLS+M and for the hybrid (tests below).")
+    "epoch 1 at MSE 0.0608/0.0641/0.0649 vs Adam(1e-3) 0.0561/0.0538/0.0532. "
+    "It leads Adam from step ~11 to ~110 (after overshooting in the first 10 "
+    "steps), then its step shrinks as P accumulates k*sum(x x^T) (lambda=1) "
+    "and Adam overtakes. Not the loss scaling: a mean-over-elements MSE is "
+    "exactly eta=0.2 for RLS (0.0955/0.0944/0.0956, worse). k=0.01: "
+    "0.0576/0.0575/0.0579; lambda=0.999: 0.060/0.064/0.067 (0.99 diverges); "
+    "eta=2 beats Adam at all three seeds (test below), eta=5 diverges.")
 def test_rls_training_loss_at_or_below_adam_mse(one_epoch):
   compare_training_loss(one_epoch, "rls", "adam_mse")
+
+
+@pytest.mark.slow
+def test_rls_with_eta_2_training_loss_at_or_below_adam_mse(one_epoch):
+  # Seed 0: 0.0515 vs Adam 0.0561 (seeds 1, 2: 0.0535 vs 0.0538, 0.0528 vs
+  # 0.0532); see the xfail above.
+  compare_training_loss(one_epoch, "rls_eta2", "adam_mse")
 
 
 @pytest.mark.slow
