@@ -54,6 +54,7 @@ import rls
 from experiments import classifier_config
 from experiments import classifier_models
 from experiments import runner
+from experiments import sharding
 from experiments import workdir as workdir_lib
 
 OPTIMIZERS = classifier_config.OPTIMIZERS
@@ -255,9 +256,13 @@ def make_experiment(config, model: nn.Module, data: dict, name: str,
 
     def body(carry, indices):
       params, opt_state = carry
-      params, opt_state, loss = train_step(
-          params, opt_state, preprocess(data["train_inputs"][indices]),
-          data["train_labels"][indices])
+      # Split over the `data` mesh axis when there is one: the layer-input
+      # means and gradients are then global-batch means (all-reduced), so
+      # RLS's P updates equal the single-device ones.
+      inputs, labels = sharding.shard_batch(
+          (preprocess(data["train_inputs"][indices]),
+           data["train_labels"][indices]))
+      params, opt_state, loss = train_step(params, opt_state, inputs, labels)
       return (params, opt_state), loss
 
     (params, opt_state), losses = jax.lax.scan(
@@ -304,7 +309,8 @@ def make_experiment(config, model: nn.Module, data: dict, name: str,
       chunk_steps=steps_per_epoch, summarize=summarize, evaluate=evaluate,
       summarize_eval=summarize_eval, finish=finish,
       progress_fields=("epoch", "train_loss", "test_loss", "test_accuracy"),
-      examples_per_step=batch_size, data=data, swept_hparams=SWEPT_HPARAMS)
+      examples_per_step=batch_size, data=data, swept_hparams=SWEPT_HPARAMS,
+      batch_size=batch_size)
 
 
 def train(config, workdir: str, model: nn.Module, data: dict, name: str,
