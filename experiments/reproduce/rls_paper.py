@@ -4,15 +4,13 @@ Every target takes `(scale, workdir)` and covers the three networks (MNIST
 FNN, CIFAR-10 mini-VGG, IMDB LSTM). `scale='paper'`: the paper's networks and
 settings (`configs/{mnist,cifar10,imdb}.py` without `small`), 100 epochs, 5
 seeds vmapped in one program per curve. `scale='small'` (measured on 2
-shared CPU cores: rls_fig2 5.6 min, rls_fig3 3.5, rls_fig4 5.0, rls_fig5 5.3,
-rls_runtime
-3.2): the `small` presets (MNIST: first 10,000 training
+shared CPU cores: rls_fig2 5.6 min, rls_fig3 3.5, rls_fig4 5.0, rls_fig5
+5.3, rls_runtime 3.2): the `small` presets (MNIST: first 10,000 training
 images; CIFAR-10: quarter-width net on at most 4,000 images; IMDB: LSTM(64),
 length 100, vocabulary 5,000, 10,000 training reviews), 2-3 epochs, 1 seed
 (2 on MNIST). Results go to `workdir/<target>/`: a sub-workdir per curve
-(resumable), `figure.png` (one
-column per network: test accuracy per epoch, training loss per 10 steps) and
-`table.{md,json}`.
+(resumable), `figure.png` (one column per network: test accuracy per epoch,
+training loss per 10 steps) and `table.{md,json}`.
 
 Data: the loaders read `$DATA_DIR/{mnist,cifar10,imdb}` (e.g.
 `DATA_DIR=../shared/data python scripts/reproduce.py rls_fig2`), else
