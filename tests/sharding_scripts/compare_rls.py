@@ -14,17 +14,13 @@ import jax  # noqa: E402
 jax.config.update("jax_enable_x64", True)
 import numpy as np  # noqa: E402
 
+from differences import relative_difference  # noqa: E402
+
 from experiments import mnist  # noqa: E402
 from experiments import workdir as workdir_lib  # noqa: E402
 from experiments.reproduce import common  # noqa: E402
 
 
-def relative_difference(a, b):
-  a, b = np.asarray(a), np.asarray(b)
-  if a.dtype.kind not in "fc":
-    return float(np.any(a != b))
-  scale = max(float(np.max(np.abs(a))) if a.size else 0.0, 1e-300)
-  return float(np.max(np.abs(a - b))) / scale if a.size else 0.0
 
 
 def train(workdir, optimizer, **overrides):
