@@ -48,3 +48,35 @@ def test_all_zero_gives_zeros_and_vmaps():
 def test_wide_input_is_rejected():
   with pytest.raises(ValueError, match="c <= M"):
     linalg.thin_qr_rows(jnp.ones((5, 3)))
+
+
+@pytest.mark.parametrize("refine", [True, False])
+def test_gram_qr_rows_orthonormal_and_reconstructs_float64(x64, refine):
+  rng = np.random.default_rng(2)
+  rows = rng.normal(size=(6, 40)) * np.exp(rng.uniform(-3, 3, (6, 1)))
+  rows[3] = rows[0] - 2 * rows[1]   # dependent
+  rows[4] = 0                       # zero
+  transform, coords = linalg.gram_qr_rows(jnp.asarray(rows), refine)
+  basis = np.asarray(transform) @ rows
+  np.testing.assert_allclose(np.asarray(coords).T @ basis, rows,
+                             atol=1e-12 * np.abs(rows).max())
+  kept = np.linalg.norm(basis, axis=1) > 0.5
+  assert kept.sum() == 4 and np.allclose(basis[~kept], 0, atol=1e-6)
+  np.testing.assert_allclose(basis[kept] @ basis[kept].T, np.eye(4),
+                             atol=1e-12 if refine else 1e-9)
+
+
+def test_gram_qr_rows_zero_and_short_rows_float32():
+  transform, coords = jax.jit(linalg.gram_qr_rows)(jnp.zeros((4, 3)))
+  assert np.all(np.asarray(transform) == 0) and np.all(np.asarray(coords) == 0)
+  rows = jnp.asarray(np.random.default_rng(3).normal(size=(4, 3)), jnp.float32)
+  transform, coords = linalg.gram_qr_rows(rows)       # M < c: rank 3
+  assert np.all(np.isfinite(np.asarray(transform)))
+  np.testing.assert_allclose(np.asarray(coords.T @ (transform @ rows)),
+                             np.asarray(rows), atol=1e-5)
+
+
+def test_matmul_precision_flag():
+  assert linalg.matmul_precision() == jax.lax.Precision.HIGHEST
+  with pytest.raises(ValueError, match="matmul precision"):
+    linalg.set_matmul_precision("fp8")
