@@ -13,7 +13,7 @@ before the trainer is first called (jitted functions keep what they traced).
 Orthonormalisation. The Kronecker-sum reduction needs an orthonormal basis
 of `c` tall rows `(c, M)` (`c = rank + 1 <= ~33`, `M` up to `K S n^2`).
 `gram_qr_rows` is CholeskyQR2 written with a symmetric eigendecomposition:
-the `(c, c)` Gram matrix by one GEMM, its (diagonally scaled) eigh, repeated
+the `(c, c)` Gram matrix by one GEMM, its (diagonally scaled) eigendecomposition (by SVD), repeated
 once on the basis so found ("twice is enough") in float64 (`default_refine`
 says when). It touches the tall rows only through GEMMs, where Gram-Schmidt
 (`thin_qr_rows`, kept as the reference) makes `4 c` matrix-vector passes. Eigh instead of
@@ -92,8 +92,11 @@ def gram_factor(gram_matrix: jax.Array) -> tuple[jax.Array, jax.Array]:
   inverse = jnp.where(positive, 1 / norms, 0)
   norms = jnp.where(positive, norms, 0)
   scaled = gram_matrix * inverse[:, None] * inverse[None, :]
-  values, vectors = jnp.linalg.eigh(scaled)      # ascending
-  tolerance = c * jnp.finfo(dtype).eps * jnp.maximum(values[-1], 1)
+  # The eigendecomposition of this symmetric PSD matrix, by SVD: XLA:CPU's
+  # eigh custom call was seen to stall (0% CPU, never returning) inside the
+  # vmapped, scanned estimator step; the SVD path has not.
+  vectors, values, _ = jnp.linalg.svd(scaled)     # descending
+  tolerance = c * jnp.finfo(dtype).eps * jnp.maximum(values[0], 1)
   keep = values > tolerance
   root = jnp.sqrt(jnp.where(keep, values, 1))
   transform = (vectors * jnp.where(keep, 1 / root, 0)).T * inverse[None, :]
