@@ -359,12 +359,8 @@ def main(argv=None):
   parser.add_argument("--max_seconds", type=float, default=60.0,
                       help="skip a configuration whose predicted timing cost "
                       "(warm-up + repeats) exceeds this")
-  # Off by default: on XLA:CPU (jax 0.10.2) the first call of the
-  # breakdown's AOT-compiled pieces was seen to stall at 0% CPU at n=128
-  # (not understood yet; training itself is unaffected).
-  parser.add_argument("--breakdown_sizes", type=ints, default=[],
-                      help="sizes for OK's step breakdown, e.g. 128 "
-                      "('none' or empty: skip; may stall on CPU, see code)")
+  parser.add_argument("--breakdown_sizes", type=ints, default=[128],
+                      help="sizes for OK's step breakdown ('none': skip)")
   parser.add_argument("--core", action="store_true",
                       help="also time the estimator's tangent step alone")
   parser.add_argument("--json", default=None, help="write all results here")
