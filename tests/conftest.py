@@ -20,9 +20,16 @@ def data_root() -> pathlib.Path:
   return shared_data_root()
 
 
+# Read once, when pytest loads this file: loader tests clear $DATA_DIR with
+# an autouse fixture to test the download path, and still need the real data.
+SHARED_DATA_ROOT = shared_data_root()
+
+
 def dataset_dir_or_skip(name: str) -> pathlib.Path:
-  """Folder of one real dataset (e.g. 'mnist'); skips the test if absent."""
-  path = shared_data_root() / name
+  """Folder of one real dataset (e.g. 'mnist'); skips the test if absent.
+
+  Uses `$DATA_DIR` as it was when the test session started."""
+  path = SHARED_DATA_ROOT / name
   if not path.is_dir():
     pytest.skip(f"real dataset '{name}' not found at {path} "
                 f"(set DATA_DIR or place ../shared/data/{name} beside the repo)")

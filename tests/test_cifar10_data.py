@@ -15,19 +15,10 @@ import tarfile
 import numpy as np
 import pytest
 
+from conftest import dataset_dir_or_skip
 from experiments.data import archive
 from experiments.data import cifar10
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-_SHARED_DATA_ROOT = (os.environ.get("DATA_DIR")
-                     or REPO_ROOT.parent / "shared" / "data")
-
-
-def dataset_dir_or_skip(name: str) -> pathlib.Path:
-  path = pathlib.Path(_SHARED_DATA_ROOT) / name
-  if not path.is_dir():
-    pytest.skip(f"real dataset '{name}' not found at {path}")
-  return path
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,6 @@ CIFAR-10 RLS on the real 4,000/1,000 subset, IMDB RLS and the hybrid.
 
 import importlib.util
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -18,14 +17,13 @@ import sys
 import numpy as np
 import pytest
 
+from conftest import dataset_dir_or_skip
 from experiments import cifar10 as cifar10_experiment
 from experiments import imdb as imdb_experiment
 from experiments.data import cifar10 as cifar10_data
 from experiments.data import imdb as imdb_data
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-_SHARED_DATA_ROOT = (os.environ.get("DATA_DIR")
-                     or REPO_ROOT.parent / "shared" / "data")
 
 
 def load_config(name: str, arg: str):
@@ -34,13 +32,6 @@ def load_config(name: str, arg: str):
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module.get_config(arg)
-
-
-def dataset_dir_or_skip(name: str) -> pathlib.Path:
-  path = pathlib.Path(_SHARED_DATA_ROOT) / name
-  if not path.is_dir():
-    pytest.skip(f"real dataset '{name}' not found at {path}")
-  return path
 
 
 @pytest.fixture(scope="module")

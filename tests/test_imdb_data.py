@@ -8,18 +8,15 @@ later runs take about a second. Edge cases use tiny `aclImdb/` folders and
 """
 
 import io
-import os
 import pathlib
 import tarfile
 
 import numpy as np
 import pytest
 
+from conftest import dataset_dir_or_skip
 from experiments.data import imdb
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-_SHARED_DATA_ROOT = (os.environ.get("DATA_DIR")
-                     or REPO_ROOT.parent / "shared" / "data")
 
 REVIEWS = {
     ("train", "pos"): ["A great film.<br /><br />Great acting!",
@@ -55,9 +52,7 @@ def no_data_dir_env(monkeypatch):
 
 @pytest.fixture(scope="module")
 def real_imdb():
-  root = pathlib.Path(_SHARED_DATA_ROOT) / "imdb"
-  if not root.is_dir():
-    pytest.skip(f"real dataset 'imdb' not found at {root}")
+  root = dataset_dir_or_skip("imdb")
   source = imdb.find_source(root)
   return source, imdb.tokenized_corpus(source)
 

@@ -7,27 +7,14 @@ download path is exercised with a fake `urlopen` (no network).
 import gzip
 import hashlib
 import io
-import os
 import pathlib
 
 import numpy as np
 import pytest
 
+from conftest import dataset_dir_or_skip
 from experiments.data import mnist
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-# Read before the autouse fixture below clears it for the fixture tests.
-_SHARED_DATA_ROOT = (os.environ.get("DATA_DIR")
-                     or REPO_ROOT.parent / "shared" / "data")
-
-
-def dataset_dir_or_skip(name: str) -> pathlib.Path:
-  """Like `conftest.dataset_dir_or_skip` (test modules cannot import it)."""
-  path = pathlib.Path(_SHARED_DATA_ROOT) / name
-  if not path.is_dir():
-    pytest.skip(f"real dataset '{name}' not found at {path} "
-                f"(set DATA_DIR or place ../shared/data/{name} beside the repo)")
-  return path
 
 NUM_TRAIN, NUM_TEST = 6, 4
 

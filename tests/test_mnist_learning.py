@@ -11,7 +11,6 @@ first hundred steps. A full epoch takes ~5-20 s per run on 2 CPU cores.
 
 import importlib.util
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import sys
 import numpy as np
 import pytest
 
+from conftest import dataset_dir_or_skip
 from experiments import mnist as mnist_experiment
 from experiments.data import mnist as mnist_data
 
@@ -47,16 +47,6 @@ RUNS = {
     "adam_mse": ("adam", {"loss": "mse"}),
     "adam_cross_entropy": ("adam", {"loss": "cross_entropy"}),
 }
-
-
-def dataset_dir_or_skip(name: str) -> pathlib.Path:
-  """Like `conftest.dataset_dir_or_skip` (test modules cannot import it)."""
-  root = os.environ.get("DATA_DIR") or REPO_ROOT.parent / "shared" / "data"
-  path = pathlib.Path(root) / name
-  if not path.is_dir():
-    pytest.skip(f"real dataset '{name}' not found at {path} "
-                f"(set DATA_DIR or place ../shared/data/{name} beside the repo)")
-  return path
 
 
 def make_runner(tmp_path_factory, train_limit: int):

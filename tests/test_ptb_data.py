@@ -18,7 +18,7 @@ from experiments import online_setup
 from rtrl import cells
 from rtrl.tasks import ptb
 from rtrl.tasks import ptb_eval
-from tests.conftest import dataset_dir_or_skip
+from conftest import dataset_dir_or_skip
 
 HAND_MADE = "a b _ c\n d _ e f _ g \n h\n "   # 4 lines in the PTB layout
 

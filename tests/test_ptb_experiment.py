@@ -16,7 +16,7 @@ import pytest
 from experiments import ptb as ptb_experiment
 from experiments import workdir as workdir_lib
 from rtrl.tasks import ptb
-from tests.conftest import dataset_dir_or_skip
+from conftest import dataset_dir_or_skip
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 
