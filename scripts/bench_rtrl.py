@@ -142,7 +142,7 @@ def ok_pieces(cell, cell_params, chunk, rank, batch, steps):
   """Compiled pieces of r-OK's tangent step on real shapes (batch vmapped).
 
   Each carries its output into the next iteration so XLA cannot hoist it out
-  of the scan: H·A (`tangents.apply_recurrent_jacobian`, the same for
+  of the scan: H·A (`tangents.propagate_factors`, the same for
   r-KF-AVG), the reduction (`kronecker.reduce_rows` on
   `tangents.factors_and_D_rows`, as in the estimator), and the cell's
   `linearized_step`.
@@ -162,7 +162,7 @@ def ok_pieces(cell, cell_params, chunk, rank, batch, steps):
   hidden_row = cell.hidden_row
 
   def propagate(jac, factor):
-    apply = jax.vmap(tangents.apply_recurrent_jacobian, in_axes=(0, None, 0))
+    apply = jax.vmap(tangents.propagate_factors, in_axes=(0, None, 0))
     return scan_steps(lambda f: apply(jac, hidden_row, f), factor, steps)
 
   def reduce(jac, u, factor, keys):

@@ -1,4 +1,8 @@
-"""Estimators that store `G ≈ Σ_i u_i ⊗ A_i` (u_i: (P,), A_i: (K, n, S, n)).
+"""Estimators that store `G ≈ Σ_i u_i ⊗ A_i` (u_i: (P,), A_i: (S, n, K, n)).
+
+The tangent is `(u (P,), A (S, n, K, n))` for a single product (KF,
+KF-approx) and `(u (r, P), A (S, n, K, n, r))` for `r` of them (KF-AVG, OK,
+B-OK): right factors state-major with the copies last (see `rtrl.tangents`).
 
 * `kf` — KF-RTRL (Mujika et al. 2018): one Kronecker product; `H G` is
   `u ⊗ (H A)`, mixed with `F = hhat ⊗ D` by the sign trick with norm
@@ -39,25 +43,35 @@ def max_rank_of_D(cell: Cell) -> int:
 
 def _kronecker_zeros(cell: Cell, params, copies: int | None):
   p, k, s, n = base.sizes(cell, params)
-  lead = () if copies is None else (copies,)
   dtype = params["W"].dtype
-  return (jnp.zeros(lead + (p,), dtype), jnp.zeros(lead + (k, n, s, n), dtype))
+  if copies is None:
+    return jnp.zeros((p,), dtype), jnp.zeros((s, n, k, n), dtype)
+  return (jnp.zeros((copies, p), dtype),
+          jnp.zeros((s, n, k, n, copies), dtype))
 
 
 def _kronecker_readout(tangent, g):
   """`dL/dW = Σ_i u_i ⊗ (g · A_i)` for single or stacked factors."""
   u, factor = tangent
-  right = tangents.contract_state(factor, g)
+  right = tangents.contract_factors(factor, g)      # (K, n[, r])
   if u.ndim == 1:
     return jnp.outer(u, right.reshape(-1))
-  return jnp.einsum("ra,rc->ac", u, right.reshape(right.shape[0], -1))
+  return jnp.einsum("ra,cr->ac", u, right.reshape(-1, u.shape[0]))
 
 
-def _kf_update(cell: Cell, approximate_D_rank: int | None = None):
+def _norms_over_factor(factor, copies: bool):
+  axes = (0, 1, 2, 3)
+  squares = jnp.sum(factor * factor, axis=axes if copies else None)
+  return jnp.sqrt(squares)
+
+
+def _kf_update(cell: Cell, approximate_D_rank: int | None = None,
+               copies: int | None = None):
+  """KF-RTRL's step, for one product or `copies` independent ones (KF-AVG:
+  `u (r, P)`, `A (S, n, K, n, r)`, all copies propagated by one GEMM)."""
   def update(tangent, jac, key):
     u, factor = tangent
-    propagated = tangents.apply_recurrent_jacobian(jac, cell.hidden_row,
-                                                   factor)
+    propagated = tangents.propagate_factors(jac, cell.hidden_row, factor)
     mix_key, d_key = jax.random.split(key)
     if approximate_D_rank is not None:
       immediate = unbiased_low_rank_D(jac, approximate_D_rank, d_key)
@@ -65,11 +79,18 @@ def _kf_update(cell: Cell, approximate_D_rank: int | None = None):
                                       mix_key)
     # The sign trick with F = hhat ⊗ D, D added on its diagonal entries.
     norm = lambda x: jnp.sqrt(jnp.sum(x * x))
-    p1, p2, sign = kronecker.sign_trick_scales(
-        norm(u), norm(propagated), norm(jac.hhat), norm(jac.D), mix_key,
-        propagated.dtype)
-    u_new = p1 * u + sign * p2 * jac.hhat
-    factor_new = tangents.add_scaled_D(propagated / p1, sign / p2, jac)
+    u_norms = jnp.sqrt(jnp.sum(u * u, axis=-1))
+    factor_norms = _norms_over_factor(propagated, copies is not None)
+    scales = lambda u_norm, a_norm, key: kronecker.sign_trick_scales(
+        u_norm, a_norm, norm(jac.hhat), norm(jac.D), key, propagated.dtype)
+    if copies is None:
+      p1, p2, sign = scales(u_norms, factor_norms, mix_key)
+    else:
+      p1, p2, sign = jax.vmap(scales)(u_norms, factor_norms,
+                                      jax.random.split(mix_key, copies))
+    u_new = p1[..., None] * u + (sign * p2)[..., None] * jac.hhat
+    factor_new = tangents.add_scaled_D_to_factors(propagated / p1, sign / p2,
+                                                  jac)
     return u_new, factor_new
   return update
 
@@ -93,9 +114,9 @@ def low_rank_D_factors(jac, rank: int, key):
 
 
 def unbiased_low_rank_D(jac, rank: int, key) -> jax.Array:
-  """`D'` as a dense right Kronecker factor `(K, n, S, n)`."""
+  """`D'` as a dense state-major right factor `(S, n, K, n)`."""
   state_vectors, column_vectors = low_rank_D_factors(jac, rank, key)
-  return jnp.einsum("rkj,rsi->kjsi", column_vectors, state_vectors)
+  return jnp.einsum("rkj,rsi->sikj", column_vectors, state_vectors)
 
 
 def kf(cell: Cell) -> base.Estimator:
@@ -121,11 +142,7 @@ def kf_avg(cell: Cell, rank: int) -> base.Estimator:
   """r-KF-RTRL-AVG (`make('kf_avg', cell, rank=r)`): `rank` independent
   KF-RTRL copies whose gradients are averaged."""
   rank = check_rank(rank, "kf_avg")
-  single = _kf_update(cell)
-
-  def update(tangent, jac, key):
-    keys = jax.random.split(key, rank)
-    return jax.vmap(single, in_axes=(0, None, 0))(tangent, jac, keys)
+  update = _kf_update(cell, copies=rank)
 
   def readout(tangent, g):
     return _kronecker_readout(tangent, g) / rank
@@ -148,8 +165,7 @@ def _ok(cell: Cell, rank: int, biased: bool, name: str) -> base.Estimator:
 
   def update(tangent, jac, key):
     u, factor = tangent
-    propagated = tangents.apply_recurrent_jacobian(jac, cell.hidden_row,
-                                                   factor)
+    propagated = tangents.propagate_factors(jac, cell.hidden_row, factor)
     us = jnp.concatenate([u, jac.hhat[None]], axis=0)
     return kronecker.reduce_rows(
         us, tangents.factors_and_D_rows(propagated, jac), key, biased=biased)
