@@ -92,6 +92,10 @@ def test_fig1_glue_on_synthetic_runs(tmp_path, monkeypatch):
   assert by_curve["TBPTT-20"]["learning_rate"] == 10 ** -2.5
   assert by_curve["TBPTT-20"]["final_T_mean"] == 6
   assert by_curve["TBPTT-20"]["final_T_std"] == 0
+  # Small-scale curves stand for the paper's: its number is next to ours.
+  assert by_curve["8-OK"]["paper_curve"] == "16-OK"
+  assert by_curve["8-OK"]["paper_T"] == 42
+  assert by_curve["TBPTT-40"]["paper_curve"] == "TBPTT-80"
   assert (tmp_path / "ok_fig1" / "figure.png").stat().st_size > 1000
   assert "| 8-OK |" in (tmp_path / "ok_fig1" / "table.md").read_text()
 
@@ -120,3 +124,33 @@ def test_shrunken_fig1_end_to_end(tmp_path):
   with common.overriding(shrink):
     reproduce.targets()["ok_fig1"][1]("small", str(tmp_path))
   assert (out / "8-OK" / "metrics.jsonl").read_text() == metrics_before
+
+
+def test_cosine_targets_write_figure_and_table(tmp_path, monkeypatch):
+  """ok_fig6 and ok_fig9 glue on synthetic cosine runs: `figure.png` (Figure
+  9: cosine against size) and a table titled with the scale, under
+  WORKDIR/TARGET/."""
+  from experiments import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from experiments.reproduce import ok_paper  # pylint: disable=g-import-not-at-top
+
+  def fake_cosine(out, label, overrides):
+    del overrides
+    workdir = os.path.join(out, common.Curve(label, "", {}).dirname)
+    os.makedirs(workdir, exist_ok=True)
+    writer = workdir_lib.MetricsWriter(workdir)
+    for step in (1, 2, 3):
+      writer.write({"step": step, "2-OK/mean_cosine": 0.9,
+                    "2-OK/std_cosine": 0.05, "KF-RTRL/mean_cosine": None,
+                    "KF-RTRL/std_cosine": None})
+    return {"estimators": {"2-OK": {"mean_cosine": 0.9,
+                                    "mean_std_cosine": 0.05,
+                                    "final_mean_cosine": 0.9}}}
+
+  monkeypatch.setattr(ok_paper, "_cosine", fake_cosine)
+  for name in ("ok_fig6", "ok_fig9"):
+    reproduce.targets()[name][1]("small", str(tmp_path))
+    out = tmp_path / name
+    assert (out / "figure.png").stat().st_size > 1000
+    assert "(small scale)" in (out / "table.md").read_text().splitlines()[0]
+  assert len(json.loads((tmp_path / "ok_fig9" / "table.json").read_text())) \
+      == 4

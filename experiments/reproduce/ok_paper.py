@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 from typing import Callable
 
+import numpy as np
+
 from experiments.reproduce import common
 from experiments.reproduce.common import Curve
 
@@ -56,7 +58,12 @@ def _final_length(records, summary, run_index) -> float:
 
 
 def _copy_figure(name: str, curves: list[Curve], workdir: str, title: str,
-                 paper_lengths: dict[str, float]) -> common.Result:
+                 paper: dict[str, tuple[str, float | None]],
+                 scale: str) -> common.Result:
+  """`paper` maps our curve label to the paper's curve it stands for (at
+  small scale a smaller rank or truncation) and the paper's final T (None
+  where the paper gives none)."""
+  title = f"{title} ({scale} scale)"
   out = os.path.join(workdir, name)
   os.makedirs(out, exist_ok=True)
   results = common.run_curves(curves, out, _final_length,
@@ -72,7 +79,8 @@ def _copy_figure(name: str, curves: list[Curve], workdir: str, title: str,
                  "learning_rate": result.best_learning_rate,
                  "final_T_mean": mean, "final_T_std": std,
                  "seeds": len(result.best_runs),
-                 "paper_T": paper_lengths.get(result.curve.label)})
+                 "paper_curve": paper.get(result.curve.label, (None,))[0],
+                 "paper_T": paper.get(result.curve.label, (None, None))[1]})
   files = [figure] + common.write_table(rows, os.path.join(out, "table"),
                                         title)
   return common.Result(name, files, rows)
@@ -97,10 +105,11 @@ def ok_fig1(scale: str, workdir: str) -> common.Result:
             {**base, **_estimator("tbptt", truncation=long),
              "chunk_steps": chunk}),
   ]
-  paper = {"16-OK": 42, "16-KF-AVG": 32, "TBPTT-50": 33, "TBPTT-80": 33}
+  paper = [("16-OK", 42), ("16-KF-AVG", 32), ("TBPTT-50", 33),
+           ("TBPTT-80", 33)]
   return _copy_figure("ok_fig1", curves, workdir,
                       f"Copy task, RHN-{base['hidden_size']}, batch 16",
-                      paper)
+                      {c.label: p for c, p in zip(curves, paper)}, scale)
 
 
 def ok_fig4(scale: str, workdir: str) -> common.Result:
@@ -121,8 +130,10 @@ def ok_fig4(scale: str, workdir: str) -> common.Result:
   ]
   paper = {"16-KTP": 17, "KF-RTRL": 33, "KF-RTRL-16-APPROX": 32}
   return _copy_figure("ok_fig4", curves, workdir,
-                      f"Copy task, KTP and KF-RTRL-APPROX, batch "
-                      f"{base['batch_size']}", paper)
+                      f"Copy task, KTP and KF-RTRL-APPROX, RHN-"
+                      f"{base['hidden_size']}, batch {base['batch_size']}",
+                      {c.label: (c.label, paper.get(c.label)) for c in curves},
+                      scale)
 
 
 def ok_fig12(scale: str, workdir: str) -> common.Result:
@@ -142,8 +153,12 @@ def ok_fig12(scale: str, workdir: str) -> common.Result:
       Curve("1-B-OK (large batch)", "copy_task",
             {**large_batch, **_estimator("ok_biased", 1)}),
   ]
+  paper = ["16-OK", "16-B-OK", "1-OK (batch 256)", "1-B-OK (batch 256)"]
   return _copy_figure("ok_fig12", curves, workdir,
-                      "Copy task, biased (B-OK) vs unbiased OK", {})
+                      f"Copy task, biased (B-OK) vs unbiased OK, RHN-"
+                      f"{small_batch['hidden_size']}",
+                      {c.label: (p, None) for c, p in zip(curves, paper)},
+                      scale)
 
 
 # --------------------------------------------------------------------------
@@ -266,18 +281,82 @@ def _train_single(out: str, label: str, experiment: str, overrides: dict,
   return os.path.join(out, curve.dirname)
 
 
+def _cosine_records(out: str, label: str) -> list[dict]:
+  from experiments import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  return workdir_lib.read_metrics(os.path.join(out,
+                                               Curve(label, "", {}).dirname))
+
+
+def _cosine_series(records: list[dict], estimator: str, field: str):
+  return np.array([np.nan if r.get(f"{estimator}/{field}") is None
+                   else r[f"{estimator}/{field}"] for r in records], float)
+
+
+def _plot_cosine(out: str, labels: list[str], title: str, path: str,
+                 sizes: tuple[int, ...] = ()) -> str:
+  """The target's `figure.png`: per setting, mean ± std over repetitions of
+  each estimator's cosine against steps (one panel each); with `sizes` (one
+  per setting, Figure 9) the last step's cosine against the RHN size."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  records = {label: _cosine_records(out, label) for label in labels}
+  estimators = [k[:-len("/mean_cosine")] for k in records[labels[0]][0]
+                if k.endswith("/mean_cosine")]
+  if sizes:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for estimator in estimators:
+      last = [records[label][-1] for label in labels]
+      ax.errorbar(sizes, _cosine_series(last, estimator, "mean_cosine"),
+                  yerr=_cosine_series(last, estimator, "std_cosine"),
+                  marker="o", capsize=3, label=estimator)
+    ax.set_xscale("log", base=2)
+    ax.set(xlabel="hidden units n",
+           ylabel=f"cosine at step {records[labels[0]][-1]['step']}")
+    axes = [ax]
+  else:
+    fig, axes = plt.subplots(1, len(labels), squeeze=False, sharey=True,
+                             figsize=(4.5 * len(labels) + 1.5, 4))
+    axes = list(axes[0])
+    for ax, label in zip(axes, labels):
+      steps = np.array([r["step"] for r in records[label]])
+      for estimator in estimators:
+        mean = _cosine_series(records[label], estimator, "mean_cosine")
+        std = _cosine_series(records[label], estimator, "std_cosine")
+        line, = ax.plot(steps, mean, label=estimator, linewidth=1)
+        ax.fill_between(steps, mean - std, np.minimum(mean + std, 1.0),
+                        color=line.get_color(), alpha=0.15, linewidth=0)
+      ax.set(title=label, xlabel="step")
+    axes[0].set_ylabel("cosine to exact RTRL gradient")
+  for ax in axes:
+    ax.grid(alpha=0.3)
+  axes[-1].legend(loc="center left", bbox_to_anchor=(1.01, 0.5),
+                  fontsize="small")
+  fig.suptitle(title, fontsize="medium")
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return path
+
+
 def _cosine_target(name: str, workdir: str, title: str,
-                   settings: list[tuple[str, dict]]) -> common.Result:
+                   settings: list[tuple[str, dict]], scale: str,
+                   paper: str = "",
+                   sizes: tuple[int, ...] = ()) -> common.Result:
+  """Runs every setting's cosine tool; writes `figure.png` (see
+  `_plot_cosine`) and the table, titled with the scale and, in `paper`,
+  what the paper's figure shows (it gives no numbers)."""
   out = os.path.join(workdir, name)
   os.makedirs(out, exist_ok=True)
-  rows, files = [], []
+  rows = []
   for label, overrides in settings:
     summary = _cosine(out, label, overrides)
     rows += _cosine_rows(label, summary)
-    png = os.path.join(out, Curve(label, "", {}).dirname, "cosine.png")
-    if os.path.exists(png):
-      files.append(png)
-  files += common.write_table(rows, os.path.join(out, "table"), title)
+  title = f"{title} ({scale} scale)"
+  files = [_plot_cosine(out, [label for label, _ in settings], title,
+                        os.path.join(out, "figure.png"), sizes)]
+  files += common.write_table(rows, os.path.join(out, "table"),
+                              title + (f". Paper: {paper}" if paper else ""))
   return common.Result(name, files, rows)
 
 
@@ -302,7 +381,8 @@ def ok_fig3(scale: str, workdir: str) -> common.Result:
       checkpoint_dir=trained, task="ptb", reset_probability=0.01,
       estimators="ok:1,ok:2,ok:8,kf_avg:8", **_cosine_size(scale)))]
   return _cosine_target("ok_fig3", workdir, "Figure 3: cosine after "
-                        "training on char-PTB", settings)
+                        "training on char-PTB", settings, scale,
+                        "8-OK stays far above 8-KF-AVG")
 
 
 def ok_fig6(scale: str, workdir: str) -> common.Result:
@@ -314,7 +394,8 @@ def ok_fig6(scale: str, workdir: str) -> common.Result:
       reset_probability=0.01, estimators="ok:1,ok:2,ok:8,kf_avg:2,kf_avg:8,kf",
       **_cosine_size(scale)))]
   return _cosine_target("ok_fig6", workdir, "Figure 6: cosine on an "
-                        "untrained RHN, char-PTB", settings)
+                        "untrained RHN, char-PTB", settings, scale,
+                        "2-OK is already about 1")
 
 
 def ok_fig7_8(scale: str, workdir: str) -> common.Result:
@@ -338,7 +419,7 @@ def ok_fig7_8(scale: str, workdir: str) -> common.Result:
         checkpoint_dir=trained, task="copy", sequence_length=0,
         estimators="ok:1,ok:2,ok:16,kf_avg:16,kf", **_cosine_size(scale))))
   return _cosine_target("ok_fig7_8", workdir, "Figures 7-8: cosine on Copy "
-                        "after training", settings)
+                        "after training", settings, scale)
 
 
 def ok_fig9(scale: str, workdir: str) -> common.Result:
@@ -353,7 +434,8 @@ def ok_fig9(scale: str, workdir: str) -> common.Result:
       params_per_repetition=True, estimators="ok:2,ok:8,kf_avg:8,kf"))
               for n in sizes]
   return _cosine_target("ok_fig9", workdir, "Figure 9: cosine against RHN "
-                        "size, untrained, char-PTB", settings)
+                        "size, untrained, char-PTB", settings, scale,
+                        sizes=sizes)
 
 
 def ok_fig10_11(scale: str, workdir: str) -> common.Result:
@@ -371,7 +453,7 @@ def ok_fig10_11(scale: str, workdir: str) -> common.Result:
         checkpoint_dir=trained, task="copy", sequence_length=0,
         estimators="ok:8,kf_avg:8", **_cosine_size(scale))))
   return _cosine_target("ok_fig10_11", workdir, "Figures 10-11: cosine on "
-                        "Copy for larger RHNs", settings)
+                        "Copy for larger RHNs", settings, scale)
 
 
 TARGETS: dict[str, Callable[[str, str], common.Result]] = {
