@@ -57,19 +57,16 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from _bench_lib import (compiled, count_floats, fit_exponent,  # noqa: E402
                         fmt_count, fmt_ms, load_average, matmul_gflops,
-                        run_timed, scan_steps)
+                        run_timed)
+from _bench_ok_pieces import ok_pieces  # noqa: E402
 from _bench_costs import (PAPER, PAPER_TEXT, RANKED, UNRANKED,  # noqa: E402
                           analytic_tangent_floats, flop_floor, label,
                           methods)
 from experiments.online_setup import init_params  # noqa: E402
-from rtrl import bptt, cells, estimators, kronecker, online, tangents  # noqa
+from rtrl import bptt, cells, estimators, online  # noqa: E402
 from rtrl.tasks import copy_task  # noqa: E402
 
 VOCAB = copy_task.VOCAB_SIZE
-
-
-
-
 
 
 def tangent_floats(estimator, cell, cell_params) -> int:
@@ -77,8 +74,6 @@ def tangent_floats(estimator, cell, cell_params) -> int:
   tstate = jax.eval_shape(estimator.init, cell_params, cell.initial_state(),
                           jax.random.PRNGKey(0))
   return count_floats(tstate.tangent)
-
-
 
 
 def tbptt_residual_floats(cell, cell_params, truncation) -> int:
@@ -92,14 +87,6 @@ def tbptt_residual_floats(cell, cell_params, truncation) -> int:
   residuals = jax.eval_shape(lambda p: jax.vjp(window, p)[1], cell_params)
   return count_floats([r for r in jax.tree_util.tree_leaves(residuals)
                        if r.ndim and r.shape[0] == truncation])
-
-
-
-
-
-
-
-
 
 
 def build(method, cell, params, chunk, chunk_t, args):
@@ -136,58 +123,6 @@ def build(method, cell, params, chunk, chunk_t, args):
     entry["core"] = compiled(core, params["cell"], state.tstate,
                              state.cell_state, chunk.inputs)
   return entry
-
-
-def ok_pieces(cell, cell_params, chunk, rank, batch, steps):
-  """Compiled pieces of r-OK's tangent step on real shapes (batch vmapped).
-
-  Each carries its output into the next iteration so XLA cannot hoist it out
-  of the scan: H·A (`tangents.propagate_factors`, the same for
-  r-KF-AVG), the reduction (`kronecker.reduce_rows` on
-  `tangents.factors_and_D_rows`, as in the estimator), and the cell's
-  `linearized_step`.
-  """
-  estimator = estimators.make("ok", cell, rank=rank)
-  keys = jax.random.split(jax.random.PRNGKey(2), batch)
-  state0 = online.broadcast_state(cell.initial_state(), batch)
-  tstate = jax.vmap(estimator.init, in_axes=(None, None, 0))(
-      cell_params, cell.initial_state(), keys)
-  # A few real OK steps give realistic factors and Jacobians.
-  step = jax.jit(jax.vmap(estimator.step(cell_params)))
-  for x in chunk.inputs[:5]:
-    tstate, state0 = step(tstate, state0, x)
-  linearize = jax.vmap(cell.linearized_step, in_axes=(None, 0, 0))
-  _, jac = jax.jit(linearize)(cell_params, state0, chunk.inputs[5])
-  u, factor = tstate.tangent
-  hidden_row = cell.hidden_row
-
-  def propagate(jac, factor):
-    apply = jax.vmap(tangents.propagate_factors, in_axes=(0, None, 0))
-    return scan_steps(lambda f: apply(jac, hidden_row, f), factor, steps)
-
-  def reduce(jac, u, factor, keys):
-    def one(jac, u, factor, key):
-      us = jnp.concatenate([u, jac.hhat[None]], 0)
-      return kronecker.reduce_rows(
-          us, tangents.factors_and_D_rows(factor, jac), key)
-
-    def body(carry):
-      u, factor, keys = carry
-      keys, sub = jax.vmap(jax.random.split, out_axes=1)(keys)
-      u, factor = jax.vmap(one)(jac, u, factor, sub)
-      return u, factor, keys
-    return scan_steps(body, (u, factor, keys), steps)
-
-  def linearized(inputs, state):
-    def body(carry, x):
-      state, acc = carry
-      state, jac = linearize(cell_params, state, x)
-      return (state, acc + jac.D), None
-    return jax.lax.scan(body, (state, jnp.zeros_like(jac.D)), inputs)[0]
-
-  return {"H·A": compiled(propagate, jac, factor),
-          "reduce": compiled(reduce, jac, u, factor, keys),
-          "linearize": compiled(linearized, chunk.inputs, state0)}
 
 
 def measure_size(n, cell_name, todo, args, history, skipped):
