@@ -154,3 +154,27 @@ def test_cosine_targets_write_figure_and_table(tmp_path, monkeypatch):
     assert "(small scale)" in (out / "table.md").read_text().splitlines()[0]
   assert len(json.loads((tmp_path / "ok_fig9" / "table.json").read_text())) \
       == 4
+
+
+def test_finished_curve_is_read_not_rerun(tmp_path, monkeypatch):
+  """A curve with its summary, its last record at num_steps and the same
+  config is not trained again; a longer or different config is."""
+  from experiments import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from experiments.reproduce import ok_paper  # pylint: disable=g-import-not-at-top
+  curve = ok_paper._ptb_curves("small", 32)[0]  # pylint: disable=protected-access
+  config = common.make_config(curve)
+  curve_dir = tmp_path / curve.dirname
+  workdir_lib.prepare(str(curve_dir), config, extra={"runs": [{"seed": 0}]})
+  workdir_lib.MetricsWriter(str(curve_dir)).write(
+      {"step": config.num_steps, "valid_bpc": [3.0]})
+  workdir_lib.write_json(str(curve_dir), workdir_lib.SUMMARY_FILE,
+                         {"best_valid_bpc": [3.0]})
+  trained = []
+  monkeypatch.setattr("experiments.ptb.train",
+                      lambda config, workdir: trained.append(workdir))
+  records, summary, runs = common.run_curve(curve, str(tmp_path))
+  assert not trained and summary["best_valid_bpc"] == [3.0]
+  assert records[-1]["step"] == config.num_steps and runs == [{"seed": 0}]
+  with common.overriding({"num_steps": config.num_steps + 100}):
+    common.run_curve(curve, str(tmp_path))
+  assert trained == [str(curve_dir)]

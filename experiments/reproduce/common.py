@@ -103,13 +103,35 @@ def make_config(curve: Curve):
   return config
 
 
+def _finished(config, curve_dir: str) -> bool:
+  """The curve ran to `num_steps` with this very config and wrote its
+  summary: a rerun only reads it (the run loop would redo the experiment's
+  `finish`, e.g. PTB's test-set evaluation of every run)."""
+  config_path = os.path.join(curve_dir, workdir_lib.CONFIG_FILE)
+  if not (os.path.exists(config_path) and os.path.exists(
+      os.path.join(curve_dir, workdir_lib.SUMMARY_FILE))):
+    return False
+  records = workdir_lib.read_metrics(curve_dir)
+  if not records or records[-1].get("step", 0) < config.num_steps:
+    return False
+  with open(config_path) as f:
+    saved = json.load(f)
+  saved.pop("runs", None)
+  return not workdir_lib.config_differences(
+      saved, workdir_lib._to_jsonable(config))  # pylint: disable=protected-access
+
+
 def run_curve(curve: Curve, workdir: str) -> tuple[list[dict], dict, list]:
-  """Trains (or resumes) one curve; returns its records, summary and runs."""
+  """Trains (or resumes) one curve; returns its records, summary and runs.
+  A finished curve (same config) is read, not rerun."""
   module = importlib.import_module(f"experiments.{curve.experiment}")
   config = make_config(curve)
   curve_dir = os.path.join(workdir, curve.dirname)
-  print(f"=== {curve.label} -> {curve_dir}", flush=True)
-  module.train(config, curve_dir)
+  if _finished(config, curve_dir):
+    print(f"=== {curve.label}: finished in {curve_dir}", flush=True)
+  else:
+    print(f"=== {curve.label} -> {curve_dir}", flush=True)
+    module.train(config, curve_dir)
   with open(os.path.join(curve_dir, workdir_lib.CONFIG_FILE)) as f:
     saved = json.load(f)
   runs = saved.get("runs") or [{"seed": config.seed,

@@ -201,10 +201,14 @@ def _ptb_table(name: str, scale: str, batch_size: int, workdir: str,
                paper: dict[str, tuple[float, float]]) -> common.Result:
   out = os.path.join(workdir, name)
   os.makedirs(out, exist_ok=True)
-  results = common.run_curves(_ptb_curves(scale, batch_size), out,
-                              _best_valid, higher_is_better=False)
+  curves = _ptb_curves(scale, batch_size)
+  config = common.make_config(curves[0])  # What ran (small: half the batch).
+  setting = (f"RHN-{config.hidden_size}, batch {config.batch_size} ({scale} "
+             f"scale; paper: RHN-256, batch {batch_size})")
+  results = common.run_curves(curves, out, _best_valid,
+                              higher_is_better=False)
   figure = common.plot_curves(results, "valid_bpc", "validation BPC",
-                              f"char-PTB ({scale} scale)",
+                              f"char-PTB, {setting}",
                               os.path.join(out, "figure.png"))
   rows = []
   for result in results:
@@ -222,8 +226,7 @@ def _ptb_table(name: str, scale: str, batch_size: int, workdir: str,
                  "test_bpc": test_mean, "test_std": test_std,
                  "paper_valid": paper_valid, "paper_test": paper_test})
   files = [figure] + common.write_table(
-      rows, os.path.join(out, "table"),
-      f"char-PTB BPC, batch {batch_size} ({scale} scale)")
+      rows, os.path.join(out, "table"), f"char-PTB BPC, {setting}")
   return common.Result(name, files, rows)
 
 
