@@ -63,7 +63,7 @@ from _bench_costs import (PAPER, PAPER_TEXT, RANKED, UNRANKED,  # noqa: E402
                           analytic_tangent_floats, flop_floor, label,
                           methods)
 from experiments.online_setup import init_params  # noqa: E402
-from rtrl import bptt, cells, estimators, online  # noqa: E402
+from rtrl import bptt, cells, estimators, linalg, online  # noqa: E402
 from rtrl.tasks import copy_task  # noqa: E402
 
 VOCAB = copy_task.VOCAB_SIZE
@@ -303,7 +303,13 @@ def main(argv=None):
                       help="persistent XLA compilation cache: a rerun skips "
                       "most of the compile time (first-call times then "
                       "measure the cache, not the compiler)")
+  parser.add_argument("--matmul_precision", default="highest",
+                      choices=["highest", "float32", "tensorfloat32",
+                               "bfloat16"],
+                      help="the estimators' GEMM precision "
+                      "(rtrl.linalg.set_matmul_precision; GPU/TPU only)")
   args = parser.parse_args(argv)
+  linalg.set_matmul_precision(args.matmul_precision)
   if args.cache_dir:
     jax.config.update("jax_compilation_cache_dir", args.cache_dir)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
@@ -322,6 +328,7 @@ def main(argv=None):
   tags = [label(m, args.truncation) for m in todo]
   gflops = matmul_gflops()
   print(f"cell={args.cell} batch={args.batch_size} steps={args.steps} "
+        f"matmul_precision={args.matmul_precision} "
         f"repeats={args.repeats} T={args.truncation} "
         f"device={jax.devices()[0].device_kind}")
   print(f"large matmul (2048^3 float32): {gflops:.0f} GFLOP/s; "
