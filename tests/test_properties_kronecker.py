@@ -391,14 +391,7 @@ def check_float32(case):
     with jax.enable_x64(True):
       expected = float(kronecker.sign_trick_variance(u1, A1, u2, A2))
     tolerance = 1000 * G.size * eps * magnitude**2
-    # KNOWN BUG (reported to the lead): sign_trick_variance forms
-    # |u2|^2 |A1|^2 (and |u1|^2 |A2|^2) before dividing by the balance
-    # ratio, so in float32 it returns inf once such a product passes 3.4e38,
-    # although the variance itself is of order |u1||A1||u2||A2|. Drop this
-    # guard when it is computed in the balanced form.
-    norms = [np.linalg.norm(x) for x in (u1, A1, u2, A2)]
-    if max(norms[2] * norms[1], norms[0] * norms[3]) ** 2 < 1e37:
-      _assert_close_variance(variance, expected, tolerance)
+    _assert_close_variance(variance, expected, tolerance)
     squared_errors = np.sum((samples - G) ** 2, axis=(1, 2, 3))
     assert np.max(np.abs(squared_errors - expected)) <= tolerance, (
         squared_errors, expected, tolerance)

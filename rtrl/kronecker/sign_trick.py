@@ -13,12 +13,6 @@ from rtrl.kronecker._common import Array, _random_signs
 # --------------------------------------------------------------------------
 
 
-def _balance_factor(u, A):
-  """`sqrt(||A|| / ||u||)`, or 1 if either norm is 0."""
-  return balance_from_norms(jnp.linalg.norm(jnp.ravel(u)),
-                            jnp.linalg.norm(jnp.ravel(A)))
-
-
 def balance_from_norms(u_norm, a_norm):
   """`sqrt(a_norm / u_norm)`, or 1 if either is 0 (the balancing scale)."""
   both = (u_norm > 0) & (a_norm > 0)
@@ -74,6 +68,23 @@ def sign_trick_mix(u1, A1, u2, A2, key) -> Tuple[Array, Array]:
   return u, A
 
 
+def _scaled_norm(x):
+  """`(x / m, log ||x||, ||x|| > 0)` with `m = max|x|`: no square of an
+  entry can overflow or underflow."""
+  largest = jnp.max(jnp.abs(x))
+  positive = largest > 0
+  scaled = x / jnp.where(positive, largest, 1)
+  log_norm = (jnp.log(jnp.where(positive, largest, 1))
+              + 0.5 * jnp.log(jnp.where(positive, jnp.dot(scaled, scaled), 1)))
+  return scaled, log_norm, positive
+
+
+def _cosine(x, y):
+  nx, ny = jnp.sqrt(jnp.dot(x, x)), jnp.sqrt(jnp.dot(y, y))
+  both = (nx > 0) & (ny > 0)
+  return jnp.where(both, jnp.dot(x, y) / jnp.where(both, nx * ny, 1), 0)
+
+
 def sign_trick_variance(u1, A1, u2, A2) -> Array:
   """Variance of `sign_trick_mix` (its squared error, which is deterministic).
 
@@ -82,6 +93,9 @@ def sign_trick_variance(u1, A1, u2, A2) -> Array:
   + 2 <u1, u2> <A1, A2>`, which for non-zero norms is
   `2 |u1| |A1| |u2| |A2| + 2 <u1, u2> <A1, A2>`.
 
+  Computed from log-norms and cosines, so it is finite whenever the variance
+  itself is representable (squares such as `|u2|^2 |A1|^2` are never formed).
+
   Args:
     u1, A1, u2, A2: as for `sign_trick_mix`.
 
@@ -89,10 +103,18 @@ def sign_trick_variance(u1, A1, u2, A2) -> Array:
     Scalar variance.
   """
   u1, A1, u2, A2 = (jnp.ravel(jnp.asarray(x)) for x in (u1, A1, u2, A2))
-  p1 = _balance_factor(u1, A1)
-  p2 = _balance_factor(u2, A2)
-  ratio = p1 / p2
-  variance = (ratio**2 * jnp.dot(u1, u1) * jnp.dot(A2, A2)
-              + jnp.dot(u2, u2) * jnp.dot(A1, A1) / ratio**2
-              + 2 * jnp.dot(u1, u2) * jnp.dot(A1, A2))
+  (su1, lu1, nu1), (sa1, la1, na1), (su2, lu2, nu2), (sa2, la2, na2) = (
+      _scaled_norm(x) for x in (u1, A1, u2, A2))
+  # log p_i = (log|A_i| - log|u_i|) / 2, or 0 if either norm is 0.
+  log_p1 = jnp.where(nu1 & na1, 0.5 * (la1 - lu1), 0)
+  log_p2 = jnp.where(nu2 & na2, 0.5 * (la2 - lu2), 0)
+  log_ratio = log_p1 - log_p2
+  first = jnp.where(nu1 & na2, jnp.exp(log_ratio + lu1 + la2), 0)
+  second = jnp.where(nu2 & na1, jnp.exp(lu2 + la1 - log_ratio), 0)
+  all_nonzero = nu1 & na1 & nu2 & na2
+  cross = jnp.where(
+      all_nonzero,
+      2 * _cosine(su1, su2) * _cosine(sa1, sa2)
+      * jnp.exp(jnp.where(all_nonzero, lu1 + la1 + lu2 + la2, 0)), 0)
+  variance = first * first + second * second + cross
   return jnp.maximum(variance, 0)
