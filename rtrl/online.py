@@ -80,6 +80,19 @@ def batch_loss(cell: Cell, readout_params: dict, cell_state: Any,
   return losses.sum() / batch.targets.shape[0]
 
 
+def sum_over_batch(per_example: jax.Array) -> jax.Array:
+  """`per_example.sum(0)` as a product with a ones vector.
+
+  XLA:CPU lowers a reduction over the leading axis of a `(B, P, K n)` array
+  to a library fusion that takes ~3.5 ms at B=16, n=128 (about 50x its
+  memory time, measured with `jax.profiler` in the online trainer); the same
+  sum as a GEMV takes 0.07 ms. Exact in float64: products with 1 are exact.
+  """
+  ones = jnp.ones(per_example.shape[:1], per_example.dtype)
+  return jnp.tensordot(ones, per_example, axes=1,
+                       precision=jax.lax.Precision.HIGHEST)
+
+
 def estimate_step(cell: Cell, estimator: Estimator, params: dict,
                   tstate: Any, cell_state: Any, batch: StepBatch):
   """One batched forward step with gradient estimates, parameters fixed.
@@ -102,7 +115,7 @@ def estimate_step(cell: Cell, estimator: Estimator, params: dict,
           params["readout"], cell_state)
   per_example = jax.vmap(estimator.gradient, in_axes=(None, 0, 0))(
       params["cell"], tstate, dloss_dstate)
-  cell_grads = jax.tree_util.tree_map(lambda g: g.sum(0), per_example)
+  cell_grads = jax.tree_util.tree_map(sum_over_batch, per_example)
   return tstate, cell_state, loss, {"cell": cell_grads,
                                     "readout": readout_grads}
 
