@@ -218,7 +218,8 @@ def plot_curves(results: list[CurveResult], metric: str, ylabel: str,
     label = result.curve.label + (f" (lr {rate:.2g})" if rate else "")
     ax.plot(steps, mean, label=label)
     ax.fill_between(steps, mean - std, mean + std, alpha=0.2)
-  ax.set(xlabel="training steps", ylabel=ylabel, title=title)
+  ax.set(xlabel="training steps", ylabel=ylabel)
+  ax.set_title(title, fontsize="medium")  # Long titles fit the figure.
   if log_y:
     ax.set_yscale("log")
   ax.legend()
