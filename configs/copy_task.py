@@ -43,6 +43,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.learning_rate = 10 ** -2.5
   config.clip_norm = 0.0       # 0 disables global-norm clipping
   config.accumulate_steps = 1
+  # The estimators' GEMM precision (rtrl.linalg.set_matmul_precision):
+  # highest (true float32) | tensorfloat32 | bfloat16 (GPU/TPU only).
+  config.matmul_precision = "highest"
   config.seed = 0
   # Runs trained together as one vmapped program: run j of each learning
   # rate equals the single run with seed + j (see experiments/runner.py).
