@@ -43,7 +43,10 @@ def make_trainer(config, cell: cells.Cell,
   if learning_rate is None:
     learning_rate = config.learning_rate
   # Read when the trainer is traced, so it is set before the first chunk.
-  linalg.set_matmul_precision(config.get("matmul_precision", "highest"))
+  try:
+    linalg.set_matmul_precision(config.get("matmul_precision", "highest"))
+  except ValueError as err:
+    raise ValueError(f"config.matmul_precision: {err}") from None
   optimizer = optax.adam(learning_rate)
   if config.get("clip_norm"):
     optimizer = optax.chain(optax.clip_by_global_norm(config.clip_norm),
