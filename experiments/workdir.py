@@ -34,6 +34,9 @@ BOOKKEEPING_FIELDS = frozenset({
     "data_dir", "allow_config_change", "keep_checkpoints", "num_devices",
     "mesh_shape", "distributed", "coordinator_address", "num_processes",
     "process_id",
+    # How the hardware runs the GEMMs (rtrl.linalg), like the device fields;
+    # also lets runs saved before the field existed resume.
+    "matmul_precision",
 })
 
 

@@ -87,6 +87,19 @@ def test_changed_config_is_refused_and_config_json_kept(tmp_path):
   assert json.loads(config_path.read_text())["num_steps"] == 150
 
 
+def test_run_saved_before_matmul_precision_existed_resumes(tmp_path):
+  """A config.json without a field added later at its default (here
+  `matmul_precision`, a bookkeeping field) does not block the resume."""
+  config = {"estimator": "ok", "num_steps": 100, "matmul_precision": "highest"}
+  old = {k: v for k, v in config.items() if k != "matmul_precision"}
+  (tmp_path / workdir_lib.CONFIG_FILE).write_text(json.dumps(old))
+  logged = []
+  workdir_lib.prepare(str(tmp_path), config, log=logged.append)
+  assert any("matmul_precision" in line for line in logged), logged
+  saved = json.loads((tmp_path / workdir_lib.CONFIG_FILE).read_text())
+  assert saved["matmul_precision"] == "highest"
+
+
 def test_allowed_config_change_keeps_old_config_and_fails_clearly_on_shapes(
     tmp_path):
   assert run_cli(tmp_path, num_steps=100).returncode == 0
