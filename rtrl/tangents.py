@@ -71,46 +71,10 @@ def apply_recurrent_jacobian(jac: StepJacobians, hidden_row: int,
   return linalg.matmul(flat, h_t).reshape(v.shape)
 
 
-def dense_D(jac: StepJacobians) -> jax.Array:
-  """`D` as a right Kronecker factor `(K, n, S, n)`: `F_t = hhat ⊗ D`."""
-  n = jac.D.shape[0]
-  return jnp.einsum("isk,ij->kjsi", jac.D, jnp.eye(n, dtype=jac.D.dtype))
-
-
-# `dense_D` is zero except on the "diagonal" `(k, j, s, j)` of a right factor
-# `(K, n, S, n)`: `K S n` of its `K S n^2` entries. The helpers below touch
-# only those entries (a gather or an in-place scatter-add), so adding
-# `c ⊗ D` to a propagated factor costs no extra pass over it.
-
-
-def _diagonal_positions(n: int, num_rows: int) -> jax.Array:
-  """Flat indices in `(n, S, n)` of the entries `(j, s, j)`, order `(j, s)`."""
-  j = jnp.arange(n)[:, None]
-  s = jnp.arange(num_rows)[None, :]
-  return (j * (num_rows * n + 1) + s * n).reshape(-1)
-
-
-def D_diagonal(jac: StepJacobians) -> jax.Array:
-  """The non-zero entries of `dense_D`: `(K, n S)`, `[k, j S + s] = D[j,s,k]`."""
-  n, num_rows, num_gates = jac.D.shape
-  return jnp.transpose(jac.D, (2, 0, 1)).reshape(num_gates, n * num_rows)
-
-
-def add_scaled_D(factor: jax.Array, coef: jax.Array,
-                 jac: StepJacobians) -> jax.Array:
-  """`factor + coef ⊗ dense_D` for factors `(..., K, n, S, n)`, `coef` of
-  shape `factor.shape[:-4]`, by a scatter-add on the diagonal entries."""
-  num_gates, n, num_rows, _ = factor.shape[-4:]
-  lead = factor.shape[:-4]
-  flat = factor.reshape(lead + (num_gates, n * num_rows * n))
-  values = coef[..., None, None] * D_diagonal(jac)
-  flat = flat.at[..., _diagonal_positions(n, num_rows)].add(values)
-  return flat.reshape(factor.shape)
-
-
-# Kronecker right factors are stored STATE-MAJOR, `(S, n, K, n, *copies)`:
-# the state axes (where `H` acts) first, the W-column axes next and the
-# copies / rank axis last. Then `H A` for all copies of an example is ONE
+# Kronecker right factors (and the exact influence, with the P rows of W as
+# its copies) are stored STATE-MAJOR, `(S, n, K, n, *copies)`: the state
+# axes (where `H` acts) first, the W-column axes next and the copies / rank
+# axis last. Then `H A` for all copies of an example is ONE
 # GEMM `(S n, S n) @ (S n, K n r)`, and the Gram matrix and the mixing of the
 # copies contract a tall `(S n K n, r)` matrix over its long side, the shape
 # XLA's GEMMs run fastest (measured on 2-core XLA:CPU at 16-OK, n=128, in a
@@ -130,6 +94,12 @@ def dense_D_factor(jac: StepJacobians) -> jax.Array:
   """`D` as a state-major right factor `(S, n, K, n)`: `F_t = hhat ⊗ D`."""
   n = jac.D.shape[0]
   return jnp.einsum("isk,ij->sikj", jac.D, jnp.eye(n, dtype=jac.D.dtype))
+
+
+# `dense_D_factor` is zero except on the "diagonal" `(s, j, k, j)`: `S n K`
+# of its `S n K n` entries. The helpers below touch only those entries (a
+# gather or an in-place scatter-add), so adding `D ⊗ c` to a propagated
+# factor costs no extra pass over it.
 
 
 def _factor_diagonal(n: int, num_rows: int, num_gates: int):

@@ -159,7 +159,7 @@ def test_linearized_step_matches_step_and_jacobians(cls, x64):
       return cell.state_to_rows(cell.step(p, cell.rows_to_state(r), x))
 
     jw = jax.jacfwd(lambda w: step_rows({"W": w}, rows))(params["W"])
-    f = jac.hhat[:, None, None, None, None] * tangents.dense_D(jac)
+    f = tangents.dense_D_factor(jac)[..., None] * jac.hhat   # (S,n,K,n,P)
     hv = tangents.apply_recurrent_jacobian(jac, cell.hidden_row, vs)
     jvps = jax.vmap(lambda v: jax.jvp(lambda r: step_rows(params, r),
                                       (rows,), (v,))[1])(vs)
@@ -193,7 +193,7 @@ def test_linearized_step_matches_step_and_jacobians(cls, x64):
   p_dim = params["W"].shape[0]
   np.testing.assert_allclose(
       out["jw"],
-      np.transpose(out["f"], (3, 4, 0, 1, 2)).reshape(s, N, p_dim, k * N),
+      np.transpose(out["f"], (0, 1, 4, 2, 3)).reshape(s, N, p_dim, k * N),
       rtol=1e-12, atol=1e-14)
 
   # H v == jvp of the step w.r.t. the state, for a batch of tangents.

@@ -59,12 +59,6 @@ def _kronecker_readout(tangent, g):
   return jnp.einsum("ra,cr->ac", u, right.reshape(-1, u.shape[0]))
 
 
-def _norms_over_factor(factor, copies: bool):
-  axes = (0, 1, 2, 3)
-  squares = jnp.sum(factor * factor, axis=axes if copies else None)
-  return jnp.sqrt(squares)
-
-
 def _kf_update(cell: Cell, approximate_D_rank: int | None = None,
                copies: int | None = None):
   """KF-RTRL's step, for one product or `copies` independent ones (KF-AVG:
@@ -80,7 +74,9 @@ def _kf_update(cell: Cell, approximate_D_rank: int | None = None,
     # The sign trick with F = hhat ⊗ D, D added on its diagonal entries.
     norm = lambda x: jnp.sqrt(jnp.sum(x * x))
     u_norms = jnp.sqrt(jnp.sum(u * u, axis=-1))
-    factor_norms = _norms_over_factor(propagated, copies is not None)
+    # Over the (S, n, K, n) axes: a scalar, or one norm per copy.
+    factor_norms = jnp.sqrt(jnp.sum(propagated * propagated,
+                                    axis=(0, 1, 2, 3)))
     scales = lambda u_norm, a_norm, key: kronecker.sign_trick_scales(
         u_norm, a_norm, norm(jac.hhat), norm(jac.D), key, propagated.dtype)
     if copies is None:
