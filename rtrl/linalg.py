@@ -13,12 +13,13 @@ before the trainer is first called (jitted functions keep what they traced).
 Orthonormalisation. The Kronecker-sum reduction needs an orthonormal basis
 of `c` tall rows `(c, M)` (`c = rank + 1 <= ~33`, `M` up to `K S n^2`).
 `gram_qr_rows` is CholeskyQR2 written with a symmetric eigendecomposition:
-the `(c, c)` Gram matrix by one GEMM, its (diagonally scaled) eigendecomposition (by SVD), repeated
-once on the basis so found ("twice is enough") in float64 (`default_refine`
-says when). It touches the tall rows only through GEMMs, where Gram-Schmidt
-(`thin_qr_rows`, kept as the reference) makes `4 c` matrix-vector passes. Eigh instead of
-Cholesky handles rank-deficient input (zero, equal, cancelling or dependent
-rows) without a fallback branch: eigen-directions of the scaled Gram matrix
+the `(c, c)` Gram matrix by one GEMM, its (diagonally scaled)
+eigendecomposition (computed by SVD), repeated once on the basis so found
+("twice is enough") in float64 (`default_refine` says when). It touches the
+tall rows only through GEMMs, where Gram-Schmidt (`thin_qr_rows`, kept as
+the reference) makes `4 c` matrix-vector passes. An eigendecomposition
+instead of Cholesky handles rank-deficient input (zero, equal, cancelling or
+dependent rows) without a fallback branch: eigen-directions of the scaled Gram matrix
 below `c * eps` of its largest are dropped (zero basis rows). In float32
 that drops components smaller than about `4e-4` of their row's norm that
 lie outside the span of the others (float64: `2e-8`); this is the only
@@ -149,7 +150,7 @@ def default_refine(dtype) -> bool:
 
 def gram_qr_rows(rows: jax.Array, refine: bool | None = None
                  ) -> tuple[jax.Array, jax.Array]:
-  """Orthonormal basis of the rows of `rows` `(c, M)` by CholeskyQR(2), eigh.
+  """Orthonormal basis of the rows of `rows` `(c, M)` by CholeskyQR(2).
 
   Args:
     rows: `(c, M)`, any `c` and `M` (also `M < c`).

@@ -41,8 +41,9 @@ def kronecker_sum_reduce(us, As, key, *, biased: bool = False
   to G (`biased=True`, r-B-OK). Steps (Algorithm 4):
 
   1. orthonormal bases `v_i`, `B_i` of the `u_i` and of the `A_i`
-     (`Q_u = T_u us`, `Q_A = T_A As`: CholeskyQR by eigh, twice in
-     float64, see `rtrl.linalg.gram_qr` and `default_refine`) with coordinates `L_ij = <v_i, u_j>`,
+     (`Q_u = T_u us`, `Q_A = T_A As`: CholeskyQR by a symmetric
+     eigendecomposition, twice in float64, see `rtrl.linalg.gram_qr` and
+     `default_refine`) with coordinates `L_ij = <v_i, u_j>`,
      `R_ij = <B_i, A_j>` (`us.T = Q_u.T L`, `As.T = Q_A.T R`);
   2. `C = L R^T` ((r+1) x (r+1)) are G's coordinates in the basis
      `v_i (x) B_j`, so G's and C's variances agree (Lemma 3);
@@ -144,7 +145,7 @@ def reduce_rows(us: Array, rows: Rows, key, *, biased: bool = False):
   """
   rank = us.shape[0] - 1
   refine = linalg.default_refine(rows.dtype)
-  # CholeskyQR(2) by eigh (rtrl.linalg): the long rows are only touched by
+  # CholeskyQR(2) by eigendecomposition (rtrl.linalg): the long rows only meet
   # GEMMs, and the bases are never formed: A'_j = (R'_j^T T_A) As.
   transform_u, coords_u = linalg.gram_qr_rows(us, refine)
   transform_a, coords_a = linalg.gram_qr(rows.gram, refine)
