@@ -132,6 +132,7 @@ def test_cosine_targets_write_figure_and_table(tmp_path, monkeypatch):
   WORKDIR/TARGET/."""
   from experiments import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   from experiments.reproduce import ok_paper  # pylint: disable=g-import-not-at-top
+  from experiments.reproduce import cosine_figures  # pylint: disable=g-import-not-at-top
 
   def fake_cosine(out, label, overrides):
     del overrides
@@ -146,7 +147,7 @@ def test_cosine_targets_write_figure_and_table(tmp_path, monkeypatch):
                                     "mean_std_cosine": 0.05,
                                     "final_mean_cosine": 0.9}}}
 
-  monkeypatch.setattr(ok_paper, "_cosine", fake_cosine)
+  monkeypatch.setattr(cosine_figures, "run_cosine", fake_cosine)
   for name in ("ok_fig6", "ok_fig9"):
     reproduce.targets()[name][1]("small", str(tmp_path))
     out = tmp_path / name

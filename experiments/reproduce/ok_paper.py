@@ -17,10 +17,10 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-import numpy as np
-
 from experiments.reproduce import common
 from experiments.reproduce.common import Curve
+from experiments.reproduce.cosine_figures import (cosine_size, cosine_target,
+                                                 train_single)
 
 PAPER_LEARNING_RATES = (10 ** -2.5, 10 ** -3, 10 ** -3.5, 10 ** -4)
 SMALL_LEARNING_RATES = (10 ** -2.5, 10 ** -3)
@@ -252,123 +252,6 @@ def ok_fig5_table3(scale: str, workdir: str) -> common.Result:
 # --------------------------------------------------------------------------
 
 
-def _cosine(out: str, label: str, overrides: dict) -> dict:
-  """One gradient-cosine run (skipped when its summary exists)."""
-  import json  # pylint: disable=g-import-not-at-top
-  from experiments import gradient_cosine  # pylint: disable=g-import-not-at-top
-  workdir = os.path.join(out, Curve(label, "", {}).dirname)
-  summary_path = os.path.join(workdir, gradient_cosine.SUMMARY_FILE)
-  if os.path.exists(summary_path):
-    with open(summary_path) as f:
-      return json.load(f)
-  config = common.make_config(Curve(label, "gradient_cosine", overrides))
-  print(f"=== cosine: {label} -> {workdir}", flush=True)
-  return gradient_cosine.run(config, workdir)
-
-
-def _cosine_rows(label: str, summary: dict, **extra) -> list[dict]:
-  return [{"setting": label, "estimator": name, **extra,
-           "mean_cosine": stats.get("mean_cosine"),
-           "std_cosine": stats.get("mean_std_cosine"),
-           "final_mean_cosine": stats.get("final_mean_cosine")}
-          for name, stats in summary["estimators"].items()]
-
-
-def _train_single(out: str, label: str, experiment: str, overrides: dict,
-                  preset: str = "") -> str:
-  """Trains one network (one seed, one learning rate) for a cosine figure;
-  returns its workdir."""
-  curve = Curve(label, experiment, {**overrides, "num_seeds": 1,
-                                    "learning_rates": ()}, preset)
-  common.run_curve(curve, out)
-  return os.path.join(out, curve.dirname)
-
-
-def _cosine_records(out: str, label: str) -> list[dict]:
-  from experiments import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
-  return workdir_lib.read_metrics(os.path.join(out,
-                                               Curve(label, "", {}).dirname))
-
-
-def _cosine_series(records: list[dict], estimator: str, field: str):
-  return np.array([np.nan if r.get(f"{estimator}/{field}") is None
-                   else r[f"{estimator}/{field}"] for r in records], float)
-
-
-def _plot_cosine(out: str, labels: list[str], title: str, path: str,
-                 sizes: tuple[int, ...] = ()) -> str:
-  """The target's `figure.png`: per setting, mean ± std over repetitions of
-  each estimator's cosine against steps (one panel each); with `sizes` (one
-  per setting, Figure 9) the last step's cosine against the RHN size."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  records = {label: _cosine_records(out, label) for label in labels}
-  estimators = [k[:-len("/mean_cosine")] for k in records[labels[0]][0]
-                if k.endswith("/mean_cosine")]
-  if sizes:
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for estimator in estimators:
-      last = [records[label][-1] for label in labels]
-      ax.errorbar(sizes, _cosine_series(last, estimator, "mean_cosine"),
-                  yerr=_cosine_series(last, estimator, "std_cosine"),
-                  marker="o", capsize=3, label=estimator)
-    ax.set_xscale("log", base=2)
-    ax.set(xlabel="hidden units n",
-           ylabel=f"cosine at step {records[labels[0]][-1]['step']}")
-    axes = [ax]
-  else:
-    fig, axes = plt.subplots(1, len(labels), squeeze=False, sharey=True,
-                             figsize=(4.5 * len(labels) + 1.5, 4))
-    axes = list(axes[0])
-    for ax, label in zip(axes, labels):
-      steps = np.array([r["step"] for r in records[label]])
-      for estimator in estimators:
-        mean = _cosine_series(records[label], estimator, "mean_cosine")
-        std = _cosine_series(records[label], estimator, "std_cosine")
-        line, = ax.plot(steps, mean, label=estimator, linewidth=1)
-        ax.fill_between(steps, mean - std, np.minimum(mean + std, 1.0),
-                        color=line.get_color(), alpha=0.15, linewidth=0)
-      ax.set(title=label, xlabel="step")
-    axes[0].set_ylabel("cosine to exact RTRL gradient")
-  for ax in axes:
-    ax.grid(alpha=0.3)
-  axes[-1].legend(loc="center left", bbox_to_anchor=(1.01, 0.5),
-                  fontsize="small")
-  fig.suptitle(title, fontsize="medium")
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-  return path
-
-
-def _cosine_target(name: str, workdir: str, title: str,
-                   settings: list[tuple[str, dict]], scale: str,
-                   paper: str = "",
-                   sizes: tuple[int, ...] = ()) -> common.Result:
-  """Runs every setting's cosine tool; writes `figure.png` (see
-  `_plot_cosine`) and the table, titled with the scale and, in `paper`,
-  what the paper's figure shows (it gives no numbers)."""
-  out = os.path.join(workdir, name)
-  os.makedirs(out, exist_ok=True)
-  rows = []
-  for label, overrides in settings:
-    summary = _cosine(out, label, overrides)
-    rows += _cosine_rows(label, summary)
-  title = f"{title} ({scale} scale)"
-  files = [_plot_cosine(out, [label for label, _ in settings], title,
-                        os.path.join(out, "figure.png"), sizes)]
-  files += common.write_table(rows, os.path.join(out, "table"),
-                              title + (f". Paper: {paper}" if paper else ""))
-  return common.Result(name, files, rows)
-
-
-def _cosine_size(scale: str) -> dict:
-  if scale == "paper":
-    return dict(num_steps=1000, repetitions=20, chunk_steps=50)
-  return dict(num_steps=200, repetitions=5, chunk_steps=100)
-
-
 def ok_fig3(scale: str, workdir: str) -> common.Result:
   """Figure 3: cosine to the true gradient after training an RHN on char-PTB
   (paper: RHN 256, 8-OK for 1M steps, then 1000 frozen steps, 20
@@ -377,13 +260,13 @@ def ok_fig3(scale: str, workdir: str) -> common.Result:
   out = os.path.join(workdir, "ok_fig3")
   train = (dict(hidden_size=256, num_steps=1_000_000) if scale == "paper"
            else dict(num_steps=4000))
-  trained = _train_single(out, "trained-8-OK", "ptb",
+  trained = train_single(out, "trained-8-OK", "ptb",
                           {**train, **_estimator("ok", 8)},
                           "" if scale == "paper" else "small")
   settings = [("after-training", dict(
       checkpoint_dir=trained, task="ptb", reset_probability=0.01,
-      estimators="ok:1,ok:2,ok:8,kf_avg:8", **_cosine_size(scale)))]
-  return _cosine_target("ok_fig3", workdir, "Figure 3: cosine after "
+      estimators="ok:1,ok:2,ok:8,kf_avg:8", **cosine_size(scale)))]
+  return cosine_target("ok_fig3", workdir, "Figure 3: cosine after "
                         "training on char-PTB", settings, scale,
                         "8-OK stays far above 8-KF-AVG")
 
@@ -395,8 +278,8 @@ def ok_fig6(scale: str, workdir: str) -> common.Result:
   settings = [(f"untrained-RHN-{size}", dict(
       task="ptb", hidden_size=size, params_per_repetition=True,
       reset_probability=0.01, estimators="ok:1,ok:2,ok:8,kf_avg:2,kf_avg:8,kf",
-      **_cosine_size(scale)))]
-  return _cosine_target("ok_fig6", workdir, "Figure 6: cosine on an "
+      **cosine_size(scale)))]
+  return cosine_target("ok_fig6", workdir, "Figure 6: cosine on an "
                         "untrained RHN, char-PTB", settings, scale,
                         "2-OK is already about 1")
 
@@ -416,12 +299,12 @@ def ok_fig7_8(scale: str, workdir: str) -> common.Result:
                  **_estimator("ok", 8))
   settings = []
   for figure, seed in (("fig7", 0), ("fig8", 1)):
-    trained = _train_single(out, f"trained-{figure}", "copy_task",
+    trained = train_single(out, f"trained-{figure}", "copy_task",
                             {**train, "seed": seed})
     settings.append((figure, dict(
         checkpoint_dir=trained, task="copy", sequence_length=0,
-        estimators="ok:1,ok:2,ok:16,kf_avg:16,kf", **_cosine_size(scale))))
-  return _cosine_target("ok_fig7_8", workdir, "Figures 7-8: cosine on Copy "
+        estimators="ok:1,ok:2,ok:16,kf_avg:16,kf", **cosine_size(scale))))
+  return cosine_target("ok_fig7_8", workdir, "Figures 7-8: cosine on Copy "
                         "after training", settings, scale)
 
 
@@ -436,7 +319,7 @@ def ok_fig9(scale: str, workdir: str) -> common.Result:
       repetitions=20 if scale == "paper" else 5, chunk_steps=50,
       params_per_repetition=True, estimators="ok:2,ok:8,kf_avg:8,kf"))
               for n in sizes]
-  return _cosine_target("ok_fig9", workdir, "Figure 9: cosine against RHN "
+  return cosine_target("ok_fig9", workdir, "Figure 9: cosine against RHN "
                         "size, untrained, char-PTB", settings, scale,
                         sizes=sizes)
 
@@ -450,12 +333,12 @@ def ok_fig10_11(scale: str, workdir: str) -> common.Result:
   steps = 1_000_000 if scale == "paper" else 10_000
   settings = []
   for n in sizes:
-    trained = _train_single(out, f"trained-RHN-{n}", "copy_task", dict(
+    trained = train_single(out, f"trained-RHN-{n}", "copy_task", dict(
         hidden_size=n, num_steps=steps, **_estimator("ok", 8)))
     settings.append((f"RHN-{n}", dict(
         checkpoint_dir=trained, task="copy", sequence_length=0,
-        estimators="ok:8,kf_avg:8", **_cosine_size(scale))))
-  return _cosine_target("ok_fig10_11", workdir, "Figures 10-11: cosine on "
+        estimators="ok:8,kf_avg:8", **cosine_size(scale))))
+  return cosine_target("ok_fig10_11", workdir, "Figures 10-11: cosine on "
                         "Copy for larger RHNs", settings, scale)
 
 
