@@ -24,7 +24,7 @@ at most 4,000 training images.
 
 import ml_collections
 
-from experiments import classifier_config as classifier
+from experiments.classifier import config as classifier
 
 PAPER_L1 = 1e-5
 PAPER_CLIP_NORM = 5.0

@@ -28,7 +28,7 @@ Override any field, e.g. the paper's setting (Benzing et al. 2019, Fig. 1):
 
 import ml_collections
 
-from experiments import run_config
+from experiments.loop import run_config
 
 
 def get_config() -> ml_collections.ConfigDict:

@@ -22,7 +22,7 @@ a balanced 5,000-review subset of the test set.
 
 import ml_collections
 
-from experiments import classifier_config as classifier
+from experiments.classifier import config as classifier
 
 PAPER_L1 = 1e-6
 PAPER_CLIP_NORM = 1.0

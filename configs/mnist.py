@@ -25,7 +25,7 @@ setting is 100 epochs (the default). A run restarted with the same
 
 import ml_collections
 
-from experiments import classifier_config as classifier
+from experiments.classifier import config as classifier
 
 OPTIMIZERS = ("rls", "rls_hybrid", "adam") + tuple(classifier.PRESETS)
 LOSSES = classifier.LOSS_NAMES

@@ -20,7 +20,7 @@ The official code's fixed reset period instead of probability 0.01:
 
 import ml_collections
 
-from experiments import run_config
+from experiments.loop import run_config
 
 
 def get_config(preset: str = "") -> ml_collections.ConfigDict:

@@ -26,7 +26,7 @@ import ml_collections
 import optax
 
 import rls
-from experiments import mnist as mnist_experiment
+from experiments.classifier import mnist_task as mnist_experiment
 
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 128, "Minibatch size M.")
 _STEPS = flags.DEFINE_integer("steps", 50, "Training steps per timed call.")

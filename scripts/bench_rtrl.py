@@ -62,7 +62,7 @@ from _bench_ok_pieces import ok_pieces  # noqa: E402
 from _bench_costs import (PAPER, PAPER_TEXT, RANKED, UNRANKED,  # noqa: E402
                           analytic_tangent_floats, flop_floor, label,
                           methods)
-from experiments.online_setup import init_params  # noqa: E402
+from experiments.online.setup import init_params  # noqa: E402
 from rtrl import bptt, cells, estimators, linalg, online  # noqa: E402
 from rtrl.tasks import copy_task  # noqa: E402
 

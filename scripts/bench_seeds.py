@@ -30,9 +30,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import jax  # noqa: E402
 
-from experiments import copy_task  # noqa: E402
-from experiments import run_axes  # noqa: E402
-from experiments.reproduce import common  # noqa: E402
+from experiments.online import copy_experiment as copy_task  # noqa: E402
+from experiments.loop import run_axes  # noqa: E402
+from experiments.loop import config_files  # noqa: E402
 
 
 def init_state(experiment, grid):
@@ -78,7 +78,7 @@ def main(argv=None) -> int:
   args = parser.parse_args(argv)
   if args.steps % args.chunk_steps:
     parser.error("--steps must be a multiple of --chunk_steps")
-  config = common.load_config("copy_task")
+  config = config_files.load_config("copy_task")
   config.update(dict(estimator=args.estimator, rank=args.rank,
                      hidden_size=args.hidden_size, batch_size=args.batch_size,
                      chunk_steps=args.chunk_steps, num_seeds=args.num_seeds,

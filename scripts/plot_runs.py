@@ -20,7 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from experiments import workdir as workdir_lib  # noqa: E402
+from experiments.loop import workdir as workdir_lib  # noqa: E402
 
 
 def run_label(config: dict) -> str:

@@ -22,10 +22,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from experiments import workdir as workdir_lib
+from experiments.loop import workdir as workdir_lib
+from experiments.loop.config_files import load_config
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
 SCALES = ("small", "paper")
 
 
@@ -61,15 +60,6 @@ class Result:
   name: str
   files: list[str]
   table: list[dict]
-
-
-def load_config(experiment: str, preset: str = ""):
-  """`configs/<experiment>.py` `get_config(preset)` (loaded by path)."""
-  path = os.path.join(REPO_ROOT, "configs", f"{experiment}.py")
-  spec = importlib.util.spec_from_file_location(f"{experiment}_config", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(preset) if preset else module.get_config()
 
 
 # Overrides applied to every curve's config, where the config has the field

@@ -15,7 +15,7 @@ from experiments.reproduce.common import Curve
 
 def run_cosine(out: str, label: str, overrides: dict) -> dict:
   """One gradient-cosine run (skipped when its summary exists)."""
-  from experiments import gradient_cosine  # pylint: disable=g-import-not-at-top
+  from experiments.online import cosine_experiment as gradient_cosine  # pylint: disable=g-import-not-at-top
   workdir = os.path.join(out, Curve(label, "", {}).dirname)
   summary_path = os.path.join(workdir, gradient_cosine.SUMMARY_FILE)
   if os.path.exists(summary_path):
@@ -46,7 +46,7 @@ def train_single(out: str, label: str, experiment: str, overrides: dict,
 
 def cosine_records(out: str, label: str) -> list[dict]:
   # pylint: disable-next=g-import-not-at-top
-  from experiments import workdir as workdir_lib
+  from experiments.loop import workdir as workdir_lib
   return workdir_lib.read_metrics(os.path.join(out,
                                                Curve(label, "", {}).dirname))
 

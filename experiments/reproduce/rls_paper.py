@@ -32,6 +32,7 @@ from typing import Callable
 
 import numpy as np
 
+from experiments.loop import config_files
 from experiments.reproduce import common
 from experiments.reproduce.common import Curve
 
@@ -205,7 +206,7 @@ RUNTIME_PRESETS = ("adam_mse", "rls", "rls_momentum_l1", "adam_ce",
 def rls_runtime(scale: str, workdir: str) -> common.Result:
   """Run time per step of RLS variants vs Adam, side by side, per network,
   next to Table I's FLOP prediction and the paper's ratios (1.1/1.4/1.1)."""
-  from experiments import classifier_timing  # pylint: disable=g-import-not-at-top
+  from experiments.classifier import timing as classifier_timing  # pylint: disable=g-import-not-at-top
   out = os.path.join(workdir, "rls_runtime")
   os.makedirs(out, exist_ok=True)
   rows = []
@@ -213,7 +214,7 @@ def rls_runtime(scale: str, workdir: str) -> common.Result:
     suffix = "" if scale == "paper" else ",small"
     configs = {}
     for preset in RUNTIME_PRESETS:
-      configs[preset] = common.load_config(dataset, preset + suffix)
+      configs[preset] = config_files.load_config(dataset, preset + suffix)
       overrides = {k: v for k, v in common._GLOBAL_OVERRIDES.items()  # pylint: disable=protected-access
                    if k in configs[preset]}
       configs[preset].update(overrides)

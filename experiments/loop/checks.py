@@ -1,0 +1,40 @@
+"""Config-field checks: every error names `config.FIELD` and what it should
+be. The step schedule (`num_steps`, `log_every`, `eval_every`,
+`checkpoint_every` against the chunk length) is checked here once, by the run
+loop, for every experiment."""
+
+from __future__ import annotations
+
+from rtrl import validation
+
+
+def positive_ints(config, *fields: str) -> None:
+  """Each of `fields` is a positive integer."""
+  for field in fields:
+    validation.positive_int(f"config.{field}", config[field])
+
+
+def nonnegative_ints(config, *fields: str, zero_means: str = "") -> None:
+  """Each of `fields` is an integer >= 0."""
+  for field in fields:
+    validation.nonnegative_int(f"config.{field}", config[field], zero_means)
+
+
+def multiple_of(config, field: str, period: int, period_name: str) -> None:
+  """`config.field` is a multiple of `period` (named `period_name`)."""
+  if config[field] % period:
+    raise ValueError(f"config.{field} ({config[field]}) must be a multiple "
+                     f"of {period_name} ({period})")
+
+
+def schedule(config, chunk_steps: int) -> None:
+  """The step-count fields against the chunk length (`eval_every` only when
+  the config has it)."""
+  validation.positive_int("chunk_steps", chunk_steps)
+  positive_ints(config, "num_steps", "log_every", "checkpoint_every")
+  timed = ["num_steps", "log_every"]
+  if config.get("eval_every") is not None:
+    positive_ints(config, "eval_every")
+    timed.append("eval_every")
+  for field in timed:
+    multiple_of(config, field, chunk_steps, "the chunk length in steps")

@@ -1,0 +1,212 @@
+"""Trains a recurrent network online on the Copy task with a curriculum.
+
+  python -m experiments.copy_task --config configs/copy_task.py --workdir runs/copy
+
+Writes `config.json`, `metrics.jsonl` and checkpoints into the workdir; the
+shared run loop (`experiments/runner.py`) resumes from the newest valid
+checkpoint when rerun with the same workdir, refuses a changed config, and
+checkpoints on SIGTERM/SIGINT.
+
+`config.curriculum` picks the protocol (`rtrl/tasks/copy_task.py`):
+"official" (the OK code's, the paper's Figure 1: loss on every position, a
+moving average of it checked at every sequence start) or "output_only" (loss
+and error on the output phase, checked once per chunk). The curriculum (T and
+the moving average) is part of the run state: updated inside the jitted
+chunk at every step, checkpointed, resumed exactly, one per run when runs
+are stacked.
+
+Each record has `loss_bits` (the trained loss, mean over the window, in
+bits), `loss_bits_positions` ("all" under official, "output" under
+output_only: what `loss_bits` averages over), `output_error_bits` (the
+output-phase error under both protocols, for comparing curves),
+`curriculum_length` (T at the record's step) and, under official,
+`error_ema_bits` (the moving average that drives it).
+
+With TBPTT under "official" each window's batches are first generated step by
+step with a forward pass at the window's (fixed) parameters, so the moving
+average sees every step's loss before the next step's checks, as online.
+"""
+
+from __future__ import annotations
+
+from absl import app
+import jax
+import jax.numpy as jnp
+
+from experiments.online import setup as online_setup
+from experiments.loop import runner
+from rtrl import online
+from rtrl import readout
+from rtrl.readout import LOG2
+from rtrl.tasks import copy_task
+
+
+def validate(config) -> None:
+  for field in ("hidden_size", "batch_size", "num_steps", "chunk_steps",
+                "max_length"):
+    value = config[field]
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+      raise ValueError(f"config.{field} must be a positive integer, got "
+                       f"{value!r}")
+  if config.num_steps % config.chunk_steps:
+    raise ValueError(f"config.num_steps ({config.num_steps}) must be a "
+                     f"multiple of config.chunk_steps ({config.chunk_steps})")
+  if config.estimator == "tbptt" and (
+      not isinstance(config.truncation, int) or config.truncation <= 0):
+    raise ValueError(f"config.truncation must be a positive integer, got "
+                     f"{config.truncation!r}")
+  if config.estimator == "tbptt" and config.chunk_steps % config.truncation:
+    raise ValueError(f"config.chunk_steps ({config.chunk_steps}) must be a "
+                     f"multiple of config.truncation ({config.truncation})")
+  if config.get("curriculum") not in copy_task.CURRICULA:
+    raise ValueError(f"config.curriculum must be one of "
+                     f"{copy_task.CURRICULA}, got {config.get('curriculum')!r}")
+  if config.log_every % config.chunk_steps:
+    raise ValueError("config.log_every must be a multiple of "
+                     "config.chunk_steps")
+
+
+def per_example_loss(cell, readout_params, cell_state, targets):
+  """(B,) softmax cross-entropy (nats) of the readout at `cell_state`."""
+  hidden = jax.vmap(cell.output)(cell_state)
+  return jax.vmap(readout.step_loss, in_axes=(None, 0, 0, None))(
+      readout_params, hidden, targets, 1.0)
+
+
+def make_chunk(config, cell, trainer):
+  """`(trainer_state, stream, curriculum) -> ((trainer_state, stream,
+  curriculum), CopyStepMetrics per step)` for `config.chunk_steps` steps."""
+  protocol = config.curriculum
+  rule = dict(curriculum=protocol, threshold=config.error_threshold)
+
+  def online_step(trainer_state, batch, output_weights):
+    new_state, metrics = trainer.step(trainer_state, batch)
+    if protocol == "official":  # The output phase is a part of the loss.
+      losses = per_example_loss(cell, trainer_state.params["readout"],
+                                new_state.cell_state, batch.targets)
+      output_loss = (losses * output_weights).sum()
+    else:
+      output_loss = metrics.loss_sum
+    return new_state, copy_task.CopyStepMetrics(
+        metrics.loss_sum, metrics.weight_sum, output_loss,
+        output_weights.sum())
+
+  def online_chunk(trainer_state, stream, curriculum):
+    carry, outputs = copy_task.run_chunk(
+        online_step, trainer_state, stream, curriculum, config.chunk_steps,
+        **rule)
+    return carry, outputs.metrics
+
+  def tbptt_window(carry, _):
+    """Official TBPTT: the window's steps interleave a forward pass at the
+    window's parameters with the curriculum, then one TBPTT update."""
+    trainer_state, stream, curriculum = carry
+    params = trainer_state.params
+    initial = online.broadcast_state(cell.initial_state(), config.batch_size)
+
+    def forward_step(cell_state, batch, output_weights):
+      cell_state = online.where_reset(batch.resets, initial, cell_state)
+      cell_state = jax.vmap(cell.step, in_axes=(None, 0, 0))(
+          params["cell"], cell_state, batch.inputs)
+      losses = per_example_loss(cell, params["readout"], cell_state,
+                                batch.targets)
+      return cell_state, copy_task.CopyStepMetrics(
+          (losses * batch.weights).sum(), batch.weights.sum(),
+          (losses * output_weights).sum(), output_weights.sum())
+
+    (_, stream, curriculum), outputs = copy_task.run_chunk(
+        forward_step, trainer_state.cell_state, stream, curriculum,
+        config.truncation, **rule)
+    trainer_state, _ = trainer.step(trainer_state, outputs.batches)
+    return (trainer_state, stream, curriculum), outputs.metrics
+
+  def tbptt_chunk(trainer_state, stream, curriculum):
+    if protocol == "official":
+      carry, metrics = jax.lax.scan(
+          tbptt_window, (trainer_state, stream, curriculum), None,
+          length=config.chunk_steps // config.truncation)
+      return carry, jax.tree_util.tree_map(
+          lambda a: a.reshape((-1,) + a.shape[2:]), metrics)
+    # output_only: T is fixed within the chunk; generate it whole.
+    stream, chunk = copy_task.generate(stream, curriculum.length,
+                                       config.chunk_steps,
+                                       curriculum=protocol)
+    trainer_state, metrics = trainer.run(trainer_state, chunk)
+    error_bits = metrics.loss_sum.sum() / jnp.maximum(
+        metrics.weight_sum.sum(), 1.0) / LOG2
+    length = copy_task.curriculum_update(curriculum.length, error_bits,
+                                         config.error_threshold)
+    curriculum = curriculum._replace(length=jnp.minimum(
+        length, config.max_length).astype(jnp.int32))
+    return (trainer_state, stream, curriculum), copy_task.CopyStepMetrics(
+        metrics.loss_sum, metrics.weight_sum, metrics.loss_sum,
+        metrics.weight_sum)
+
+  return tbptt_chunk if config.estimator == "tbptt" else online_chunk
+
+
+def make_experiment(config) -> runner.Experiment:
+  """The Copy task's pieces for `runner.run`."""
+  validate(config)
+  cell = online_setup.make_cell(config)
+
+  def init(key, hparams):
+    params_key, trainer_key, data_key = jax.random.split(key, 3)
+    params = online_setup.init_params(cell, params_key, copy_task.VOCAB_SIZE,
+                                      copy_task.VOCAB_SIZE)
+    trainer = online_setup.make_trainer(config, cell, **hparams)
+    curriculum = copy_task.curriculum_init()
+    return {
+        "trainer": trainer.init(params, trainer_key, config.batch_size),
+        "stream": copy_task.stream_init(data_key, config.batch_size,
+                                        config.max_length),
+        "curriculum_length": curriculum.length,
+        "error_ema": curriculum.error_ema,
+        "hparams": hparams,
+    }
+
+  def train_chunk(state):
+    trainer = online_setup.make_trainer(config, cell, **state["hparams"])
+    chunk = make_chunk(config, cell, trainer)
+    curriculum = copy_task.CurriculumState(state["curriculum_length"],
+                                           state["error_ema"])
+    (trainer_state, stream, curriculum), metrics = chunk(
+        state["trainer"], state["stream"], curriculum)
+    state = {"trainer": trainer_state, "stream": stream,
+             "curriculum_length": curriculum.length,
+             "error_ema": curriculum.error_ema, "hparams": state["hparams"]}
+    sums = {name: value.sum() for name, value in metrics._asdict().items()}
+    return state, {**sums, "curriculum_length": curriculum.length,
+                   "error_ema": curriculum.error_ema}
+
+  def summarize(window):
+    total = {name: sum(float(m[name]) for m in window)
+             for name in copy_task.CopyStepMetrics._fields}
+    record = {
+        "loss_bits": total["loss_sum"] / max(total["weight_sum"], 1.0) / LOG2,
+        "loss_bits_positions": ("all" if config.curriculum == "official"
+                                else "output"),
+        "output_error_bits": (total["output_loss_sum"] /
+                              max(total["output_weight_sum"], 1.0) / LOG2),
+        "curriculum_length": int(window[-1]["curriculum_length"])}
+    if config.curriculum == "official":
+      record["error_ema_bits"] = float(window[-1]["error_ema"])
+    return record
+
+  name = (f"Copy task | {online_setup.describe(config)} | {config.cell}-"
+          f"{config.hidden_size} | batch {config.batch_size} | lr "
+          f"{config.learning_rate:.3g} | curriculum {config.curriculum}")
+  return runner.Experiment(
+      name=name, init=init, train_chunk=train_chunk,
+      chunk_steps=config.chunk_steps, summarize=summarize,
+      examples_per_step=config.batch_size,
+      swept_hparams=("learning_rate",),
+      batch_axes=online_setup.batch_axes, batch_size=config.batch_size,
+      progress_fields=("loss_bits", "output_error_bits",
+                       "curriculum_length"))
+
+
+def train(config, workdir: str) -> dict:
+  """Runs (or resumes) the Copy-task run; returns the last metrics record."""
+  records = runner.run(config, workdir, make_experiment(config))
+  return records[-1] if records else {}

@@ -1,0 +1,73 @@
+"""Properties of the benchmark's counters and fitter (no timing is checked)."""
+
+import importlib.util
+import pathlib
+
+import jax
+import numpy as np
+import pytest
+
+from experiments.online.setup import init_params
+from rtrl import cells, estimators
+
+_PATH = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "bench_rtrl.py"
+_SPEC = importlib.util.spec_from_file_location("bench_rtrl", _PATH)
+bench = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(bench)
+
+
+@pytest.mark.parametrize("cell_name", ["rnn", "rhn", "lstm"])
+@pytest.mark.parametrize("name", ["rtrl", "uoro", "kf", "kf_avg", "kf_approx",
+                                  "ok", "ok_biased", "ktp"])
+def test_memory_counter_matches_analytic_size(cell_name, name):
+  for n, rank in ((7, 3),):
+    cell = cells.make(cell_name, n)
+    params = init_params(cell, jax.random.PRNGKey(0), 4, 4)
+    rank = rank if name in bench.RANKED else None
+    estimator = estimators.make(name, cell, **({"rank": rank} if rank else {}))
+    assert bench.tangent_floats(estimator, cell, params["cell"]) == \
+        bench.analytic_tangent_floats(name, rank, cell, 4)
+
+
+def test_memory_exponents_follow_table_1_at_large_n():
+  """Analytic sizes (which the counter matches) have Table 1's exponents."""
+  cell_sizes = [256, 512, 1024]
+  for name, (_, mem_exponent) in bench.PAPER.items():
+    if name == "tbptt":
+      continue
+    floats = [bench.analytic_tangent_floats(name, 4, cells.make("rhn", n), 4)
+              for n in cell_sizes]
+    assert abs(bench.fit_exponent(cell_sizes, floats) - mem_exponent) < 0.05
+
+
+def test_fit_exponent_recovers_known_exponent():
+  rng = np.random.default_rng(0)
+  ns = [16, 32, 64, 128]
+  for exponent in (1.0, 2.0, 3.0, 4.0):
+    noisy = [7e-6 * n**exponent * rng.uniform(0.97, 1.03) for n in ns]
+    assert abs(bench.fit_exponent(ns, noisy) - exponent) < 0.05
+  assert np.isnan(bench.fit_exponent([16], [1.0]))
+
+
+def test_tbptt_residuals_grow_linearly_with_truncation():
+  cell = cells.make("rhn", 6)
+  params = init_params(cell, jax.random.PRNGKey(0), 4, 4)["cell"]
+  one, four = (bench.tbptt_residual_floats(cell, params, t) for t in (1, 4))
+  assert four == 4 * one > 0
+
+
+@pytest.mark.slow
+def test_smoke_tiny_run(tmp_path, capsys):
+  out = tmp_path / "bench.json"
+  bench.main(["--sizes", "4", "--ranks", "1", "--estimators", "kf_avg,ok,tbptt",
+              "--steps", "2", "--repeats", "1", "--truncation", "2",
+              "--breakdown_sizes", "4", "--json", str(out)])
+  printed = capsys.readouterr().out
+  assert "OK at n=4" in printed and "GFLOP/s" in printed
+  assert "fitted exponents" in printed
+  assert out.exists()
+
+
+def test_bad_estimator_name_is_rejected():
+  with pytest.raises(SystemExit):
+    bench.main(["--estimators", "nope"])
