@@ -4,6 +4,7 @@
   python scripts/reproduce.py --list
   python scripts/reproduce.py ok_fig1 --scale small --workdir runs/reproduce
   python scripts/reproduce.py ok_fig2_table2 --scale paper --workdir runs/paper
+  python scripts/reproduce.py ok_fig1 --scale paper --plan   # cost, no training
 
 `--scale paper` uses the paper's settings (sizes, batches, step counts, 5
 seeds, the learning-rate grid with best-of selection); `--scale small` a
@@ -11,6 +12,10 @@ documented reduction that finishes in about 30 minutes on a 2-core CPU. Each
 curve trains all its seeds and learning rates as one compiled program; a
 rerun resumes unfinished curves and skips finished ones. Results:
 `WORKDIR/TARGET/{figure.png, table.md, table.json}` and one workdir per curve.
+`--plan` trains nothing: it times a short run of each of the target's
+programs at its real sizes and prints (and writes to
+`WORKDIR/TARGET/plan_SCALE.md`) their run-steps, memory and expected time here
+(`experiments/reproduce/plan.py`).
 """
 
 from __future__ import annotations
@@ -19,12 +24,14 @@ import argparse
 import ast
 import os
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
 
 from experiments import reproduce  # noqa: E402  pylint: disable=g-import-not-at-top
+from experiments.reproduce import plan  # noqa: E402  pylint: disable=g-import-not-at-top
 
 
 def _parse_value(text: str):
@@ -48,6 +55,8 @@ def main(argv=None) -> int:
                       metavar="FIELD=VALUE",
                       help="override a config field in every curve that has "
                       "it (e.g. --set num_steps=2000); repeatable")
+  parser.add_argument("--plan", action="store_true",
+                      help="measure each program's cost; train nothing")
   args = parser.parse_args(argv)
   overrides = {}
   for item in args.set:
@@ -65,6 +74,8 @@ def main(argv=None) -> int:
           file=sys.stderr)
     return 2
   _, fn = targets[args.target]
+  if args.plan:
+    return _plan(args.target, fn, args.scale, args.workdir, overrides)
   start = time.perf_counter()
   with reproduce.common.overriding(overrides):
     result = fn(args.scale, args.workdir)
@@ -72,6 +83,20 @@ def main(argv=None) -> int:
   print(f"\n{args.target} ({args.scale}) done in {minutes:.1f} min. Files:")
   for path in result.files:
     print(f"  {path}")
+  return 0
+
+
+def _plan(target: str, fn, scale: str, workdir: str, overrides: dict) -> int:
+  """Runs `fn` in plan mode in a scratch folder; prints and saves the plan."""
+  with tempfile.TemporaryDirectory() as scratch, plan.planning() as plans, \
+      reproduce.common.overriding(overrides):
+    fn(scale, scratch)
+  text = plan.table(target, scale, plans)
+  print("\n" + text)
+  out = os.path.join(workdir, target)
+  os.makedirs(out, exist_ok=True)
+  with open(os.path.join(out, f"plan_{scale}.md"), "w") as f:
+    f.write(text + "\n")
   return 0
 
 

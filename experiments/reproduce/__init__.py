@@ -1,31 +1,29 @@
 """Reproduction targets: one function per figure or table of the papers.
 
-`TARGETS` maps a name (`ok_fig1`, ...) to `fn(scale, workdir) -> Result`;
-`scripts/reproduce.py` runs them. The OK paper's targets live in
-`ok_paper.py`; the RLS paper's, when present, in `rls_paper.py`.
+`targets()` maps a name (`ok_fig1`, ...) to `fn(scale, workdir) -> Result`;
+`scripts/reproduce.py` runs them. The OK paper's figures are in
+`ok_paper.py` (the cosine figures' shared runs in `cosine_figures.py`), the
+official code's logs against our official presets in `ok_official.py`, the
+RLS paper's figures in `rls_paper.py`; what every target shares (curves,
+learning-rate selection, plots, tables) in `common.py`, and `--plan`'s
+measurements in `plan.py`. A new target is a function in one of the target
+modules, added to its `TARGETS`.
 """
 
 from __future__ import annotations
 
-import importlib
-
 from experiments.reproduce import common
+from experiments.reproduce import ok_official
+from experiments.reproduce import ok_paper
+from experiments.reproduce import rls_paper
 
-_MODULES = ("ok_paper", "rls_paper")
+_MODULES = (ok_paper, ok_official, rls_paper)
 
 
 def targets() -> dict:
-  """Every target of every paper module present, by name."""
-  found = {}
-  for name in _MODULES:
-    try:
-      module = importlib.import_module(f"experiments.reproduce.{name}")
-    except ModuleNotFoundError as e:
-      if e.name != f"experiments.reproduce.{name}":
-        raise
-      continue
-    found.update({t: (module, fn) for t, fn in module.TARGETS.items()})
-  return found
+  """Every target of every paper module, by name: `(module, fn)`."""
+  return {name: (module, fn) for module in _MODULES
+          for name, fn in module.TARGETS.items()}
 
 
 def describe(fn) -> str:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
-import importlib.util
 import json
 import os
 from typing import Any, Callable, Sequence
@@ -23,7 +22,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from experiments.loop import workdir as workdir_lib
+from experiments.loop import run_axes
 from experiments.loop.config_files import load_config
+from experiments.reproduce import plan
 
 SCALES = ("small", "paper")
 
@@ -114,8 +115,12 @@ def _finished(config, curve_dir: str) -> bool:
 def run_curve(curve: Curve, workdir: str) -> tuple[list[dict], dict, list]:
   """Trains (or resumes) one curve; returns its records, summary and runs.
   A finished curve (same config) is read, not rerun."""
-  module = importlib.import_module(f"experiments.{curve.experiment}")
   config = make_config(curve)
+  if plan.active() is not None:
+    plan.measure(curve.label, curve.experiment, config)
+    return [], {}, run_axes.run_grid(config, tuple(
+        name for name in plan.SWEPT if name in config))
+  module = importlib.import_module(f"experiments.{curve.experiment}")
   curve_dir = os.path.join(workdir, curve.dirname)
   if _finished(config, curve_dir):
     print(f"=== {curve.label}: finished in {curve_dir}", flush=True)

@@ -1,11 +1,13 @@
 """The OK paper's figures and tables (Benzing et al. 2019), one function each.
 
-Every target takes `(scale, workdir)`. `scale='paper'` uses the paper's
-settings: RHN sizes and batch sizes as stated, 5 seeds, the learning-rate
-grid {10^-2.5, 10^-3, 10^-3.5, 10^-4} with the best rate per curve chosen by
-the mean over seeds (final curriculum length on Copy, best validation BPC on
-PTB), the official Copy curriculum, and the official code's step counts
-(Copy: 4M steps, as its logs; PTB: 1M). `scale='small'` is the documented
+Every target takes `(scale, workdir)`. `scale='paper'` builds on the
+`official` presets (`configs/copy_task.py:official`, `configs/ptb.py:official`:
+the official code's initialisation, clipping, resets and Copy curriculum)
+and adds the paper's settings: RHN sizes and batch sizes as stated, 5 seeds,
+the learning-rate grid {10^-2.5, 10^-3, 10^-3.5, 10^-4} with the best rate per
+curve chosen by the mean over seeds (final curriculum length on Copy, best
+validation BPC on PTB), and the official code's step counts (Copy: 4M steps,
+as its logs; PTB: 1M). `scale='small'` is the documented
 reduction that finishes in about 30 minutes on a 2-core CPU: smaller RHNs,
 fewer steps, 2 seeds and 2 learning rates (see `SMALL` in each target).
 Results go to `workdir/<target>/`: one sub-workdir per curve (resumable),
@@ -41,6 +43,13 @@ def _copy_base(scale: str, batch_size: int) -> dict:
               learning_rates=SMALL_LEARNING_RATES, num_steps=20_000,
               curriculum="official", chunk_steps=400, log_every=2000,
               checkpoint_every=4000)
+
+
+def _copy(label: str, scale: str, overrides: dict) -> Curve:
+  """A Copy-task curve; at paper scale on the `official` preset (the
+  official code's initialisation, clipping and curriculum)."""
+  return Curve(label, "copy_task", overrides,
+               "official" if scale == "paper" else "")
 
 
 def _estimator(name: str, rank: int = 0, truncation: int = 0) -> dict:
@@ -95,14 +104,11 @@ def ok_fig1(scale: str, workdir: str) -> common.Result:
   short, long = (50, 80) if scale == "paper" else (20, 40)
   chunk = 400
   curves = [
-      Curve(f"{rank}-OK", "copy_task", {**base, **_estimator("ok", rank)}),
-      Curve(f"{rank}-KF-AVG", "copy_task",
-            {**base, **_estimator("kf_avg", rank)}),
-      Curve(f"TBPTT-{short}", "copy_task",
-            {**base, **_estimator("tbptt", truncation=short),
+      _copy(f"{rank}-OK", scale, {**base, **_estimator("ok", rank)}),
+      _copy(f"{rank}-KF-AVG", scale, {**base, **_estimator("kf_avg", rank)}),
+      _copy(f"TBPTT-{short}", scale, {**base, **_estimator("tbptt", truncation=short),
              "chunk_steps": chunk}),
-      Curve(f"TBPTT-{long}", "copy_task",
-            {**base, **_estimator("tbptt", truncation=long),
+      _copy(f"TBPTT-{long}", scale, {**base, **_estimator("tbptt", truncation=long),
              "chunk_steps": chunk}),
   ]
   paper = [("16-OK", 42), ("16-KF-AVG", 32), ("TBPTT-50", 33),
@@ -119,14 +125,11 @@ def ok_fig4(scale: str, workdir: str) -> common.Result:
   are our reading. Small: RHN 32, batch 64, 20k steps."""
   base = _copy_base(scale, 256 if scale == "paper" else 64)
   curves = [
-      Curve("16-KTP", "copy_task", {**base, **_estimator("ktp", 16)}),
-      Curve("KF-RTRL", "copy_task", {**base, **_estimator("kf")}),
-      Curve("KF-RTRL-16-APPROX", "copy_task",
-            {**base, **_estimator("kf_approx", 16)}),
-      Curve("KF-RTRL-4-APPROX", "copy_task",
-            {**base, **_estimator("kf_approx", 4)}),
-      Curve("KF-RTRL-1-APPROX", "copy_task",
-            {**base, **_estimator("kf_approx", 1)}),
+      _copy("16-KTP", scale, {**base, **_estimator("ktp", 16)}),
+      _copy("KF-RTRL", scale, {**base, **_estimator("kf")}),
+      _copy("KF-RTRL-16-APPROX", scale, {**base, **_estimator("kf_approx", 16)}),
+      _copy("KF-RTRL-4-APPROX", scale, {**base, **_estimator("kf_approx", 4)}),
+      _copy("KF-RTRL-1-APPROX", scale, {**base, **_estimator("kf_approx", 1)}),
   ]
   paper = {"16-KTP": 17, "KF-RTRL": 33, "KF-RTRL-16-APPROX": 32}
   return _copy_figure("ok_fig4", curves, workdir,
@@ -144,14 +147,10 @@ def ok_fig12(scale: str, workdir: str) -> common.Result:
   small_batch = _copy_base(scale, 16)
   large_batch = _copy_base(scale, 256 if scale == "paper" else 64)
   curves = [
-      Curve(f"{rank}-OK", "copy_task",
-            {**small_batch, **_estimator("ok", rank)}),
-      Curve(f"{rank}-B-OK", "copy_task",
-            {**small_batch, **_estimator("ok_biased", rank)}),
-      Curve("1-OK (large batch)", "copy_task",
-            {**large_batch, **_estimator("ok", 1)}),
-      Curve("1-B-OK (large batch)", "copy_task",
-            {**large_batch, **_estimator("ok_biased", 1)}),
+      _copy(f"{rank}-OK", scale, {**small_batch, **_estimator("ok", rank)}),
+      _copy(f"{rank}-B-OK", scale, {**small_batch, **_estimator("ok_biased", rank)}),
+      _copy("1-OK (large batch)", scale, {**large_batch, **_estimator("ok", 1)}),
+      _copy("1-B-OK (large batch)", scale, {**large_batch, **_estimator("ok_biased", 1)}),
   ]
   paper = ["16-OK", "16-B-OK", "1-OK (batch 256)", "1-B-OK (batch 256)"]
   return _copy_figure("ok_fig12", curves, workdir,
@@ -172,7 +171,7 @@ def _ptb_curves(scale: str, batch_size: int) -> list[Curve]:
                 learning_rates=PAPER_LEARNING_RATES, num_steps=1_000_000,
                 chunk_steps=100, log_every=1000, eval_every=10_000,
                 checkpoint_every=10_000)
-    preset = ""
+    preset = "official"
   else:
     base = dict(batch_size=batch_size // 2, num_seeds=2,
                 learning_rates=SMALL_LEARNING_RATES, num_steps=6000,

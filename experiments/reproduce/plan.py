@@ -1,0 +1,193 @@
+"""What a reproduction target costs, before it runs (`reproduce.py --plan`).
+
+Under `planning()` a target runs as usual but trains nothing: every program
+it would run (a curve: all its seeds and learning rates in one vmapped
+program; or one gradient-cosine run) is measured instead, by a short run of
+that very program in a child process: a few chunks at the target's own
+sizes, timed after the first chunk (so compilation is excluded), the child's
+peak resident memory read from the operating system. The plan row is the
+program's run-steps (`num_steps` x runs), its time per step and the expected
+time of the whole program on this machine. Nothing of the target's output is
+kept: `scripts/reproduce.py --plan` runs it in a temporary workdir.
+
+Not measured: the periodic evaluations (char-PTB's whole-split valid BPC
+every `eval_every` steps, the classifiers' epoch-end test pass), which a
+full run adds on top.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+from experiments.loop import config_files
+from experiments.loop import run_axes
+
+# Chunks timed after the first (compiling) one, and their length.
+MEASURED_CHUNKS = 2
+MEASURE_CHUNK_STEPS = 20
+# Training examples of the full datasets (a classifier's steps per epoch).
+TRAIN_EXAMPLES = {"mnist": 60_000, "cifar10": 50_000, "imdb": 25_000}
+
+
+@dataclasses.dataclass
+class ProgramPlan:
+  """One program of a target: what it runs and what it costs here."""
+  label: str
+  experiment: str
+  runs: int
+  num_steps: int
+  seconds_per_step: float       # the whole program's step (all its runs)
+  peak_memory_mib: float        # the measuring process's peak RSS
+
+  @property
+  def run_steps(self) -> int:
+    return self.runs * self.num_steps
+
+  @property
+  def expected_seconds(self) -> float:
+    return self.num_steps * self.seconds_per_step
+
+
+def duration(seconds: float) -> str:
+  """`seconds` as minutes, hours or days, whichever reads best."""
+  if seconds < 3600:
+    return f"{seconds / 60:.1f} min"
+  if seconds < 3 * 86400:
+    return f"{seconds / 3600:.1f} h"
+  return f"{seconds / 86400:.1f} d"
+
+
+_ACTIVE: list[list[ProgramPlan]] = []
+
+
+@contextlib.contextmanager
+def planning():
+  """Within the block, `active()` is a list collecting `ProgramPlan`s."""
+  plans: list[ProgramPlan] = []
+  _ACTIVE.append(plans)
+  try:
+    yield plans
+  finally:
+    _ACTIVE.pop()
+
+
+def active() -> list[ProgramPlan] | None:
+  return _ACTIVE[-1] if _ACTIVE else None
+
+
+def _short_config(experiment: str, config) -> tuple[Any, int, int]:
+  """`(config for a few measured chunks, chunks it runs, steps per chunk)`."""
+  short = config_files.load_config(experiment)
+  short.update(config.to_dict())
+  if experiment in TRAIN_EXAMPLES:  # Epochs of a data subset.
+    steps = 10
+    short.train_limit = short.batch_size * steps
+    short.epochs = 1 + MEASURED_CHUNKS
+    return short, short.epochs, steps
+  # Short chunks keep a paper-scale measurement to minutes; TBPTT's chunk
+  # must hold whole windows.
+  chunk = MEASURE_CHUNK_STEPS
+  if short.get("estimator") == "tbptt":
+    chunk = short.truncation * max(1, MEASURE_CHUNK_STEPS // short.truncation)
+  short.chunk_steps = chunk
+  short.num_steps = chunk * (1 + MEASURED_CHUNKS)
+  for field in ("log_every", "checkpoint_every"):
+    if field in short:
+      short[field] = chunk
+  if "eval_every" in short:
+    short.eval_every = 10 ** 9 // chunk * chunk  # Not within the short run.
+  if "checkpoint_dir" in short:
+    short.checkpoint_dir = ""  # A fresh network costs the same.
+  return short, 1 + MEASURED_CHUNKS, chunk
+
+
+def _full_steps(experiment: str, config) -> int:
+  if experiment in TRAIN_EXAMPLES:
+    examples = config.train_limit or TRAIN_EXAMPLES[experiment]
+    return config.epochs * math.ceil(examples / config.batch_size)
+  return config.num_steps
+
+
+def _child_code(experiment: str, config_json: str, workdir: str) -> str:
+  return (
+      "import json, time, importlib, ml_collections\n"
+      f"module = importlib.import_module('experiments.{experiment}')\n"
+      f"config = ml_collections.ConfigDict(json.loads({config_json!r}))\n"
+      "start = time.perf_counter()\n"
+      f"module.train(config, {workdir!r})\n"
+      "print('PLAN_WALL', time.perf_counter() - start)\n")
+
+
+def _run_child(experiment: str, config, workdir: str) -> tuple[list, float,
+                                                                 float]:
+  """Runs `config` in a child; returns (records, wall seconds, peak MiB)."""
+  code = _child_code(experiment, json.dumps(config.to_dict()), workdir)
+  repo = config_files.REPO_ROOT
+  env = {**os.environ, "PYTHONPATH": repo + os.pathsep +
+         os.environ.get("PYTHONPATH", "")}
+  process = subprocess.Popen([sys.executable, "-c", code], cwd=repo, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+  output = process.stdout.read()
+  _, status, usage = os.wait4(process.pid, 0)
+  process.returncode = os.waitstatus_to_exitcode(status)
+  if process.returncode:
+    raise RuntimeError(f"measuring {experiment} failed:\n{output[-3000:]}")
+  wall = float(output.rsplit("PLAN_WALL", 1)[1].split()[0])
+  from experiments.loop import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  records = (workdir_lib.read_metrics(workdir)
+             if os.path.exists(os.path.join(workdir, "metrics.jsonl")) else [])
+  return records, wall, usage.ru_maxrss / 1024  # Linux reports KiB.
+
+
+# Hyper-parameters that runs may sweep (the plural field holds the list).
+SWEPT = ("learning_rate", "ratio", "gradient_scale")
+
+
+def measure(label: str, experiment: str, config) -> ProgramPlan:
+  """Times `config`'s program by a short run and records its plan."""
+  runs = len(run_axes.run_grid(config, tuple(
+      name for name in SWEPT if name in config)))
+  short, chunks, steps_per_chunk = _short_config(experiment, config)
+  with tempfile.TemporaryDirectory() as workdir:
+    records, wall, memory = _run_child(experiment, short, workdir)
+  rates = [r["steps_per_second"] for r in records[1:]
+           if isinstance(r.get("steps_per_second"), (int, float))]
+  if rates:
+    seconds_per_step = 1 / (sum(rates) / len(rates))
+  else:  # A tool without per-chunk records: whole wall, compile included.
+    seconds_per_step = wall / (chunks * steps_per_chunk)
+  plan = ProgramPlan(label, experiment, runs, _full_steps(experiment, config),
+                     seconds_per_step, memory)
+  print(f"  planned {label}: {plan.runs} runs x {plan.num_steps:,} steps, "
+        f"{plan.seconds_per_step * 1e3:.1f} ms/step, "
+        f"{duration(plan.expected_seconds)}, {plan.peak_memory_mib:.0f} MiB",
+        flush=True)
+  active().append(plan)
+  return plan
+
+
+def table(target: str, scale: str, plans: list[ProgramPlan]) -> str:
+  """The plan as a Markdown table with a total row."""
+  lines = [f"# Plan: {target} --scale {scale} (measured on this machine)", "",
+           "| program | experiment | runs | steps | run-steps | ms/step "
+           "(program) | peak memory MiB | expected time |",
+           "|---|---|---|---|---|---|---|---|"]
+  for p in plans:
+    lines.append(f"| {p.label} | {p.experiment} | {p.runs} | "
+                 f"{p.num_steps:,} | {p.run_steps:,} | "
+                 f"{p.seconds_per_step * 1e3:.1f} | "
+                 f"{p.peak_memory_mib:.0f} | {duration(p.expected_seconds)} |")
+  total = sum(p.expected_seconds for p in plans)
+  lines.append(f"| total | | | | {sum(p.run_steps for p in plans):,} | | "
+               f"{max((p.peak_memory_mib for p in plans), default=0):.0f} "
+               f"| {duration(total)} |")
+  return "\n".join(lines)
