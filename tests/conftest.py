@@ -20,8 +20,8 @@ def data_root() -> pathlib.Path:
   return shared_data_root()
 
 
-# Read once, when pytest loads this file: loader tests clear $DATA_DIR with
-# an autouse fixture to test the download path, and still need the real data.
+# Read once, when pytest loads this file: loader tests clear $DATA_DIR
+# (`no_data_dir_env`) to test the download path, and still need the real data.
 SHARED_DATA_ROOT = shared_data_root()
 
 
@@ -34,6 +34,12 @@ def dataset_dir_or_skip(name: str) -> pathlib.Path:
     pytest.skip(f"real dataset '{name}' not found at {path} "
                 f"(set DATA_DIR or place ../shared/data/{name} beside the repo)")
   return path
+
+
+@pytest.fixture
+def no_data_dir_env(monkeypatch):
+  """Unsets $DATA_DIR, so that a loader falls back on its download cache."""
+  monkeypatch.delenv("DATA_DIR", raising=False)
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import numpy as np
 from experiments.classifier import experiment as classifier
 from experiments.classifier import models as classifier_models
 from experiments.loop import runner
-from experiments.data import cifar10 as cifar10_data
+from experiments.data import cifar10
 
 
 def make_model(config) -> classifier_models.MiniVGG:
@@ -32,7 +32,7 @@ def make_model(config) -> classifier_models.MiniVGG:
 def load_data(config, data: dict | None = None) -> tuple[dict, tuple]:
   """uint8 image arrays and labels, and the per-channel (mean, std)."""
   if data is None:
-    data = cifar10_data.load_cifar10(config.data_dir)
+    data = cifar10.load_cifar10(config.data_dir)
   limit = config.train_limit or None
   to_uint8 = lambda x: np.rint(np.asarray(x) * 255).astype(np.uint8)
   train = to_uint8(data["train_images"][:limit])

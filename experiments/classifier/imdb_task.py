@@ -20,7 +20,7 @@ from absl import app
 from experiments.classifier import experiment as classifier
 from experiments.classifier import models as classifier_models
 from experiments.loop import runner
-from experiments.data import imdb as imdb_data
+from experiments.data import imdb
 
 
 def make_model(config) -> classifier_models.SentimentLSTM:
@@ -32,9 +32,8 @@ def make_model(config) -> classifier_models.SentimentLSTM:
 def load_data(config, data: dict | None = None) -> dict:
   """Token-id arrays and labels (`train_limit` keeps a balanced prefix)."""
   if data is None:
-    data = imdb_data.load_imdb(config.data_dir, config.vocab_size,
-                               config.max_length, config.truncate,
-                               config.pad)
+    data = imdb.load_imdb(config.data_dir, config.vocab_size,
+                          config.max_length, config.truncate, config.pad)
   train_tokens, train_labels = data["train_tokens"], data["train_labels"]
   if config.train_limit:
     # Reviews are stored neg then pos: take every k-th for a balanced subset.
@@ -59,8 +58,8 @@ def train(config, workdir: str, data: dict | None = None) -> list[dict]:
     data: optional preloaded `load_imdb` dict with the config's vocabulary
       size and length (tests reuse one load).
   """
-  imdb_data.check_sequence_args(config.vocab_size, config.max_length,
-                                config.truncate, config.pad)
+  imdb.check_sequence_args(config.vocab_size, config.max_length,
+                           config.truncate, config.pad)
   arrays = load_data(config, data)
   model = make_model(config)
   name = (f"IMDB embed {config.embed_dim} + {config.num_layers}x LSTM "

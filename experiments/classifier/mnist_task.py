@@ -26,9 +26,9 @@ import optax
 from experiments.classifier import experiment as classifier
 from experiments.classifier import models as classifier_models
 from experiments.loop import runner
-from experiments.data import mnist as mnist_data
+from experiments.data import mnist
 
-NUM_CLASSES = mnist_data.NUM_CLASSES
+NUM_CLASSES = mnist.NUM_CLASSES
 FNN = classifier_models.FNN
 LOSSES = classifier.LOSSES
 make_optimizer = classifier.make_optimizer
@@ -37,7 +37,7 @@ make_optimizer = classifier.make_optimizer
 def load_data(config, data: dict | None = None) -> dict[str, np.ndarray]:
   """`train_inputs` (n, 784) float32 in [0, 1], labels, and the test set."""
   if data is None:
-    data = mnist_data.load_mnist(config.data_dir)
+    data = mnist.load_mnist(config.data_dir)
   limit = config.train_limit or None
   return {"train_inputs": data["train_images"][:limit],
           "train_labels": data["train_labels"][:limit],

@@ -1,13 +1,10 @@
 """CIFAR-10 from the standard python-pickle batches, given a folder or downloaded.
 
-Where the batches come from, in order:
-
-1. `data_dir`, when given: either the `cifar-10-batches-py/` folder itself or a
-   folder that contains it.
-2. `$DATA_DIR/cifar10` (same two layouts), when `DATA_DIR` is set.
-3. A cache folder (`cache_dir`, else `~/.cache/rtrl_rls/cifar10`): the
-   canonical `cifar-10-python.tar.gz` is downloaded there, its md5 checked,
-   and extracted.
+The folder is found as for every dataset (see `files`): `data_dir`, else
+`$DATA_DIR/cifar10`, each either the `cifar-10-batches-py/` folder itself or
+a folder that contains it; else the cache (`cache_dir`, default
+`files.cache_dir("cifar10")`), where the canonical `cifar-10-python.tar.gz` is
+downloaded, its md5 checked, and extracted.
 
 The full dataset has `data_batch_1..5` (10,000 images each) and `test_batch`
 (10,000). The loader needs `test_batch` and at least one training batch, and
@@ -32,7 +29,7 @@ import tarfile
 from absl import logging
 import numpy as np
 
-from experiments.data import archive
+from experiments.data import files
 
 URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 MD5 = "c58f30108f718f92721af3b95e74349a"
@@ -40,10 +37,9 @@ FOLDER = "cifar-10-batches-py"
 TRAIN_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))
 TEST_BATCH = "test_batch"
 IMAGES_PER_BATCH = 10_000
+# Labels 0..9: airplane, automobile, bird, cat, deer, dog, frog, horse, ship,
+# truck.
 NUM_CLASSES = 10
-IMAGE_SHAPE = (32, 32, 3)
-LABEL_NAMES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog",
-               "horse", "ship", "truck")
 
 # The only globals a CIFAR-10 pickle (python 2 or 3, any numpy) refers to.
 _ALLOWED_GLOBALS = {
@@ -164,15 +160,14 @@ def find_batches(folder: str | os.PathLike) -> BatchReport:
   folder = _batches_folder(pathlib.Path(folder).expanduser())
   present = tuple(n for n in TRAIN_BATCHES if (folder / n).is_file())
   missing = tuple(n for n in TRAIN_BATCHES if n not in present)
-  listing = (sorted(p.name for p in folder.iterdir()) if folder.is_dir()
-             else "the folder does not exist")
   if not present or not (folder / TEST_BATCH).is_file():
     absent = ([TEST_BATCH] if not (folder / TEST_BATCH).is_file() else []) + (
         ["any of " + ", ".join(TRAIN_BATCHES)] if not present else [])
     raise FileNotFoundError(
         f"CIFAR-10: {folder} lacks {' and '.join(absent)} (it has: "
-        f"{listing}). Put the standard python batches ({FOLDER}/ from "
-        f"{URL}) there, or pass another data_dir / set DATA_DIR.")
+        f"{files.listing(folder)}). Put the standard python batches "
+        f"({FOLDER}/ from {URL}) in a folder and "
+        f"{files.how_to_provide('cifar10')}.")
   return BatchReport(folder, present, missing)
 
 
@@ -186,13 +181,12 @@ def _extract(archive_path: pathlib.Path, into: pathlib.Path) -> None:
 def resolve_folder(data_dir=None, cache_dir=None,
                    download: bool = True) -> pathlib.Path:
   """The folder to read: `data_dir`, `$DATA_DIR/cifar10`, or the cache."""
-  if data_dir is None and os.environ.get("DATA_DIR"):
-    data_dir = os.path.join(os.environ["DATA_DIR"], "cifar10")
-  if data_dir is not None:
-    return pathlib.Path(data_dir).expanduser()
-  cache = pathlib.Path(cache_dir or archive.default_cache_dir("cifar10"))
+  folder = files.data_folder(data_dir, "cifar10")
+  if folder is not None:
+    return folder
+  cache = pathlib.Path(cache_dir or files.cache_dir("cifar10"))
   if not (cache / FOLDER / TEST_BATCH).is_file():
-    tgz = archive.cached_archive(URL, MD5, cache, download, "CIFAR-10")
+    tgz = files.cached_archive(URL, MD5, cache, download, "CIFAR-10")
     _extract(tgz, cache)
   return cache / FOLDER
 
@@ -203,9 +197,9 @@ def load_cifar10(data_dir: str | os.PathLike | None = None,
   """Loads CIFAR-10 as float images in [0, 1] (NHWC) and int32 labels.
 
   Args:
-    data_dir: `cifar-10-batches-py/` or its parent. None: `$DATA_DIR/cifar10`
-      if `DATA_DIR` is set, else the download cache.
-    cache_dir: download cache (default `~/.cache/rtrl_rls/cifar10`).
+    data_dir: `cifar-10-batches-py/` or its parent. None or "":
+      `$DATA_DIR/cifar10` if `DATA_DIR` is set, else the download cache.
+    cache_dir: download cache (default `files.cache_dir("cifar10")`).
     download: whether the archive may be downloaded into the cache.
 
   Returns:

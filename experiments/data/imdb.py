@@ -1,11 +1,13 @@
 """IMDB movie reviews (Maas et al. 2011) as padded token-id sequences.
 
-Source, in order: `data_dir` (when given), else `$DATA_DIR/imdb`, else the
-cache folder, where the canonical `aclImdb_v1.tar.gz` is downloaded (md5
-checked). A data folder may hold the extracted `aclImdb/` folder (or be it),
-or a `.tar.gz` of it (`aclImdb_v1.tar.gz`, or `aclImdb_labeled.tar.gz` as in
-`../shared/data/imdb`). Only `{train,test}/{pos,neg}/*.txt` are read (label 1 =
-pos); `train/unsup` is ignored.
+The source is found as for every dataset (see `files`): `data_dir`, else
+`$DATA_DIR/imdb`, else the cache (`cache_dir`, default
+`files.cache_dir("imdb")`), where the canonical `aclImdb_v1.tar.gz` is
+downloaded (md5 checked). A data folder may hold the extracted `aclImdb/`
+folder (or be it), or a `.tar.gz` of it (`aclImdb_v1.tar.gz`, or
+`aclImdb_labeled.tar.gz` as in `../shared/data/imdb`). Only
+`{train,test}/{pos,neg}/*.txt` are read (label 1 = pos); `train/unsup` is
+ignored.
 
 Tokenizer (`tokenize`, documented because results depend on it): lower-case;
 HTML line breaks `<br />` become spaces; a token is a maximal run of letters
@@ -26,8 +28,7 @@ last. `'post'` does the opposite.
 
 Cache: the tokenised corpus (every review as ids into the full train-frequency
 ranking of words, independent of `vocab_size` and `max_length`) is kept as
-`imdb_tokens_v1_<key>.npz` in `cache_dir` (default
-`~/.cache/rtrl_rls/imdb`, never inside the repository), keyed by the source's
+`imdb_tokens_v1_<key>.npz` in the same cache folder, keyed by the source's
 path, size and modification time, so a second run (any vocabulary size or
 length) starts in about a second.
 """
@@ -40,12 +41,12 @@ import os
 import pathlib
 import re
 import tarfile
-from typing import Iterable, Iterator
+from typing import Iterable
 
 from absl import logging
 import numpy as np
 
-from experiments.data import archive
+from experiments.data import files
 
 URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
 MD5 = "7c2ac02c03563afcf9b574c7e56c153a"
@@ -131,7 +132,8 @@ def read_reviews_from_archive(path: pathlib.Path) -> dict:
       items = sorted(named.get((split, label), []))
       if not items:
         raise ValueError(f"IMDB: archive {path} has no reviews in "
-                         f"aclImdb/{split}/{label}/; the dataset is incomplete.")
+                         f"aclImdb/{split}/{label}/; the dataset is "
+                         "incomplete.")
       reviews[split, label] = [text for _, text in items]
   return reviews
 
@@ -139,12 +141,10 @@ def read_reviews_from_archive(path: pathlib.Path) -> dict:
 def find_source(data_dir=None, cache_dir=None,
                 download: bool = True) -> pathlib.Path:
   """The `aclImdb/` folder or `.tar.gz` to read (see the module docstring)."""
-  if data_dir is None and os.environ.get("DATA_DIR"):
-    data_dir = os.path.join(os.environ["DATA_DIR"], "imdb")
-  if data_dir is None:
-    cache = pathlib.Path(cache_dir or archive.default_cache_dir("imdb"))
-    return archive.cached_archive(URL, MD5, cache, download, "IMDB")
-  root = pathlib.Path(data_dir).expanduser()
+  root = files.data_folder(data_dir, "imdb")
+  if root is None:
+    cache = pathlib.Path(cache_dir or files.cache_dir("imdb"))
+    return files.cached_archive(URL, MD5, cache, download, "IMDB")
   if root.is_file():
     return root
   for folder in (root, root / "aclImdb"):
@@ -153,12 +153,11 @@ def find_source(data_dir=None, cache_dir=None,
   for name in ARCHIVE_NAMES:
     if (root / name).is_file():
       return root / name
-  listing = (sorted(p.name for p in root.iterdir()) if root.is_dir()
-             else "it does not exist")
   raise FileNotFoundError(
       f"IMDB: {root} holds neither an aclImdb/ folder nor one of "
-      f"{ARCHIVE_NAMES} ({listing}). Put the Large Movie Review Dataset there "
-      f"({URL}, md5 {MD5}), or pass another data_dir / set DATA_DIR.")
+      f"{ARCHIVE_NAMES} ({files.listing(root)}). Put the Large Movie Review "
+      f"Dataset ({URL}, md5 {MD5}) in a folder and "
+      f"{files.how_to_provide('imdb')}.")
 
 
 def read_reviews(source: pathlib.Path) -> dict:
@@ -185,24 +184,8 @@ def _source_key(source: pathlib.Path) -> str:
   return hashlib.sha1(f"{CACHE_VERSION}|{text}".encode()).hexdigest()[:16]
 
 
-def tokenized_corpus(source: pathlib.Path, cache_dir=None) -> dict:
-  """The corpus as ranks into the train-frequency word list, cached as .npz.
-
-  Returns:
-    A dict with `words` (all train words by rank, then test-only words),
-    `num_train_words`, and per split `{split}_ranks` (all reviews' ranks
-    concatenated, int32), `{split}_lengths` (tokens per review) and
-    `{split}_labels` (int32, 1 = pos). Reviews are ordered neg then pos, each
-    by file number.
-  """
-  cache = pathlib.Path(cache_dir or archive.default_cache_dir("imdb"))
-  path = cache / f"imdb_tokens_{CACHE_VERSION}_{_source_key(source)}.npz"
-  if path.is_file():
-    with np.load(path, allow_pickle=False) as f:
-      logging.info("IMDB: tokenised corpus from cache %s", path)
-      corpus = {k: f[k] for k in f.files}
-    corpus["words"] = np.asarray(str(corpus["words"]).split("\n"))
-    return corpus
+def _build_corpus(source: pathlib.Path) -> dict:
+  """Reads and tokenises every review (see `tokenized_corpus`)."""
   reviews = read_reviews(source)
   tokens = {split: [tokenize(t) for label in LABELS for t in reviews[split,
                                                                      label]]
@@ -222,15 +205,42 @@ def tokenized_corpus(source: pathlib.Path, cache_dir=None) -> dict:
     corpus[f"{split}_labels"] = np.concatenate(
         [np.full(len(reviews[split, label]), value, np.int32)
          for label, value in LABELS.items()])
+  return corpus
+
+
+def _write_corpus(path: pathlib.Path, corpus: dict) -> None:
+  """Saves the corpus as .npz; a cache that cannot be written is a warning."""
   try:
-    cache.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.npz")
     # The words as one newline-joined string: 4 MB instead of 30 MB.
-    np.savez(tmp, **dict(corpus, words=np.asarray("\n".join(words))))
+    np.savez(tmp, **dict(corpus, words=np.asarray("\n".join(corpus["words"]))))
     os.replace(tmp, path)
     logging.info("IMDB: cached the tokenised corpus in %s", path)
   except OSError as e:
     logging.warning("IMDB: could not write the cache %s (%s)", path, e)
+
+
+def tokenized_corpus(source: pathlib.Path, cache_dir=None) -> dict:
+  """The corpus as ranks into the train-frequency word list, cached as .npz.
+
+  Returns:
+    A dict with `words` (all train words by rank, then test-only words),
+    `num_train_words`, and per split `{split}_ranks` (all reviews' ranks
+    concatenated, int32), `{split}_lengths` (tokens per review) and
+    `{split}_labels` (int32, 1 = pos). Reviews are ordered neg then pos, each
+    by file number.
+  """
+  cache = pathlib.Path(cache_dir or files.cache_dir("imdb"))
+  path = cache / f"imdb_tokens_{CACHE_VERSION}_{_source_key(source)}.npz"
+  if path.is_file():
+    with np.load(path, allow_pickle=False) as f:
+      logging.info("IMDB: tokenised corpus from cache %s", path)
+      corpus = {k: f[k] for k in f.files}
+    corpus["words"] = np.asarray(str(corpus["words"]).split("\n"))
+    return corpus
+  corpus = _build_corpus(source)
+  _write_corpus(path, corpus)
   return corpus
 
 
@@ -298,11 +308,12 @@ def load_imdb(data_dir: str | os.PathLike | None = None,
   """Loads IMDB as padded id sequences.
 
   Args:
-    data_dir: see the module docstring; None: `$DATA_DIR/imdb` or download.
+    data_dir: see the module docstring; None or "": `$DATA_DIR/imdb` or
+      download.
     vocab_size: ids in use, including padding (0) and OOV (1).
     max_length: tokens per sequence after truncating / padding (>= 1).
     truncate, pad: 'pre' or 'post' (see `encode`).
-    cache_dir: download and token cache (default `~/.cache/rtrl_rls/imdb`).
+    cache_dir: download and token cache (default `files.cache_dir("imdb")`).
     download: whether the archive may be downloaded.
 
   Returns:
@@ -326,9 +337,3 @@ def load_imdb(data_dir: str | os.PathLike | None = None,
                len(result["test_labels"]), vocab_size, max_length)
   return result
 
-
-def iter_reviews(source: pathlib.Path) -> Iterator[tuple[str, str, str]]:
-  """`(split, label, text)` for every review (for inspection and tests)."""
-  for (split, label), texts in read_reviews(source).items():
-    for text in texts:
-      yield split, label, text

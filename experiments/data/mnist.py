@@ -1,30 +1,23 @@
 """MNIST from the four standard IDX files, given a folder or downloaded.
 
-Where the files come from, in order:
-
-1. `data_dir`, when given: a folder with the four IDX files, gzipped
-   (`train-images-idx3-ubyte.gz`) or not (`train-images-idx3-ubyte`).
-2. `$DATA_DIR/mnist`, when the `DATA_DIR` environment variable is set (the
-   same layout `../shared/data` uses).
-3. A cache folder (`cache_dir`, else `$XDG_CACHE_HOME/rtrl_rls/mnist`, else
-   `~/.cache/rtrl_rls/mnist`): missing archives are downloaded from the
-   canonical mirrors and their md5 checked before they are used.
-
-If none of these works, the error names the exact files and folders.
+The folder is found as for every dataset (see `files`): `data_dir`, else
+`$DATA_DIR/mnist`, else the cache (`cache_dir`, default
+`files.cache_dir("mnist")`), where missing archives are downloaded from the
+canonical mirrors and their md5 checked before they are used. A data folder
+holds the four IDX files, gzipped (`train-images-idx3-ubyte.gz`) or not
+(`train-images-idx3-ubyte`). If none of these works, the error names the
+exact files and folders.
 """
 
 from __future__ import annotations
 
 import gzip
-import hashlib
 import os
 import pathlib
-import shutil
-import tempfile
-import urllib.error
-import urllib.request
 
 import numpy as np
+
+from experiments.data import files
 
 # Split name -> (file name without `.gz`, md5 of the canonical `.gz` archive).
 FILES = {
@@ -152,73 +145,42 @@ def _missing_files_message(folder: pathlib.Path, missing: list[str],
            "Fix one of:",
            "  * put the four standard files (gzipped or not) "
            f"{', '.join(base + '.gz' for base, _ in FILES.values())} "
-           "in a folder and pass it as data_dir (--config.data_dir=FOLDER), "
-           "or set DATA_DIR so that $DATA_DIR/mnist is that folder;",
+           f"in a folder and {files.how_to_provide('mnist')};",
            f"  * or allow a download into {folder} from "
            f"{MIRRORS[0]} (the md5s are checked)."]
   return "\n".join(lines)
 
 
-def _md5(path: pathlib.Path) -> str:
-  digest = hashlib.md5()
-  with open(path, "rb") as f:
-    for chunk in iter(lambda: f.read(1 << 20), b""):
-      digest.update(chunk)
-  return digest.hexdigest()
-
-
-def _download(base: str, md5: str, folder: pathlib.Path,
-              mirrors=MIRRORS, timeout: float = 60.0) -> list[str]:
+def _download(base: str, md5: str, folder: pathlib.Path) -> list[str]:
   """Downloads `base.gz` into `folder`; returns the errors of failed tries."""
   errors = []
-  target = folder / f"{base}.gz"
-  for mirror in mirrors:
-    url = mirror + f"{base}.gz"
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".part")
+  for mirror in MIRRORS:
     try:
-      with os.fdopen(fd, "wb") as out, urllib.request.urlopen(
-          url, timeout=timeout) as response:
-        shutil.copyfileobj(response, out)
-      got = _md5(pathlib.Path(tmp))
-      if got != md5:
-        errors.append(f"{url}: md5 {got} != expected {md5}")
-        continue
-      os.replace(tmp, target)
+      files.download_verified(mirror + f"{base}.gz", md5,
+                              folder / f"{base}.gz", timeout=60.0)
       return []
-    except (urllib.error.URLError, OSError, ValueError) as e:
-      errors.append(f"{url}: {e}")
-    finally:
-      if os.path.exists(tmp):
-        os.remove(tmp)
+    except FileNotFoundError as e:
+      errors.append(str(e))
   return errors
 
 
-def default_cache_dir() -> pathlib.Path:
-  root = os.environ.get("XDG_CACHE_HOME") or os.path.join(
-      os.path.expanduser("~"), ".cache")
-  return pathlib.Path(root) / "rtrl_rls" / "mnist"
+def _files_in_data_folder(folder: pathlib.Path) -> dict:
+  """Split name -> path of its file in a data folder (never downloaded into)."""
+  found = {split: _find(folder, base) for split, (base, _) in FILES.items()}
+  missing = [FILES[s][0] for s, p in found.items() if p is None]
+  if missing:
+    raise FileNotFoundError(_missing_files_message(
+        folder, missing, f"data folder {folder} is incomplete "
+        "(data folders are read as they are, never downloaded into)."))
+  return found
 
 
-def _resolve_files(data_dir, cache_dir, download: bool) -> dict:
-  """Split name -> path of its file, downloading into the cache if allowed."""
-  if data_dir is None and os.environ.get("DATA_DIR"):
-    data_dir = os.path.join(os.environ["DATA_DIR"], "mnist")
-  if data_dir is not None:
-    folder = pathlib.Path(data_dir).expanduser()
-    found = {split: _find(folder, base) for split, (base, _) in FILES.items()}
-    missing = [FILES[s][0] for s, p in found.items() if p is None]
-    if missing:
-      raise FileNotFoundError(_missing_files_message(
-          folder, missing, f"data folder {folder} is incomplete "
-          "(data folders are read as they are, never downloaded into)."))
-    return found
-
-  folder = pathlib.Path(cache_dir or default_cache_dir()).expanduser()
+def _files_in_cache(folder: pathlib.Path, download: bool) -> dict:
+  """Split name -> path of its file in the cache, downloading if allowed."""
   found, missing, errors = {}, [], []
   for split, (base, md5) in FILES.items():
     path = _find(folder, base)
     if path is None and download:
-      folder.mkdir(parents=True, exist_ok=True)
       errors += _download(base, md5, folder)
       path = _find(folder, base)
     if path is None:
@@ -232,16 +194,25 @@ def _resolve_files(data_dir, cache_dir, download: bool) -> dict:
   return found
 
 
+def _resolve_files(data_dir, cache_dir, download: bool) -> dict:
+  """Split name -> path of its file (see the module docstring)."""
+  folder = files.data_folder(data_dir, "mnist")
+  if folder is not None:
+    return _files_in_data_folder(folder)
+  cache = pathlib.Path(cache_dir or files.cache_dir("mnist")).expanduser()
+  return _files_in_cache(cache, download)
+
+
 def load_mnist(data_dir: str | os.PathLike | None = None,
                cache_dir: str | os.PathLike | None = None,
                download: bool = True) -> dict[str, np.ndarray]:
   """Loads MNIST as flat float images in [0, 1] and int32 labels.
 
   Args:
-    data_dir: folder with the four IDX files (gzipped or not). None: use
+    data_dir: folder with the four IDX files (gzipped or not). None or "":
       `$DATA_DIR/mnist` if `DATA_DIR` is set, else the download cache.
     cache_dir: where downloads go when no data folder is used (default
-      `~/.cache/rtrl_rls/mnist`).
+      `files.cache_dir("mnist")`).
     download: whether a missing file may be downloaded into the cache.
 
   Returns:

@@ -5,9 +5,9 @@ Tasks (`config.task`):
   symbols, state reset with `config.reset_probability` per step;
 * `copy`: the Copy task at sequence length `config.sequence_length`;
 * `ptb`: character-level Penn Treebank text (`config.ptb_split`, found via
-  `config.data_dir` as in `rtrl/tasks/ptb.py`), one stream per repetition at
-  evenly spaced offsets shifted by a seed-dependent amount, state reset with
-  `config.reset_probability` per step (the paper's 0.01).
+  `config.data_dir` as in `experiments/data/ptb.py`), one stream per
+  repetition at evenly spaced offsets shifted by a seed-dependent amount,
+  state reset with `config.reset_probability` per step (the paper's 0.01).
 
 `restore_params` reads the parameters of a Copy-task or PTB workdir (made by
 `experiments/copy_task.py` or `experiments/ptb.py`).
@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from experiments import data
 from experiments.online import setup as online_setup
 from experiments.loop import workdir as workdir_lib
 from rtrl import online
@@ -46,8 +47,8 @@ def validate_task(config) -> None:
                      "(0 only with a checkpoint: its curriculum length), got "
                      f"{config.sequence_length!r}")
   if config.task == "ptb" and config.get("ptb_split", "valid") not in \
-      ptb.SPLITS:
-    raise ValueError(f"config.ptb_split must be one of {ptb.SPLITS}, got "
+      data.ptb.SPLITS:
+    raise ValueError(f"config.ptb_split must be one of {data.ptb.SPLITS}, got "
                      f"{config.ptb_split!r}")
 
 
@@ -113,9 +114,9 @@ def make_data(config):
     stream = copy_task.stream_init(key, reps, length)
     return stream, jax.jit(lambda s: copy_task.generate(s, length, chunk))
   if config.task == "ptb":
-    ids = ptb.load_split(config.get("ptb_split", "valid"),
-                         config.get("data_dir") or None,
-                         config.get("verify_md5", True))
+    ids = data.load_ptb_split(config.get("ptb_split", "valid"),
+                              config.get("data_dir"),
+                              config.get("verify_md5", True))
     text = jnp.asarray(ids)
     shift_key, stream_key = jax.random.split(key)
     stream = ptb.stream_init(stream_key, ids.size, reps)

@@ -30,6 +30,7 @@ from absl import app
 import jax
 import jax.numpy as jnp
 
+from experiments.data import load_ptb_split
 from experiments.online import setup as online_setup
 from experiments.loop import runner
 from rtrl import estimators
@@ -126,8 +127,8 @@ def make_experiment(config) -> runner.Experiment:
   validate(config)
   cell = online_setup.make_cell(config)
   verify = config.get("verify_md5", True)
-  train_ids = ptb.load_split("train", config.data_dir or None, verify)
-  valid_ids = ptb.load_split("valid", config.data_dir or None, verify)
+  train_ids = load_ptb_split("train", config.data_dir, verify)
+  valid_ids = load_ptb_split("valid", config.data_dir, verify)
   data = {"train": jnp.asarray(train_ids),
           "valid": ptb_eval.make_eval_streams(
               valid_ids, config.eval_batch_size, config.eval_reset_every)}
@@ -189,7 +190,7 @@ def make_experiment(config) -> runner.Experiment:
                "best_step": best_step, "test_bpc": None}
     if best_step > 0:
       if not test_streams:
-        test_ids = ptb.load_split("test", config.data_dir or None, verify)
+        test_ids = load_ptb_split("test", config.data_dir, verify)
         test_streams.append(ptb_eval.make_eval_streams(
             test_ids, config.eval_batch_size, config.eval_reset_every))
       summary["test_bpc"] = ptb_eval.bpc(cell, state["best_params"],

@@ -20,8 +20,7 @@ import pytest
 from conftest import dataset_dir_or_skip
 from experiments.classifier import cifar10_task as cifar10_experiment
 from experiments.classifier import imdb_task as imdb_experiment
-from experiments.data import cifar10 as cifar10_data
-from experiments.data import imdb as imdb_data
+from experiments import data
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
 
@@ -37,14 +36,14 @@ def load_config(name: str, arg: str):
 @pytest.fixture(scope="module")
 def tiny_cifar_dir(tmp_path_factory) -> pathlib.Path:
   """256 training / 64 test images: noise plus a class-coded corner."""
-  folder = tmp_path_factory.mktemp("tiny_cifar") / cifar10_data.FOLDER
+  folder = tmp_path_factory.mktemp("tiny_cifar") / data.cifar10.FOLDER
   folder.mkdir()
   rng = np.random.default_rng(0)
   for name, n in (("data_batch_1", 256), ("test_batch", 64)):
     labels = rng.integers(0, 10, n)
     images = rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8)
     images[:, 0, :10, 0] = np.where(np.arange(10) == labels[:, None], 255, 0)
-    cifar10_data.write_batch(folder / name, images, labels)
+    data.cifar10.write_batch(folder / name, images, labels)
   return folder.parent
 
 
@@ -91,7 +90,7 @@ def tiny_imdb(tmp_path_factory):
       for copy in range(8):  # 32 reviews per label and split.
         for i, text in enumerate(texts):
           (folder / f"{copy * 4 + i}_1.txt").write_text(text)
-  return imdb_data.load_imdb(root, vocab_size=12, max_length=4,
+  return data.load_imdb(root, vocab_size=12, max_length=4,
                              cache_dir=root.parent / "cache")
 
 
@@ -174,7 +173,7 @@ def test_cifar10_small_rls_learns(tmp_path):
 def imdb_small_data():
   root = dataset_dir_or_skip("imdb")
   config = load_config("imdb", "rls,small")
-  return imdb_data.load_imdb(root, config.vocab_size, config.max_length)
+  return data.load_imdb(root, config.vocab_size, config.max_length)
 
 
 @pytest.mark.slow

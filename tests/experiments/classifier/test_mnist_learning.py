@@ -20,7 +20,7 @@ import pytest
 
 from conftest import dataset_dir_or_skip
 from experiments.classifier import mnist_task as mnist_experiment
-from experiments.data import mnist as mnist_data
+from experiments.data import mnist
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
 
@@ -51,7 +51,7 @@ RUNS = {
 
 def make_runner(tmp_path_factory, train_limit: int):
   """`run(name)`: the metrics of one real epoch of `RUNS[name]`, cached."""
-  data = mnist_data.load_mnist(dataset_dir_or_skip("mnist"))
+  data = mnist.load_mnist(dataset_dir_or_skip("mnist"))
   cache = {}
 
   def run(name: str) -> dict:
@@ -163,8 +163,8 @@ def tiny_mnist_dir(tmp_path_factory) -> pathlib.Path:
     labels = rng.integers(0, 10, n, dtype=np.uint8)
     images = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
     images[:, 0, :10] = np.where(np.arange(10) == labels[:, None], 255, 0)
-    mnist_data.write_idx(folder / f"{split}-images-idx3-ubyte.gz", images)
-    mnist_data.write_idx(folder / f"{split}-labels-idx1-ubyte.gz", labels)
+    mnist.write_idx(folder / f"{split}-images-idx3-ubyte.gz", images)
+    mnist.write_idx(folder / f"{split}-labels-idx1-ubyte.gz", labels)
   return folder
 
 

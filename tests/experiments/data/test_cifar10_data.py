@@ -11,19 +11,16 @@ import os
 import pathlib
 import pickle
 import tarfile
+import urllib.request
 
 import numpy as np
 import pytest
 
 from conftest import dataset_dir_or_skip
-from experiments.data import archive
 from experiments.data import cifar10
+from experiments.data import files
 
-
-
-@pytest.fixture(autouse=True)
-def no_data_dir_env(monkeypatch):
-  monkeypatch.delenv("DATA_DIR", raising=False)
+pytestmark = pytest.mark.usefixtures("no_data_dir_env")
 
 
 def random_batch(rng, n):
@@ -164,8 +161,8 @@ def test_download_into_cache_checks_md5(tmp_path, monkeypatch):
     urls.append(url)
     return io.BytesIO(payload)
 
-  monkeypatch.setattr(archive.urllib.request, "urlopen", fake_urlopen)
-  monkeypatch.setattr(cifar10, "MD5", archive.md5_of(tmp_path / "a"))
+  monkeypatch.setattr(urllib.request, "urlopen", fake_urlopen)
+  monkeypatch.setattr(cifar10, "MD5", files.md5_of(tmp_path / "a"))
   data = cifar10.load_cifar10(cache_dir=tmp_path / "cache")
   assert urls == [cifar10.URL]
   assert data["train_images"].shape == (10, 32, 32, 3)

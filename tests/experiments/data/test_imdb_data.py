@@ -2,7 +2,7 @@
 the token cache, and errors (empty review folder, sequence length < 1).
 
 The real-data test tokenises 50,000 reviews once (~12 s) and keeps the result
-in the standard cache (`~/.cache/rtrl_rls/imdb`, or `$XDG_CACHE_HOME`), so
+in the standard cache (`experiments.data.files.cache_dir("imdb")`), so
 later runs take about a second. Edge cases use tiny `aclImdb/` folders and
 `.tar.gz` archives written by the tests.
 """
@@ -17,6 +17,7 @@ import pytest
 from conftest import dataset_dir_or_skip
 from experiments.data import imdb
 
+pytestmark = pytest.mark.usefixtures("no_data_dir_env")
 
 REVIEWS = {
     ("train", "pos"): ["A great film.<br /><br />Great acting!",
@@ -43,11 +44,6 @@ def write_archive(root: pathlib.Path, name="aclImdb_v1.tar.gz") -> pathlib.Path:
   with tarfile.open(path, "w:gz") as tar:
     tar.add(source, arcname="aclImdb")
   return path
-
-
-@pytest.fixture(autouse=True)
-def no_data_dir_env(monkeypatch):
-  monkeypatch.delenv("DATA_DIR", raising=False)
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,8 @@ import gzip
 import hashlib
 import io
 import pathlib
+import urllib.error
+import urllib.request
 
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ import pytest
 from conftest import dataset_dir_or_skip
 from experiments.data import mnist
 
+pytestmark = pytest.mark.usefixtures("no_data_dir_env")
 
 NUM_TRAIN, NUM_TEST = 6, 4
 
@@ -49,11 +52,6 @@ def check_loaded(loaded, arrays):
     assert loaded[f"{part}_labels"].dtype == np.int32
     np.testing.assert_array_equal(loaded[f"{part}_labels"],
                                   arrays[f"{part}_labels"])
-
-
-@pytest.fixture(autouse=True)
-def no_data_dir_env(monkeypatch):
-  monkeypatch.delenv("DATA_DIR", raising=False)
 
 
 @pytest.mark.parametrize("gz", [True, False])
@@ -167,9 +165,9 @@ def fake_server(monkeypatch, files: dict[str, bytes], requested: list):
     name = url.rsplit("/", 1)[-1]
     if url.startswith(mnist.MIRRORS[0]) and name in files:
       return FakeResponse(files[name])
-    raise mnist.urllib.error.URLError("unreachable in tests")
+    raise urllib.error.URLError("unreachable in tests")
 
-  monkeypatch.setattr(mnist.urllib.request, "urlopen", urlopen)
+  monkeypatch.setattr(urllib.request, "urlopen", urlopen)
 
 
 def gz_archives(arrays) -> dict[str, bytes]:

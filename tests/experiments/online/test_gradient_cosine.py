@@ -207,7 +207,7 @@ def test_parses_paper_style_labels():
 
 def ptb_data_dir(folder: pathlib.Path) -> str:
   """Three small files in the char-PTB format (md5 check off)."""
-  from rtrl.tasks import ptb  # pylint: disable=g-import-not-at-top
+  from experiments.data import ptb  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
   folder.mkdir()
   for split in ptb.SPLITS:

@@ -15,6 +15,7 @@ import pytest
 
 from experiments.online import ptb_experiment
 from experiments.loop import workdir as workdir_lib
+from experiments import data
 from rtrl.tasks import ptb
 from conftest import dataset_dir_or_skip
 
@@ -72,8 +73,8 @@ def run_and_check(config, tmp_path, max_valid_bpc):
 @pytest.fixture(scope="module")
 def bigram_valid_bpc():
   folder = dataset_dir_or_skip("ptb")
-  value = bigram_bpc(ptb.load_split("train", str(folder)),
-                     ptb.load_split("valid", str(folder)))
+  value = bigram_bpc(data.load_ptb_split("train", str(folder)),
+                     data.load_ptb_split("valid", str(folder)))
   assert value == pytest.approx(3.389, abs=0.005)  # the 3.39 bits
   return value
 
@@ -104,7 +105,7 @@ def hand_made_data(folder: pathlib.Path) -> str:
   for split, lines in (("train", 60), ("valid", 10), ("test", 10)):
     text = "\n".join(" ".join(rng.choice(letters, size=rng.integers(3, 12)))
                      for _ in range(lines)) + "\n "
-    (folder / ptb.FILE_NAMES[split]).write_text(text)
+    (folder / data.ptb.FILE_NAMES[split]).write_text(text)
   return str(folder)
 
 
