@@ -22,6 +22,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from experiments.data import files
+
+NAME = "official_ok_logs"
 COPY_FILE = "copy_16ok_rhn128_b16.csv"
 PTB_FILE = "ptb_8ok_rhn256_b32.csv"
 NUM_SEEDS = 5
@@ -50,22 +53,17 @@ class OfficialLog(NamedTuple):
 
 
 def find_dir(data_dir: str | None = None) -> pathlib.Path:
-  """The folder holding both CSV files; a FileNotFoundError says where to
-  put them."""
-  candidates = []
-  if data_dir:
-    candidates.append(pathlib.Path(data_dir))
-  if os.environ.get("DATA_DIR"):
-    candidates.append(pathlib.Path(os.environ["DATA_DIR"]) / "official_ok_logs")
+  """The folder holding both CSV files (`data_dir`, else
+  `$DATA_DIR/official_ok_logs`, else `../shared/data/official_ok_logs`
+  beside the repository); a FileNotFoundError says where to put them."""
+  given = files.data_folder(data_dir, NAME)
   repo = pathlib.Path(__file__).resolve().parents[2]
-  candidates.append(repo.parent / "shared" / "data" / "official_ok_logs")
-  for folder in candidates:
-    if (folder / COPY_FILE).is_file() and (folder / PTB_FILE).is_file():
-      return folder
+  folder = given or repo.parent / "shared" / "data" / NAME
+  if (folder / COPY_FILE).is_file() and (folder / PTB_FILE).is_file():
+    return folder
   raise FileNotFoundError(
       f"the official OK logs ({COPY_FILE}, {PTB_FILE}) were not found in "
-      f"{', '.join(str(c) for c in candidates)}; put them in one of these "
-      "folders or set DATA_DIR to the folder holding official_ok_logs/")
+      f"{folder}. {files.how_to_provide(NAME)}")
 
 
 def read(path: str | os.PathLike, metrics: dict[str, str]) -> OfficialLog:
