@@ -15,7 +15,7 @@ Paper settings: batch 128, 100 epochs, clipping 5.0, P0 = I, λ = 1, k = 0.1,
 `pool_after_conv5` (default True): a 2x2 max-pool after the fifth conv, so
 FC-1024 has 4x4x256 = 4,096 inputs; False flattens the 8x8x256 maps (16,384
 inputs). The paper leaves this open; its RLS/Adam run-time ratio of 1.4x fits
-4,096 (see `experiments/classifier_models.py`).
+4,096 (see `experiments/classifier/models.py`).
 
 `small` (about 5 minutes on 2 CPU cores with the real 4,000-image subset):
 a quarter-width net (conv 16, 16, pool, 32, 32, pool, 64; FC 256), 8 epochs,

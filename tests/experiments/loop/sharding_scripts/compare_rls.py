@@ -1,6 +1,6 @@
-"""Run by tests/test_sharding.py in a subprocess with 4 forced CPU devices:
-one epoch of RLS on MNIST batches (float64), on one device and batch-sharded
-over 4; prints the largest relative difference of the P matrices, the
+"""Run by tests/experiments/loop/test_sharding.py in a subprocess with 4
+forced CPU devices: one epoch of RLS on MNIST batches (float64), on one
+device and batch-sharded over 4; prints the largest relative difference of the P matrices, the
 parameters and the losses as one JSON line."""
 
 import json
@@ -16,18 +16,17 @@ import numpy as np  # noqa: E402
 
 from differences import relative_difference  # noqa: E402
 
-from experiments.classifier import mnist_task as mnist  # noqa: E402
+from experiments.classifier import experiment  # noqa: E402
+from experiments.classifier import tasks  # noqa: E402
+from experiments.loop import config_files  # noqa: E402
 from experiments.loop import workdir as workdir_lib  # noqa: E402
-from experiments.reproduce import common  # noqa: E402
 
 
-
-
-def train(workdir, optimizer, **overrides):
-  config = common.load_config("mnist", optimizer)
-  config.update(dict(epochs=1, train_limit=1024, batch_size=128,
-                     hidden_size=32, data_dir=sys.argv[1], **overrides))
-  mnist.train(config, workdir)
+def train(workdir, preset, **overrides):
+  config = config_files.load_config(
+      "mnist", preset, epochs=1, train_limit=1024, batch_size=128,
+      hidden_size=32, data_dir=sys.argv[1], **overrides)
+  experiment.train(tasks.MNIST, config, workdir)
   _, raw = workdir_lib.read_latest_checkpoint(workdir)
   return raw["state"], workdir_lib.read_metrics(workdir)
 
