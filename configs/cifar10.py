@@ -24,14 +24,14 @@ at most 4,000 training images.
 
 import ml_collections
 
-from experiments.classifier import config as classifier
+from experiments.classifier import presets
 
 PAPER_L1 = 1e-5
 PAPER_CLIP_NORM = 5.0
 
 
 def get_config(arg: str = "rls") -> ml_collections.ConfigDict:
-  config, small = classifier.preset_config(arg, PAPER_L1, PAPER_CLIP_NORM,
+  config, small = presets.preset_config(arg, PAPER_L1, PAPER_CLIP_NORM,
                                            "configs/cifar10.py")
   config.conv_features = (64, 64, "pool", 128, 128, "pool", 256)
   config.pool_after_conv5 = True

@@ -25,7 +25,7 @@ setting is 100 epochs (the default). A run restarted with the same
 
 import ml_collections
 
-from experiments.classifier import config as classifier
+from experiments.classifier import presets
 
 PAPER_L1 = 1e-5
 PAPER_CLIP_NORM = 5.0
@@ -33,7 +33,7 @@ PAPER_CLIP_NORM = 5.0
 
 def get_config(arg: str = "rls") -> ml_collections.ConfigDict:
   """The paper's MNIST setting for `PRESET[,small]` (see the docstring)."""
-  config, small = classifier.preset_config(arg, PAPER_L1, PAPER_CLIP_NORM,
+  config, small = presets.preset_config(arg, PAPER_L1, PAPER_CLIP_NORM,
                                            "configs/mnist.py")
   config.hidden_size = 512
   config.eval_chunk_size = 10_000

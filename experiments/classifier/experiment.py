@@ -1,6 +1,6 @@
 r"""One classifier experiment for the RLS paper's networks (MNIST, CIFAR-10,
-IMDB): a dataset's `tasks.Task` and the training step of `step.py` made into
-the shared run loop's pieces (`experiments/loop/runner.py`: config check,
+IMDB): a dataset's `tasks.Task` and the training step of `training.py` made
+into the shared run loop's pieces (`experiments/loop/runner.py`: config check,
 checkpoints, resume, progress lines).
 
 One runner chunk is one epoch: a `lax.scan` over the shuffled minibatches
@@ -31,8 +31,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from experiments.classifier import config as classifier_config
-from experiments.classifier import step as step_lib
+from experiments.classifier import presets
+from experiments.classifier import training
 from experiments.classifier import tasks
 from experiments.loop import checks
 from experiments.loop import runner
@@ -44,12 +44,12 @@ PROGRESS_FIELDS = ("epoch", "train_loss", "test_loss", "test_accuracy")
 
 
 def validate(config) -> None:
-  if config.optimizer not in classifier_config.OPTIMIZERS:
+  if config.optimizer not in presets.OPTIMIZERS:
     raise ValueError(f"optimizer={config.optimizer!r}; expected one of "
-                     f"{classifier_config.OPTIMIZERS}")
-  if config.loss not in step_lib.LOSSES:
+                     f"{presets.OPTIMIZERS}")
+  if config.loss not in training.LOSSES:
     raise ValueError(f"loss={config.loss!r}; expected one of "
-                     f"{classifier_config.LOSS_NAMES}")
+                     f"{presets.LOSS_NAMES}")
   checks.positive_ints(config, "batch_size", "epochs", "eval_chunk_size",
                        "loss_every")
 
@@ -61,7 +61,7 @@ def make_evaluate(model: nn.Module, loss_name: str, chunk_size: int,
   Forward passes of `chunk_size` examples inside one `lax.map`; the tail is
   zero-padded and masked out, so any number of examples compiles once.
   """
-  loss_fn = step_lib.LOSSES[loss_name]
+  loss_fn = training.LOSSES[loss_name]
 
   def per_example(params, inputs, labels):
     outputs = model.apply({"params": params}, preprocess(inputs))
@@ -110,7 +110,7 @@ def make_init(config, model: nn.Module, example_input: jax.Array) -> Callable:
   def init(key, hparams):
     init_key, shuffle_key = jax.random.split(key)
     params = model.init(init_key, example_input)["params"]
-    tx = step_lib.make_optimizer(config, **hparams)
+    tx = training.make_optimizer(config, **hparams)
     return {"params": params, "opt_state": tx.init(params),
             "epoch": jnp.zeros((), jnp.int32), "shuffle_key": shuffle_key,
             "hparams": hparams}
@@ -136,9 +136,9 @@ def make_train_chunk(config, model: nn.Module, preprocess: Callable,
     batches = shuffled_batches(state["shuffle_key"], epoch,
                                data["train_inputs"].shape[0], num_batches,
                                config.batch_size)
-    tx = step_lib.make_optimizer(config, **state["hparams"])
-    train_step = step_lib.make_train_step(model, tx, config.loss,
-                                          step_lib.uses_layer_inputs(config))
+    tx = training.make_optimizer(config, **state["hparams"])
+    train_step = training.make_train_step(model, tx, config.loss,
+                                          training.uses_layer_inputs(config))
 
     def body(carry, indices):
       # Split over the `data` mesh axis when there is one: the layer-input
@@ -224,7 +224,7 @@ def make_experiment(config, model: nn.Module, data: dict, name: str,
   """
   validate(config)
   num_batches = steps_per_epoch(config, data["train_inputs"].shape[0])
-  step_lib.make_optimizer(config)  # Checks the hyper-parameters before tracing.
+  training.make_optimizer(config)  # Checks the hyper-parameters before tracing.
   return runner.Experiment(
       name=name, init=make_init(config, model, example_input),
       train_chunk=make_train_chunk(config, model, preprocess, num_batches),

@@ -4,7 +4,7 @@ Adam ratio. `scripts/bench_rls.py` (the MNIST FNN) and the `rls_runtime`
 reproduction target (all three networks) report these.
 
 Every step timed is the jitted training step the experiments train with
-(`step.make_train_step`: forward, backward, layer-input capture, clipping,
+(`training.make_train_step`: forward, backward, layer-input capture, clipping,
 the optimiser) on one fixed synthetic minibatch of the network's input shape
 (the cost does not depend on the values). A timed call runs `steps` steps in
 one `lax.scan`, compiled and run once before timing; calls go round-robin
@@ -31,7 +31,7 @@ import numpy as np
 import optax
 
 import rls
-from experiments.classifier import step as step_lib
+from experiments.classifier import training
 from experiments.classifier import tasks
 
 ADAM_FLOPS_PER_PARAM = 10
@@ -77,9 +77,9 @@ def time_calls(calls: dict[str, Call], steps: int, repeats: int,
 
 
 def _train_steps_call(model, config, inputs, labels, steps: int) -> Call:
-  tx = step_lib.make_optimizer(config)
-  train_step = step_lib.make_train_step(model, tx, config.loss,
-                                        step_lib.uses_layer_inputs(config))
+  tx = training.make_optimizer(config)
+  train_step = training.make_train_step(model, tx, config.loss,
+                                        training.uses_layer_inputs(config))
   params = jax.jit(model.init)(jax.random.PRNGKey(0), inputs[:1])["params"]
   step = lambda carry: train_step(*carry, inputs, labels)[:2]
   return repeated(step, steps), (params, tx.init(params))
@@ -147,7 +147,7 @@ def time_breakdown(task: tasks.Task, config, steps: int = 5,
   model = task.make_model(config)
   inputs, labels = synthetic_batch(task, config)
   params = jax.jit(model.init)(jax.random.PRNGKey(0), inputs[:1])["params"]
-  loss_fn = step_lib.LOSSES[config.loss]
+  loss_fn = training.LOSSES[config.loss]
 
   def with_capture(p):
     outputs, xbar = rls.layer_inputs(model.apply, {"params": p}, inputs)
@@ -166,7 +166,7 @@ def time_breakdown(task: tasks.Task, config, steps: int = 5,
       "forward+backward + x̄ capture": (
           lambda p: _feed_back(p, grad_with_capture(p)[0]), params),
       "clip + RLS update (u, h, P∇, P update)": _optimizer_only_call(
-          step_lib.make_optimizer(config), grads, params,
+          training.make_optimizer(config), grads, params,
           {"layer_inputs": layer_inputs}),
       "clip + Adam update": _optimizer_only_call(adam, grads, params, {}),
       **_layer_parts(params),

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import optax
 
 import rls
-from experiments.classifier import config as classifier_config
+from experiments.classifier import presets
 from experiments.classifier import models
 
 
@@ -80,11 +80,12 @@ def _rls_and_adam(config, rls_opt, learning_rate):
   if config.optimizer == "adam":
     return optax.adam(learning_rate)
   raise ValueError(f"optimizer={config.optimizer!r}; expected one of "
-                   f"{classifier_config.OPTIMIZERS}")
+                   f"{presets.OPTIMIZERS}")
 
 
-def make_optimizer(config, learning_rate=None, ratio=None,
-                   gradient_scale=None) -> optax.GradientTransformationExtraArgs:
+def make_optimizer(
+    config, learning_rate=None, ratio=None,
+    gradient_scale=None) -> optax.GradientTransformationExtraArgs:
   """Clipping, then RLS (+ Adam for embeddings), the hybrid, or Adam.
 
   `learning_rate` (Adam), `ratio` (k) and `gradient_scale` (η) override the
