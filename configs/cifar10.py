@@ -15,7 +15,7 @@ Paper settings: batch 128, 100 epochs, clipping 5.0, P0 = I, λ = 1, k = 0.1,
 `pool_after_conv5` (default True): a 2x2 max-pool after the fifth conv, so
 FC-1024 has 4x4x256 = 4,096 inputs; False flattens the 8x8x256 maps (16,384
 inputs). The paper leaves this open; its RLS/Adam run-time ratio of 1.4x fits
-4,096 (see `experiments/classifier_models.py`).
+4,096 (see `experiments/classifier/models.py`).
 
 `small` (about 5 minutes on 2 CPU cores with the real 4,000-image subset):
 a quarter-width net (conv 16, 16, pool, 32, 32, pool, 64; FC 256), 8 epochs,
@@ -24,14 +24,14 @@ at most 4,000 training images.
 
 import ml_collections
 
-from experiments.classifier import config as classifier
+from experiments.classifier import presets
 
 PAPER_L1 = 1e-5
 PAPER_CLIP_NORM = 5.0
 
 
 def get_config(arg: str = "rls") -> ml_collections.ConfigDict:
-  config, small = classifier.preset_config(arg, PAPER_L1, PAPER_CLIP_NORM,
+  config, small = presets.preset_config(arg, PAPER_L1, PAPER_CLIP_NORM,
                                            "configs/cifar10.py")
   config.conv_features = (64, 64, "pool", 128, 128, "pool", 256)
   config.pool_after_conv5 = True

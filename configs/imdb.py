@@ -22,14 +22,14 @@ a balanced 5,000-review subset of the test set.
 
 import ml_collections
 
-from experiments.classifier import config as classifier
+from experiments.classifier import presets
 
 PAPER_L1 = 1e-6
 PAPER_CLIP_NORM = 1.0
 
 
 def get_config(arg: str = "rls") -> ml_collections.ConfigDict:
-  config, small = classifier.preset_config(arg, PAPER_L1, PAPER_CLIP_NORM,
+  config, small = presets.preset_config(arg, PAPER_L1, PAPER_CLIP_NORM,
                                            "configs/imdb.py")
   config.vocab_size = 20_000
   config.max_length = 200

@@ -2,11 +2,16 @@
 
   python -m experiments.cifar10 --config=configs/cifar10.py:rls,small --workdir=runs/cifar_rls
 
-The experiment: `experiments/classifier/`.
+The experiment: `experiments/classifier/experiment.py`; the dataset and
+network: `CIFAR10` in `experiments/classifier/tasks.py`.
 """
 
+import functools
+
+from experiments.classifier import experiment
+from experiments.classifier import tasks
 from experiments.loop import cli
-from experiments.classifier.cifar10_task import train
 
 if __name__ == "__main__":
-  cli.run(train, None, "Config file, e.g. configs/cifar10.py:rls,small.")
+  cli.run(functools.partial(experiment.train, tasks.CIFAR10), None,
+          "Config file, e.g. configs/cifar10.py:rls,small.")

@@ -2,11 +2,16 @@
 
   python -m experiments.imdb --config=configs/imdb.py:rls_hybrid,small --workdir=runs/imdb_hrls
 
-The experiment: `experiments/classifier/`.
+The experiment: `experiments/classifier/experiment.py`; the dataset and
+network: `IMDB` in `experiments/classifier/tasks.py`.
 """
 
+import functools
+
+from experiments.classifier import experiment
+from experiments.classifier import tasks
 from experiments.loop import cli
-from experiments.classifier.imdb_task import train
 
 if __name__ == "__main__":
-  cli.run(train, None, "Config file, e.g. configs/imdb.py:rls,small.")
+  cli.run(functools.partial(experiment.train, tasks.IMDB), None,
+          "Config file, e.g. configs/imdb.py:rls,small.")

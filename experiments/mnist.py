@@ -2,11 +2,16 @@
 
   python -m experiments.mnist --config=configs/mnist.py:rls --workdir=runs/mnist_rls
 
-The experiment: `experiments/classifier/`.
+The experiment: `experiments/classifier/experiment.py`; the dataset and
+network: `MNIST` in `experiments/classifier/tasks.py`.
 """
 
+import functools
+
+from experiments.classifier import experiment
+from experiments.classifier import tasks
 from experiments.loop import cli
-from experiments.classifier.mnist_task import train
 
 if __name__ == "__main__":
-  cli.run(train, None, "Config file, e.g. configs/mnist.py:rls.")
+  cli.run(functools.partial(experiment.train, tasks.MNIST), None,
+          "Config file, e.g. configs/mnist.py:rls.")

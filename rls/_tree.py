@@ -160,6 +160,70 @@ def scan_entries(layer_inputs: Any, is_entry) -> dict[Path, Any]:
   return entries
 
 
+NOT_A_LAYER = ('they are not the kernel or bias of a dense, conv or '
+               'recurrent layer, so they have no layer input x̄.')
+
+
+def no_layer_input_error(paths: list[Path], why: str) -> ValueError:
+  names = ', '.join(repr(format_path(p)) for p in paths)
+  return ValueError(
+      f'RLS cannot precondition parameter(s) {names}: {why} Either route '
+      'them to another optimiser with optax.multi_transform (e.g. Adam for '
+      'embeddings and normalisation scales), or pass passthrough=True to let '
+      'their gradients through unchanged. rls.layer_inputs records inputs for '
+      'flax.linen.Dense, flax.linen.Conv (feature_group_count=1), '
+      'rls.layers.RNN and rls.layers.LSTM.')
+
+
+def layers_to_precondition(tree: Any,
+                           passthrough: bool) -> tuple[list[Layer], list[Path]]:
+  """`scan_layers`'s layers and masked paths; parameters that belong to no
+  layer raise a ValueError naming them unless `passthrough`."""
+  layers, masked, others = scan_layers(tree)
+  if others and not passthrough:
+    raise no_layer_input_error(others, NOT_A_LAYER)
+  return layers, masked
+
+
+def _check_entries_have_layers(entries: Mapping[Path, Any],
+                               layers: list[Layer], masked: list[Path]) -> None:
+  """Every entry of `layer_inputs` names a layer (masked ones are ignored)."""
+  known = {layer.path for layer in layers}
+  unknown = [path for path in entries
+             if path not in known and not is_under(path, masked)]
+  if unknown:
+    raise ValueError(
+        'layer_inputs does not match the params: entries '
+        f'{[format_path(p) for p in unknown]} have no layer (a dict '
+        "with 'kernel') at that path; the layers are "
+        f'{sorted(format_path(p) for p in known)} (masked out: '
+        f'{sorted(format_path(p) for p in masked)}). Pass the tree from '
+        'rls.layer_inputs for the same params this optimiser updates.')
+
+
+def match_layer_inputs(updates: Any, layer_inputs: Any, is_entry,
+                       passthrough: bool
+                       ) -> tuple[list[Layer], dict[Path, Any]]:
+  """The layers of `updates` and the entries of `layer_inputs` by path.
+
+  Raises:
+    ValueError: no `layer_inputs`; an entry with no layer; a layer with no
+      entry, or a parameter of no layer (both allowed with `passthrough`).
+  """
+  if layer_inputs is None:
+    raise ValueError(
+        'scale_by_rls.update needs the keyword argument layer_inputs=..., '
+        'the mean input of every layer (see rls.layer_inputs).')
+  layers, masked = layers_to_precondition(updates, passthrough)
+  entries = scan_entries(layer_inputs, is_entry)
+  _check_entries_have_layers(entries, layers, masked)
+  missing = [layer.path for layer in layers if layer.path not in entries]
+  if missing and not passthrough:
+    raise no_layer_input_error(missing,
+                               'layer_inputs has no entry for these layers.')
+  return layers, entries
+
+
 def nested_get(tree: Mapping, path: Path) -> Any:
   for key in path:
     tree = tree[key]

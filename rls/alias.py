@@ -28,6 +28,27 @@ class RLSDirectionState(NamedTuple):
   velocity: Any
 
 
+def _check_momentum_and_l1(momentum, l1) -> None:
+  """Checks untraced values (traced ones were checked when injected)."""
+  if momentum is not None and not isinstance(momentum, jax.core.Tracer):
+    if not 0.0 <= float(momentum) < 1.0:
+      raise ValueError(f'momentum must be in [0, 1) (α of eq. 99), got '
+                       f'{momentum!r}.')
+  if l1 is not None and not isinstance(l1, jax.core.Tracer):
+    if not float(l1) >= 0.0:
+      raise ValueError(f'l1 must be >= 0 (γ of eq. 98), got {l1!r}.')
+
+
+def _add_l1(direction, params, inverse_correlation, l1):
+  """``direction + γ P_s sgn(Θ)`` on RLS layers (eq. 98), in the direction's
+  dtype."""
+  signs = jax.tree.map(jnp.sign, params)
+  penalty = rls_transform.precondition_by(inverse_correlation, signs)
+  return jax.tree.map(
+      lambda d, p: (d + jnp.asarray(l1, p.dtype) * p).astype(d.dtype),
+      direction, penalty)
+
+
 def scale_by_rls_with_momentum_and_l1(
     forgetting_factor: float = 1.0,
     ratio: float = 0.1,
@@ -72,15 +93,9 @@ def scale_by_rls_with_momentum_and_l1(
       forgetting_factor=forgetting_factor, ratio=ratio,
       gradient_scale=gradient_scale, init_scale=init_scale,
       passthrough=passthrough)
+  _check_momentum_and_l1(momentum, l1)
   trace = (optax.trace(decay=momentum, nesterov=False)
            if momentum is not None else None)
-  if momentum is not None and not isinstance(momentum, jax.core.Tracer):
-    if not 0.0 <= float(momentum) < 1.0:
-      raise ValueError(f'momentum must be in [0, 1) (α of eq. 99), got '
-                       f'{momentum!r}.')
-  if l1 is not None and not isinstance(l1, jax.core.Tracer):
-    if not float(l1) >= 0.0:
-      raise ValueError(f'l1 must be >= 0 (γ of eq. 98), got {l1!r}.')
 
   def init_fn(params):
     velocity = trace.init(params) if trace is not None else optax.EmptyState()
@@ -96,12 +111,8 @@ def scale_by_rls_with_momentum_and_l1(
     if trace is not None:
       direction, velocity = trace.update(direction, velocity, params)
     if l1 is not None:
-      signs = jax.tree.map(jnp.sign, params)
-      penalty = rls_transform.precondition_by(rls_state.inverse_correlation,
-                                              signs)
-      direction = jax.tree.map(
-          lambda d, p: (d + jnp.asarray(l1, p.dtype) * p).astype(d.dtype),
-          direction, penalty)
+      direction = _add_l1(direction, params, rls_state.inverse_correlation,
+                          l1)
     return direction, RLSDirectionState(rls_state, velocity)
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)

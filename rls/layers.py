@@ -82,6 +82,20 @@ class _FusedRecurrent(nn.Module):
   def hidden(self, carry: Any) -> Array:
     raise NotImplementedError
 
+  @nn.nowrap
+  def record_inputs(self, input_weights: nn.Module,
+                    recurrent_weights: nn.Module, inputs: Array,
+                    initial_carry: Any, outputs: Array) -> None:
+    """Records x̄ over t = 1..T of x_t and of h_{t-1} = (h_0, ..., h_{T-1})
+    (eq. 92), each with T = the sequence length."""
+    batch_size, num_steps = inputs.shape[:2]
+    record_layer_input(input_weights, jnp.mean(inputs, axis=(0, 1)),
+                       num_steps)
+    previous_sum = (jnp.sum(self.hidden(initial_carry), axis=0)
+                    + jnp.sum(outputs[:, :-1], axis=(0, 1)))
+    record_layer_input(recurrent_weights,
+                       previous_sum / (batch_size * num_steps), num_steps)
+
   @nn.compact
   def __call__(self, inputs: Array, initial_carry: Any = None, *,
                return_carry: bool = False):
@@ -101,7 +115,7 @@ class _FusedRecurrent(nn.Module):
       raise ValueError(
           f'{type(self).__name__} takes inputs of shape (batch, time, '
           f'features); got shape {inputs.shape}.')
-    batch_size, num_steps, in_features = inputs.shape
+    batch_size, _, in_features = inputs.shape
     width = self.num_gates * self.features
     input_weights = _FusedAffine(width, self.use_bias, self.kernel_init,
                                  self.bias_init, self.param_dtype,
@@ -133,13 +147,8 @@ class _FusedRecurrent(nn.Module):
     outputs = jnp.swapaxes(hidden_t, 0, 1)
 
     if is_capturing(self):
-      # x̄ over t = 1..T of x_t and of h_{t-1} = (h_0, ..., h_{T-1}) (eq. 92).
-      record_layer_input(input_weights, jnp.mean(inputs, axis=(0, 1)),
-                         num_steps)
-      previous_sum = (jnp.sum(self.hidden(initial_carry), axis=0)
-                      + jnp.sum(outputs[:, :-1], axis=(0, 1)))
-      record_layer_input(recurrent_weights,
-                         previous_sum / (batch_size * num_steps), num_steps)
+      self.record_inputs(input_weights, recurrent_weights, inputs,
+                         initial_carry, outputs)
     if return_carry:
       return outputs, final_carry
     return outputs

@@ -126,17 +126,6 @@ def _gradient_scale_for(gradient_scale: ScalarOrTree, path: _tree.Path):
   return node
 
 
-def _no_layer_input_error(paths: list[_tree.Path], why: str) -> ValueError:
-  names = ', '.join(repr(_tree.format_path(p)) for p in paths)
-  return ValueError(
-      f'RLS cannot precondition parameter(s) {names}: {why} Either route '
-      'them to another optimiser with optax.multi_transform (e.g. Adam for '
-      'embeddings and normalisation scales), or pass passthrough=True to let '
-      'their gradients through unchanged. rls.layer_inputs records inputs for '
-      'flax.linen.Dense, flax.linen.Conv (feature_group_count=1), '
-      'rls.layers.RNN and rls.layers.LSTM.')
-
-
 def _augmented_input(layer: _tree.Layer, entry: Any, dtype) -> tuple:
   """``(x̄ with the bias 1 appended if the layer has a bias, T)``."""
   mean, steps = _entry_mean_and_steps(entry)
@@ -208,6 +197,68 @@ def precondition_by(inverse_correlation: Mapping, tree: Any) -> Any:
   return _tree.replace_leaves(tree, new_leaves, jnp.zeros_like)
 
 
+def rls_layer_step(p: jax.Array, x: jax.Array, steps: jax.Array,
+                   grad: jax.Array, forgetting_factor, ratio, gradient_scale
+                   ) -> tuple[jax.Array, jax.Array]:
+  r"""One layer's RLS update: ``(direction, P_s)`` from ``P = P_{s-1}``.
+
+  With ``x = [x̄; 1]`` (the 1 only if the layer has a bias), ``T = steps``
+  and ``∇_Θ = grad`` (the loss gradient of the augmented matrix):
+
+  .. math::
+    u = P x,\quad h = λ + k T\, x^T u,\quad
+    \text{direction} = \frac{η}{h} P \nabla_Θ,\quad
+    P_s = \frac{1}{λ}\Big(P - \frac{k T}{h} u u^T\Big)
+
+  which are eqs. (54), (55), (63) and (53) (``T = 1``) and (95), (96), (97),
+  (94) (recurrent layers, ``T`` time steps). ``λ`` divides the whole bracket,
+  ``k T`` multiplies both the rank-one correction and ``x^T u`` in ``h``, and
+  the direction uses the *old* ``P_{s-1}`` scaled by ``1/h`` (eq. 63);
+  Sherman-Morrison gives ``P_s x = u / h``, so for a single example this is
+  the textbook RLS gain. Everything is computed in ``P``'s dtype.
+  """
+  dtype = p.dtype
+  lam = jnp.asarray(forgetting_factor, dtype)
+  k_t = jnp.asarray(ratio, dtype) * steps
+  eta = jnp.asarray(gradient_scale, dtype)
+  # u feeds the recursion for P, so keep it at full precision on GPU/TPU.
+  u = jnp.matmul(p, x, precision=jax.lax.Precision.HIGHEST)
+  h = lam + k_t * jnp.dot(x, u, precision=jax.lax.Precision.HIGHEST)
+  direction = (eta / h) * (p @ grad)  # eq. (63) with P_{s-1}.
+  new_p = (p - (k_t / h) * jnp.outer(u, u)) / lam  # eqs. (53), (94).
+  return direction, new_p
+
+
+def _check_hyperparameters(forgetting_factor, ratio, gradient_scale,
+                           init_scale) -> None:
+  _check_range('forgetting_factor', forgetting_factor, upper=1.0,
+               hint=' It is λ of eq. (19); 1 means no forgetting.')
+  _check_range('ratio', ratio, hint=' It is k of eq. (33); the paper uses 0.1.')
+  _check_range('init_scale', init_scale, hint=' P_0 = init_scale * I.')
+  check_gradient_scale(gradient_scale)
+
+
+def _initial_inverse_correlation(layer: _tree.Layer, init_scale,
+                                 preconditioner_dtype) -> jax.Array:
+  """``P_0 = init_scale · I``, by default in the kernel's dtype promoted to at
+  least float32."""
+  dtype = preconditioner_dtype or jnp.promote_types(layer.kernel.dtype,
+                                                    jnp.float32)
+  return jnp.asarray(init_scale, dtype) * jnp.eye(layer.augmented_size,
+                                                  dtype=dtype)
+
+
+def _inverse_correlation_of(state: ScaleByRLSState,
+                            layer: _tree.Layer) -> jax.Array:
+  try:
+    return _tree.nested_get(state.inverse_correlation, layer.path)
+  except (KeyError, TypeError):
+    raise ValueError(
+        f'The RLS state has no P for layer '
+        f'{_tree.format_path(layer.path)!r}; call init with params of the '
+        'same structure as the updates.') from None
+
+
 def scale_by_rls(
     forgetting_factor: float = 1.0,
     ratio: float = 0.1,
@@ -218,24 +269,12 @@ def scale_by_rls(
 ) -> optax.GradientTransformationExtraArgs:
   r"""Preconditions each layer's gradient by its RLS inverse autocorrelation.
 
-  For every layer ``l`` (a params mapping with a ``'kernel'``, optionally a
-  ``'bias'``) with an entry ``x̄, T`` in ``layer_inputs``, with
-  ``x = [x̄; 1]`` (the 1 only if the layer has a bias) and ``P = P_{s-1}``:
-
-  .. math::
-    u = P x,\quad h = λ + k T\, x^T u,\quad
-    \text{out} = \frac{η}{h} P \nabla_Θ,\quad
-    P_s = \frac{1}{λ}\Big(P - \frac{k T}{h} u u^T\Big)
-
-  which are eqs. (54), (55), (63) and (53) (``T = 1``) and (95), (96), (97),
-  (94) (recurrent layers, ``T`` time steps). ``λ`` divides the whole bracket,
-  ``k T`` multiplies both the rank-one correction and ``x^T u`` in ``h``, and
-  the returned direction uses the *old* ``P_{s-1}`` scaled by ``1/h``
-  (eq. 63); Sherman-Morrison gives ``P_s x = u / h``, so for a single example
-  this is the textbook RLS gain. ``∇_Θ`` is the loss gradient
-  of ``Θ = [kernel.reshape(fan_in, out); bias]`` and the output is split back
-  into the kernel and bias shapes. Follow with a negative scaling (as
-  `rls.rls` does) to descend.
+  Every layer ``l`` (a params mapping with a ``'kernel'``, optionally a
+  ``'bias'``) with an entry ``x̄, T`` in ``layer_inputs`` gets
+  `rls_layer_step`: the direction ``(η/h) P_{s-1} ∇_Θ`` and the update of its
+  ``P``. ``∇_Θ`` is the loss gradient of ``Θ = [kernel.reshape(fan_in, out);
+  bias]`` and the direction is split back into the kernel and bias shapes.
+  Follow with a negative scaling (as `rls.rls` does) to descend.
 
   Parameters that are not the kernel or bias of a layer (embeddings,
   normalisation scales, extra leaves in a layer) and layers with no entry in
@@ -264,87 +303,38 @@ def scale_by_rls(
   References:
     Zhang et al., 2021, eqs. (51)-(55), (63), (72)-(75), (92)-(97).
   """
-  _check_range('forgetting_factor', forgetting_factor, upper=1.0,
-               hint=' It is λ of eq. (19); 1 means no forgetting.')
-  _check_range('ratio', ratio, hint=' It is k of eq. (33); the paper uses 0.1.')
-  _check_range('init_scale', init_scale, hint=' P_0 = init_scale * I.')
-  check_gradient_scale(gradient_scale)
+  _check_hyperparameters(forgetting_factor, ratio, gradient_scale, init_scale)
 
   def init_fn(params):
-    layers, _, others = _tree.scan_layers(params)
-    if others and not passthrough:
-      raise _no_layer_input_error(
-          others, 'they are not the kernel or bias of a dense, conv or '
-          'recurrent layer, so they have no layer input x̄.')
+    layers, _ = _tree.layers_to_precondition(params, passthrough)
     inverse_correlation: Any = {}
     for layer in layers:
-      dtype = preconditioner_dtype or jnp.promote_types(layer.kernel.dtype,
-                                                        jnp.float32)
-      p0 = jnp.asarray(init_scale, dtype) * jnp.eye(layer.augmented_size,
-                                                    dtype=dtype)
-      inverse_correlation = _tree.nested_set(inverse_correlation, layer.path,
-                                             p0)
+      inverse_correlation = _tree.nested_set(
+          inverse_correlation, layer.path,
+          _initial_inverse_correlation(layer, init_scale,
+                                       preconditioner_dtype))
     return ScaleByRLSState(inverse_correlation)
 
   def update_fn(updates, state, params=None, *, layer_inputs=None,
                 **extra_args):
     del params, extra_args  # The update uses gradients and inputs only.
-    if layer_inputs is None:
-      raise ValueError(
-          'scale_by_rls.update needs the keyword argument layer_inputs=..., '
-          'the mean input of every layer (see rls.layer_inputs).')
-    layers, masked, others = _tree.scan_layers(updates)
-    if others and not passthrough:
-      raise _no_layer_input_error(
-          others, 'they are not the kernel or bias of a dense, conv or '
-          'recurrent layer, so they have no layer input x̄.')
-    entries = _tree.scan_entries(layer_inputs, is_layer_input_entry)
-    known = {layer.path for layer in layers}
-    unknown = [path for path in entries
-               if path not in known and not _tree.is_under(path, masked)]
-    if unknown:
-      raise ValueError(
-          'layer_inputs does not match the params: entries '
-          f'{[_tree.format_path(p) for p in unknown]} have no layer (a dict '
-          "with 'kernel') at that path; the layers are "
-          f'{sorted(_tree.format_path(p) for p in known)} (masked out: '
-          f'{sorted(_tree.format_path(p) for p in masked)}). Pass the tree from '
-          'rls.layer_inputs for the same params this optimiser updates.')
-    missing = [layer.path for layer in layers if layer.path not in entries]
-    if missing and not passthrough:
-      raise _no_layer_input_error(
-          missing, 'layer_inputs has no entry for these layers.')
-
-    new_leaves: dict = {}
+    layers, entries = _tree.match_layer_inputs(
+        updates, layer_inputs, is_layer_input_entry, passthrough)
+    directions: dict = {}
     new_inverse_correlation: Any = {}
     for layer in layers:
-      try:
-        p = _tree.nested_get(state.inverse_correlation, layer.path)
-      except (KeyError, TypeError):
-        raise ValueError(
-            f'The RLS state has no P for layer '
-            f'{_tree.format_path(layer.path)!r}; call init with params of the '
-            'same structure as the updates.') from None
-      if layer.path not in entries:  # passthrough: keep the gradient and P.
-        new_inverse_correlation = _tree.nested_set(new_inverse_correlation,
-                                                   layer.path, p)
-        continue
-      dtype = p.dtype
-      x, steps = _augmented_input(layer, entries[layer.path], dtype)
-      grad = augment(layer, layer.kernel, layer.bias, dtype)
-      lam = jnp.asarray(forgetting_factor, dtype)
-      k_t = jnp.asarray(ratio, dtype) * steps
-      eta = jnp.asarray(_gradient_scale_for(gradient_scale, layer.path), dtype)
-      # u feeds the recursion for P, so keep it at full precision on GPU/TPU.
-      u = jnp.matmul(p, x, precision=jax.lax.Precision.HIGHEST)
-      h = lam + k_t * jnp.dot(x, u, precision=jax.lax.Precision.HIGHEST)
-      direction = (eta / h) * (p @ grad)  # eq. (63) with P_{s-1}.
-      new_p = (p - (k_t / h) * jnp.outer(u, u)) / lam  # eqs. (53), (94).
+      p = _inverse_correlation_of(state, layer)
+      if layer.path in entries:  # Else passthrough: keep the gradient and P.
+        x, steps = _augmented_input(layer, entries[layer.path], p.dtype)
+        grad = augment(layer, layer.kernel, layer.bias, p.dtype)
+        direction, p = rls_layer_step(
+            p, x, steps, grad, forgetting_factor, ratio,
+            _gradient_scale_for(gradient_scale, layer.path))
+        directions.update(split_augmented(layer, direction, layer.kernel,
+                                          layer.bias))
       new_inverse_correlation = _tree.nested_set(new_inverse_correlation,
-                                                 layer.path, new_p)
-      new_leaves.update(split_augmented(layer, direction, layer.kernel,
-                                        layer.bias))
-    new_updates = _tree.replace_leaves(updates, new_leaves, lambda g: g)
-    return new_updates, ScaleByRLSState(new_inverse_correlation)
+                                                 layer.path, p)
+    return (_tree.replace_leaves(updates, directions, lambda g: g),
+            ScaleByRLSState(new_inverse_correlation))
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)

@@ -175,13 +175,3 @@ def optimizer_labels(params, hybrid: bool = False) -> dict:
   return {name: jax.tree.map(lambda _, n=name: label(n), subtree)
           for name, subtree in params.items()}
 
-
-def example_input(model: nn.Module, max_length: int = 8) -> jax.Array:
-  """A batch-of-one dummy input with the model's input shape (for init)."""
-  if isinstance(model, FNN):
-    return jnp.zeros((1, 784), jnp.float32)
-  if isinstance(model, MiniVGG):
-    return jnp.zeros((1, 32, 32, 3), jnp.float32)
-  if isinstance(model, SentimentLSTM):
-    return jnp.zeros((1, max_length), jnp.int32)
-  raise TypeError(f"unknown model {type(model).__name__}")

@@ -32,7 +32,6 @@ from typing import Callable
 
 import numpy as np
 
-from experiments.loop import config_files
 from experiments.reproduce import common
 from experiments.reproduce.common import Curve
 
@@ -203,40 +202,47 @@ RUNTIME_PRESETS = ("adam_mse", "rls", "rls_momentum_l1", "adam_ce",
                    "rls_hybrid")
 
 
+def _runtime_configs(dataset: str, scale: str) -> dict:
+  """The `RUNTIME_PRESETS` of a dataset at a scale (with the global
+  overrides, as every curve)."""
+  suffix = "" if scale == "paper" else ",small"
+  return {preset: common.make_config(Curve(preset, dataset, {},
+                                           preset + suffix))
+          for preset in RUNTIME_PRESETS}
+
+
+def _runtime_rows(dataset: str, scale: str) -> list[dict]:
+  """One row per preset: ms per step, the ratio to Adam on the same loss,
+  Table I's predicted ratio and the paper's measured one."""
+  from experiments.classifier import tasks  # pylint: disable=g-import-not-at-top
+  from experiments.classifier import timing  # pylint: disable=g-import-not-at-top
+  task = tasks.BY_NAME[dataset]
+  configs = _runtime_configs(dataset, scale)
+  seconds = timing.time_steps(task, configs,
+                              steps=3 if dataset == "cifar10" else 5,
+                              repeats=5 if scale == "paper" else 3)
+  predicted = {hybrid: timing.predicted_ratio(task, configs["rls"],
+                                              hybrid=hybrid)["ratio"]
+               for hybrid in (False, True)}
+  rows = []
+  for preset in RUNTIME_PRESETS:
+    is_adam = preset.startswith("adam")
+    adam = "adam_ce" if configs[preset].loss == "cross_entropy" else "adam_mse"
+    rows.append({
+        "network": dataset, "optimizer": preset,
+        "ms_per_step": 1000 * seconds[preset],
+        "ratio_to_adam": seconds[preset] / seconds[adam],
+        "table1_ratio": None if is_adam else predicted["hybrid" in preset],
+        "paper_ratio": None if is_adam else timing.PAPER_RATIOS[dataset]})
+  return rows
+
+
 def rls_runtime(scale: str, workdir: str) -> common.Result:
   """Run time per step of RLS variants vs Adam, side by side, per network,
   next to Table I's FLOP prediction and the paper's ratios (1.1/1.4/1.1)."""
-  from experiments.classifier import timing as classifier_timing  # pylint: disable=g-import-not-at-top
   out = os.path.join(workdir, "rls_runtime")
   os.makedirs(out, exist_ok=True)
-  rows = []
-  for dataset in DATASETS:
-    suffix = "" if scale == "paper" else ",small"
-    configs = {}
-    for preset in RUNTIME_PRESETS:
-      configs[preset] = config_files.load_config(dataset, preset + suffix)
-      overrides = {k: v for k, v in common._GLOBAL_OVERRIDES.items()  # pylint: disable=protected-access
-                   if k in configs[preset]}
-      configs[preset].update(overrides)
-    seconds = classifier_timing.time_steps(
-        dataset, configs, steps=3 if dataset == "cifar10" else 5,
-        repeats=5 if scale == "paper" else 3)
-    base = configs["rls"]
-    predicted = classifier_timing.predicted_ratio(dataset, base)
-    predicted_hybrid = classifier_timing.predicted_ratio(dataset, base,
-                                                         hybrid=True)
-    for preset in RUNTIME_PRESETS:
-      adam = "adam_ce" if configs[preset].loss == "cross_entropy" else \
-          "adam_mse"
-      rows.append({
-          "network": dataset, "optimizer": preset,
-          "ms_per_step": 1000 * seconds[preset],
-          "ratio_to_adam": seconds[preset] / seconds[adam],
-          "table1_ratio": (None if preset.startswith("adam") else
-                           (predicted_hybrid if "hybrid" in preset
-                            else predicted)["ratio"]),
-          "paper_ratio": (None if preset.startswith("adam") else
-                          classifier_timing.PAPER_RATIOS[dataset])})
+  rows = [row for dataset in DATASETS for row in _runtime_rows(dataset, scale)]
   files = common.write_table(rows, os.path.join(out, "table"),
                              f"RLS / Adam time per step ({scale} networks)")
   return common.Result("rls_runtime", files, rows)

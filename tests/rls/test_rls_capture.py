@@ -1,6 +1,5 @@
 """rls.layer_inputs and rls.layers: captured x̄ against hand computations."""
 
-import functools
 import itertools
 
 import flax.linen as nn
@@ -10,19 +9,8 @@ import numpy as np
 import pytest
 
 import rls
-
-# Tests jit model.init and rls.layer_inputs: one XLA compilation is much
-# cheaper on CPU than compiling every eager op separately.
-
-
-def _init(model, *args, **kwargs):
-  return jax.jit(functools.partial(model.init, **kwargs))(
-      jax.random.PRNGKey(0), *args)
-
-
-def _capture(model, variables, *args, **kwargs):
-  capture = functools.partial(rls.layer_inputs, model.apply, **kwargs)
-  return jax.jit(capture)(variables, *args)
+from rls_problems import capture
+from rls_problems import init_variables
 
 
 def test_dense_mean_over_batch_and_leading_axes():
@@ -36,8 +24,8 @@ def test_dense_mean_over_batch_and_leading_axes():
 
   model = Model()
   x = jax.random.normal(jax.random.PRNGKey(0), (4, 3, 6))  # (batch, time, f)
-  params = _init(model, x)['params']
-  outputs, xbar = _capture(model, {'params': params}, x)
+  params = init_variables(model, x)['params']
+  outputs, xbar = capture(model, {'params': params}, x)
   np.testing.assert_allclose(outputs, jax.jit(model.apply)({'params': params},
                                                           x))
   assert set(xbar) == {'Dense_0', 'Dense_1'}
@@ -113,8 +101,8 @@ def test_conv_mean_patch_matches_explicit_patches(x64, kernel_size, strides,
   conv = nn.Conv(out_channels, kernel_size, strides=strides, padding=padding,
                  kernel_dilation=dilation, param_dtype=jnp.float64)
   x = np.random.default_rng(0).normal(size=(batch, *spatial, in_channels))
-  params = _init(conv, jnp.asarray(x))['params']
-  outputs, xbar = _capture(conv, {'params': params}, jnp.asarray(x))
+  params = init_variables(conv, jnp.asarray(x))['params']
+  outputs, xbar = capture(conv, {'params': params}, jnp.asarray(x))
   patches, out_shape = _reference_patches(x, kernel_size, strides, padding,
                                           dilation)
   # The reference patches reproduce Flax's convolution, so their order is
@@ -142,8 +130,8 @@ def test_conv_inside_model_and_grouped_conv_not_recorded():
 
   model = Model()
   x = jnp.ones((2, 6, 6, 2))
-  params = _init(model, x)['params']
-  _, xbar = _capture(model, {'params': params}, x)
+  params = init_variables(model, x)['params']
+  _, xbar = capture(model, {'params': params}, x)
   assert set(xbar) == {'Conv_0', 'Dense_0'}  # Conv_1 is grouped.
   tx = rls.rls()
   grads = jax.tree.map(jnp.ones_like, params)
@@ -179,12 +167,12 @@ def test_recurrent_layers_fused_gates_and_time_averaged_inputs(x64, kind):
   layer_cls = rls.RNN if kind == 'rnn' else rls.LSTM
   layer = layer_cls(5, param_dtype=jnp.float64)
   x = np.random.default_rng(2).normal(size=(3, 6, 4))
-  params = _init(layer, jnp.asarray(x))['params']
+  params = init_variables(layer, jnp.asarray(x))['params']
   gates = 1 if kind == 'rnn' else 4
   # One input matrix and one recurrent matrix, all gates side by side.
   assert params['input']['kernel'].shape == (4, gates * 5)
   assert params['recurrent']['kernel'].shape == (5, gates * 5)
-  outputs, xbar = _capture(layer, {'params': params}, jnp.asarray(x))
+  outputs, xbar = capture(layer, {'params': params}, jnp.asarray(x))
   numpy_params = jax.tree.map(np.asarray, params)
   expected, previous = _reference_recurrent(x, numpy_params, kind)
   np.testing.assert_allclose(outputs, expected, rtol=1e-10, atol=1e-12)
@@ -199,8 +187,8 @@ def test_rnn_initial_carry_counts_in_recurrent_input(x64):
   layer = rls.RNN(3, param_dtype=jnp.float64)
   x = np.random.default_rng(3).normal(size=(2, 4, 2))
   h0 = np.random.default_rng(4).normal(size=(2, 3))
-  params = _init(layer, jnp.asarray(x))['params']
-  (outputs, carry), xbar = _capture(
+  params = init_variables(layer, jnp.asarray(x))['params']
+  (outputs, carry), xbar = capture(
       layer, {'params': params}, jnp.asarray(x), jnp.asarray(h0),
       return_carry=True)
   expected, previous = _reference_recurrent(
@@ -223,7 +211,7 @@ def test_one_forward_pass_for_gradients_and_inputs():
   model = Model()
   x = jax.random.normal(jax.random.PRNGKey(0), (3, 5, 2))
   y = jax.random.normal(jax.random.PRNGKey(1), (3, 2))
-  params = _init(model, x)['params']
+  params = init_variables(model, x)['params']
 
   def loss_with_inputs(params):
     outputs, xbar = rls.layer_inputs(model.apply, {'params': params}, x)
@@ -267,8 +255,8 @@ def test_shared_dense_averages_its_calls_and_counts_steps():
 
   xs = [jnp.full((2, 4), float(t)) for t in range(3)]
   model = Unrolled()
-  params = _init(model, xs)['params']
-  _, xbar = _capture(model, {'params': params}, xs)
+  params = init_variables(model, xs)['params']
+  _, xbar = capture(model, {'params': params}, xs)
   np.testing.assert_allclose(xbar['Dense_0'].mean, np.full(4, 1.0))
   assert int(xbar['Dense_0'].steps) == 3
 
@@ -285,10 +273,10 @@ def test_init_records_nothing_and_other_mutable_collections_kept():
 
   model = Model()
   x = jnp.ones((2, 4, 3))
-  variables = _init(model, x)
+  variables = init_variables(model, x)
   assert set(variables) == {'params', 'batch_stats'}
-  (outputs, mutated), xbar = _capture(model, variables, x,
-                                      mutable=['batch_stats'])
+  (outputs, mutated), xbar = capture(model, variables, x,
+                                     mutable=['batch_stats'])
   assert set(mutated) == {'batch_stats'}
   assert set(xbar) == {'RNN_0', 'Dense_0'}
   assert outputs.shape == (2, 4, 1)

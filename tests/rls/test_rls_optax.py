@@ -9,6 +9,7 @@ import optax
 import pytest
 
 import rls
+from rls_problems import mse_with_layer_inputs
 
 
 class MLP(nn.Module):
@@ -26,12 +27,8 @@ def _problem(dtype=jnp.float32, batch=6, seed=0):
   x = jax.random.normal(keys[0], (batch, 3)).astype(dtype)
   y = jax.random.normal(keys[1], (batch, 2)).astype(dtype)
   params = jax.jit(model.init)(keys[2], x)['params']
-
-  def loss_fn(params):
-    outputs, xbar = rls.layer_inputs(model.apply, {'params': params}, x)
-    return 0.5 * jnp.mean(jnp.sum((outputs - y) ** 2, -1)), xbar
-
-  return params, jax.jit(jax.grad(loss_fn, has_aux=True))
+  loss_fn = mse_with_layer_inputs(model)
+  return params, jax.jit(jax.grad(lambda p: loss_fn(p, x, y), has_aux=True))
 
 
 def _run(tx, params, grad_fn, steps=3):

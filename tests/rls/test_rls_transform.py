@@ -19,20 +19,15 @@ import optax
 import pytest
 
 import rls
+from rls_problems import init_variables
+from rls_problems import mse_with_layer_inputs
 
 
 def _dense_setup(in_features, out_features, dtype, seed=0):
   model = nn.Dense(out_features, param_dtype=dtype)
-  params = jax.jit(model.init)(jax.random.PRNGKey(seed),
-                               jnp.zeros((1, in_features), dtype))['params']
+  params = init_variables(model, jnp.zeros((1, in_features), dtype),
+                          seed=seed)['params']
   return model, params
-
-
-def _mse(model):
-  def loss_fn(params, x, z):
-    outputs, xbar = rls.layer_inputs(model.apply, {'params': params}, x)
-    return 0.5 * jnp.mean(jnp.sum((outputs - z) ** 2, axis=-1)), xbar
-  return loss_fn
 
 
 def _theta(params):
@@ -55,7 +50,7 @@ def test_iterates_equal_weighted_regularised_least_squares(
                gradient_scale=ratio, init_scale=init_scale)
   state = tx.init(params)
   theta0 = _theta(params)
-  grad_fn = jax.jit(jax.grad(_mse(model), has_aux=True))
+  grad_fn = jax.jit(jax.grad(mse_with_layer_inputs(model), has_aux=True))
   update = jax.jit(tx.update)
   for x, z in zip(inputs, targets):
     grads, xbar = grad_fn(params, jnp.asarray(x), jnp.asarray(z))
@@ -84,7 +79,8 @@ def test_first_step_is_not_plain_gradient_descent(x64):
   model, params = _dense_setup(3, 1, jnp.float64)
   x = jnp.asarray([[1.0, 2.0, -1.0]])
   z = jnp.asarray([[0.5]])
-  grads, xbar = jax.grad(_mse(model), has_aux=True)(params, x, z)
+  grads, xbar = jax.grad(mse_with_layer_inputs(model), has_aux=True)(
+      params, x, z)
   tx = rls.rls(ratio=1.0)
   updates, _ = tx.update(grads, tx.init(params), params, layer_inputs=xbar)
   # h = λ + k xᵀ P0 x = 1 + (1 + 4 + 1 + 1) = 8, so the step is -grad / 8.
@@ -106,8 +102,7 @@ def test_batched_inverse_correlation_matches_closed_form(x64):
   model = Model()
   rng = np.random.default_rng(1)
   data = rng.normal(size=(num_steps, batch, time, 4))
-  params = jax.jit(model.init)(jax.random.PRNGKey(0),
-                               jnp.asarray(data[0]))['params']
+  params = init_variables(model, jnp.asarray(data[0]))['params']
   tx = rls.scale_by_rls(forgetting_factor=lam, ratio=ratio,
                         init_scale=init_scale)
   state = tx.init(params)

@@ -8,7 +8,6 @@ Slow (`-m slow`): the `small` presets on the real data learn (fixed seed 0):
 CIFAR-10 RLS on the real 4,000/1,000 subset, IMDB RLS and the hybrid.
 """
 
-import importlib.util
 import json
 import pathlib
 import subprocess
@@ -18,19 +17,11 @@ import numpy as np
 import pytest
 
 from conftest import dataset_dir_or_skip
-from experiments.classifier import cifar10_task as cifar10_experiment
-from experiments.classifier import imdb_task as imdb_experiment
+from experiments.classifier import experiment
+from experiments.classifier import tasks
 from experiments import data
-
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
-
-
-def load_config(name: str, arg: str):
-  spec = importlib.util.spec_from_file_location(
-      f"{name}_config", REPO_ROOT / "configs" / f"{name}.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(arg)
+from helpers import REPO_ROOT
+from helpers import load_config
 
 
 @pytest.fixture(scope="module")
@@ -95,32 +86,30 @@ def tiny_imdb(tmp_path_factory):
 
 
 def tiny_imdb_config(preset="rls", **overrides):
-  config = load_config("imdb", preset)
   settings = dict(vocab_size=12, max_length=4, embed_dim=3, hidden_size=4,
                   batch_size=16, epochs=2, eval_chunk_size=16)
-  config.update({**settings, **overrides})
-  return config
+  return load_config("imdb", preset, **{**settings, **overrides})
+
+
+def train_imdb(config, workdir, dataset=None):
+  return experiment.train(tasks.IMDB, config, str(workdir), dataset)
 
 
 def test_imdb_resumed_run_equals_uninterrupted_run(tiny_imdb, tmp_path):
-  whole = imdb_experiment.train(tiny_imdb_config(), str(tmp_path / "whole"),
-                                data=tiny_imdb)
-  imdb_experiment.train(tiny_imdb_config(epochs=1), str(tmp_path / "split"),
-                        data=tiny_imdb)
-  resumed = imdb_experiment.train(tiny_imdb_config(), str(tmp_path / "split"),
-                                  data=tiny_imdb)
+  whole = train_imdb(tiny_imdb_config(), tmp_path / "whole", tiny_imdb)
+  train_imdb(tiny_imdb_config(epochs=1), tmp_path / "split", tiny_imdb)
+  resumed = train_imdb(tiny_imdb_config(), tmp_path / "split", tiny_imdb)
   assert [r["step"] for r in resumed] == [4, 8]
   for key in ("train_loss", "test_loss", "test_accuracy", "train_loss_curve"):
     assert [r[key] for r in resumed] == [r[key] for r in whole], key
 
 
 def test_imdb_sweep_of_k_equals_single_runs(tiny_imdb, tmp_path):
-  swept = imdb_experiment.train(tiny_imdb_config(ratios=(0.1, 1.0), epochs=1),
-                                str(tmp_path / "sweep"), data=tiny_imdb)[-1]
+  swept = train_imdb(tiny_imdb_config(ratios=(0.1, 1.0), epochs=1),
+                     tmp_path / "sweep", tiny_imdb)[-1]
   for index, ratio in enumerate((0.1, 1.0)):
-    single = imdb_experiment.train(
-        tiny_imdb_config(ratio=ratio, epochs=1), str(tmp_path / f"k{ratio}"),
-        data=tiny_imdb)[-1]
+    single = train_imdb(tiny_imdb_config(ratio=ratio, epochs=1),
+                        tmp_path / f"k{ratio}", tiny_imdb)[-1]
     np.testing.assert_allclose(swept["train_loss"][index],
                                single["train_loss"], rtol=1e-5)
     np.testing.assert_allclose(swept["test_loss"][index], single["test_loss"],
@@ -137,7 +126,7 @@ def test_unknown_preset_is_an_error(name, arg):
 
 def test_imdb_sequence_length_below_one_is_an_error(tmp_path):
   with pytest.raises(ValueError, match="max_length"):
-    imdb_experiment.train(tiny_imdb_config(max_length=0), str(tmp_path))
+    train_imdb(tiny_imdb_config(max_length=0), tmp_path)
 
 
 def test_paper_settings_per_network():
@@ -162,9 +151,8 @@ IMDB_SMALL_ACCURACY = 0.75
 @pytest.mark.slow
 def test_cifar10_small_rls_learns(tmp_path):
   root = dataset_dir_or_skip("cifar10")
-  config = load_config("cifar10", "rls,small")
-  config.data_dir = str(root)
-  record = cifar10_experiment.train(config, str(tmp_path))[-1]
+  config = load_config("cifar10", "rls,small", data_dir=str(root))
+  record = experiment.train(tasks.CIFAR10, config, str(tmp_path))[-1]
   print(f"\ncifar10 small rls: {record}")
   assert record["test_accuracy"] >= CIFAR_SMALL_RLS_ACCURACY
 
@@ -180,8 +168,7 @@ def imdb_small_data():
 @pytest.mark.parametrize("preset", ["rls", "rls_hybrid"])
 def test_imdb_small_reaches_75_percent(imdb_small_data, tmp_path, preset):
   config = load_config("imdb", f"{preset},small")
-  record = imdb_experiment.train(config, str(tmp_path),
-                                 data=imdb_small_data)[-1]
+  record = train_imdb(config, tmp_path, imdb_small_data)[-1]
   print(f"\nimdb small {preset}: {record}")
   assert record["test_accuracy"] >= IMDB_SMALL_ACCURACY
 

@@ -20,8 +20,9 @@ import optax
 import pytest
 
 import rls
-from experiments.classifier import experiment as classifier
+from experiments.classifier import presets
 from experiments.classifier import models
+from experiments.classifier import training
 
 SMALL_VGG = dict(conv_features=(3, 4, "pool", 5, 4, "pool", 6),
                  hidden_size=7)
@@ -171,7 +172,7 @@ def test_stacked_lstm_capture_equals_hand_computation(x64):
 
 
 def imdb_config(optimizer, loss, **overrides):
-  config = classifier.base_config(optimizer, loss)
+  config = presets.base_config(optimizer, loss)
   config.clip_norm = 0.0  # Compare raw updates.
   config.update(overrides)
   return config
@@ -188,13 +189,13 @@ def test_embedding_by_adam_lstm_by_rls(x64, optimizer, overrides):
   loss = "mse" if optimizer == "rls" else "cross_entropy"
   config = imdb_config(optimizer, loss, embedding_learning_rate=0.01,
                        learning_rate=0.02, **overrides)
-  tx = classifier.make_optimizer(config)
-  step = jax.jit(classifier.make_train_step(model, tx, loss, True))
+  tx = training.make_optimizer(config)
+  step = jax.jit(training.make_train_step(model, tx, loss, True))
   new_params, _, _ = step(params, tx.init(params), tokens, labels)
 
   def loss_fn(p):
     out, xbar = rls.layer_inputs(model.apply, {"params": p}, tokens)
-    return classifier.LOSSES[loss](out, labels), xbar
+    return training.LOSSES[loss](out, labels), xbar
 
   grads, xbar = jax.grad(loss_fn, has_aux=True)(params)
   delta = jax.tree.map(lambda a, b: np.asarray(a - b), new_params, params)
@@ -245,8 +246,8 @@ def test_adam_trains_everything_including_the_embedding(x64):
   model = models.SentimentLSTM(vocab_size=7, embed_dim=2, hidden_size=3)
   tokens = jnp.asarray(np.random.default_rng(3).integers(0, 7, (4, 3)))
   params = init_float64(model, tokens)
-  tx = classifier.make_optimizer(imdb_config("adam", "cross_entropy"))
-  step = jax.jit(classifier.make_train_step(model, tx, "cross_entropy", False))
+  tx = training.make_optimizer(imdb_config("adam", "cross_entropy"))
+  step = jax.jit(training.make_train_step(model, tx, "cross_entropy", False))
   new_params, _, _ = step(params, tx.init(params), tokens,
                           jnp.asarray([0, 1, 0, 1]))
   changed = jax.tree.map(lambda a, b: bool(np.any(a != b)), new_params, params)

@@ -9,7 +9,6 @@ the loss over the whole training set with the end-of-epoch parameters
 first hundred steps. A full epoch takes ~5-20 s per run on 2 CPU cores.
 """
 
-import importlib.util
 import json
 import pathlib
 import subprocess
@@ -19,33 +18,24 @@ import numpy as np
 import pytest
 
 from conftest import dataset_dir_or_skip
-from experiments.classifier import mnist_task as mnist_experiment
+from experiments.classifier import experiment
+from experiments.classifier import tasks
 from experiments.data import mnist
+from helpers import REPO_ROOT
+from helpers import load_config
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
-
-
-def _load_config_module(path: pathlib.Path):
-  """Imports a config file by path, as `config_flags` does (not a package)."""
-  spec = importlib.util.spec_from_file_location("mnist_config", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
-mnist_configs = _load_config_module(REPO_ROOT / "configs" / "mnist.py")
 TEST_ACCURACY_AFTER_ONE_EPOCH = 0.95  # Full epoch (the issue's bar).
 SUBSET_SIZE = 10_000
 SUBSET_TEST_ACCURACY = 0.90  # One epoch on the first 10k training images.
 
-# name -> (config argument, overrides): the runs the tests compare.
+# name -> (preset, overrides): the runs the tests compare.
 RUNS = {
     "rls": ("rls", {}),  # Identity output, MSE (eq. 57).
     "rls_momentum": ("rls", {"momentum": 0.5}),  # The paper's "RLS+M".
     "rls_eta2": ("rls", {"gradient_scale": 2.0}),  # Twice the paper's eta.
     "rls_hybrid": ("rls_hybrid", {}),  # Softmax CE, Adam on the output.
-    "adam_mse": ("adam", {"loss": "mse"}),
-    "adam_cross_entropy": ("adam", {"loss": "cross_entropy"}),
+    "adam_mse": ("adam_mse", {}),
+    "adam_cross_entropy": ("adam_ce", {}),
 }
 
 
@@ -56,12 +46,12 @@ def make_runner(tmp_path_factory, train_limit: int):
 
   def run(name: str) -> dict:
     if name not in cache:
-      optimizer, overrides = RUNS[name]
-      config = mnist_configs.get_config(optimizer)
-      config.update(epochs=1, seed=0, train_limit=train_limit, **overrides)
+      preset, overrides = RUNS[name]
+      config = load_config("mnist", preset, epochs=1, seed=0,
+                           train_limit=train_limit, **overrides)
       workdir = tmp_path_factory.mktemp(f"{name}_{train_limit}")
-      cache[name] = mnist_experiment.train_and_evaluate(
-          config, str(workdir), data=data)[-1]
+      cache[name] = experiment.train(tasks.MNIST, config, str(workdir),
+                                     data)[-1]
       print(f"\n{name} (train_limit={train_limit}): " + ", ".join(
           f"{k}={cache[name][k]:.4f}" for k in
           ("test_accuracy", "train_eval_loss", "train_loss",
@@ -168,26 +158,22 @@ def tiny_mnist_dir(tmp_path_factory) -> pathlib.Path:
   return folder
 
 
-def tiny_config(optimizer, data_dir, **overrides):
-  config = mnist_configs.get_config(optimizer)
-  config.update(data_dir=str(data_dir), hidden_size=16, batch_size=64,
-                eval_chunk_size=128, **overrides)
-  return config
+def tiny_config(preset, data_dir, **overrides):
+  return load_config("mnist", preset, data_dir=str(data_dir), hidden_size=16,
+                     batch_size=64, eval_chunk_size=128, **overrides)
 
 
 def test_resumed_run_equals_uninterrupted_run(tiny_mnist_dir, tmp_path):
   # The hybrid with momentum and L1 has every kind of optimiser state
   # (multi_transform's masked states, P, the momentum trace, Adam's moments).
-  optimizer, overrides = "rls_hybrid", {"momentum": 0.5, "l1": 1e-5}
-  whole = mnist_experiment.train_and_evaluate(
-      tiny_config(optimizer, tiny_mnist_dir, epochs=2, **overrides),
-      str(tmp_path / "whole"))
-  mnist_experiment.train_and_evaluate(
-      tiny_config(optimizer, tiny_mnist_dir, epochs=1, **overrides),
-      str(tmp_path / "split"))
-  resumed = mnist_experiment.train_and_evaluate(
-      tiny_config(optimizer, tiny_mnist_dir, epochs=2, **overrides),
-      str(tmp_path / "split"))
+  def run(epochs, folder):
+    config = tiny_config("rls_hybrid", tiny_mnist_dir, epochs=epochs,
+                         momentum=0.5, l1=1e-5)
+    return experiment.train(tasks.MNIST, config, str(tmp_path / folder))
+
+  whole = run(2, "whole")
+  run(1, "split")
+  resumed = run(2, "split")
   assert [r["epoch"] for r in resumed] == [1, 2]
   assert [r["step"] for r in resumed] == [10, 20]
   for key in ("train_loss", "test_loss", "test_accuracy", "train_eval_loss"):
@@ -221,4 +207,4 @@ def test_command_line_writes_the_workdir(tiny_mnist_dir, tmp_path):
 
 def test_unknown_optimizer_in_config_is_an_error():
   with pytest.raises(ValueError, match="unknown optimiser"):
-    mnist_configs.get_config("sgd")
+    load_config("mnist", "sgd")

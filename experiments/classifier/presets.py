@@ -40,7 +40,7 @@ def base_config(optimizer: str, loss: str) -> ml_collections.ConfigDict:
   config.init_scale = 1.0
   config.momentum = config_dict.placeholder(float)  # None: off.
   config.l1 = config_dict.placeholder(float)  # None: off.
-  # Sweeps (vmapped runs, see experiments/run_axes.py): a non-empty list
+  # Sweeps (vmapped runs, see experiments/loop/run_axes.py): a non-empty list
   # replaces the single value; runs = num_seeds x every combination.
   config.learning_rates = ()
   config.ratios = ()

@@ -1,0 +1,132 @@
+r"""One training step of a classifier: the losses, the optimiser of
+`config.optimizer`, and forward, backward and update on one minibatch.
+
+Optimisers, each after global-norm clipping (`config.clip_norm`, 0 = off):
+
+* `rls`: RLS (`rls.rls`, with `config.momentum` = α and `config.l1` = γ) on
+  every dense, conv and LSTM layer, the output layer included (full RLS:
+  identity output, the MSE of eq. 57). An embedding table has no layer input
+  (its input is a one-hot id), so it is trained by Adam
+  (`config.embedding_learning_rate`) through `optax.multi_transform`.
+* `rls_hybrid`: RLS on the hidden layers, Adam (`config.learning_rate`) on the
+  output layer and the embedding; softmax cross-entropy.
+* `adam`: Adam on everything.
+
+Losses (`config.loss`): `mse` is eq. (57), ``||Z - Z*||_F^2 / (2M)`` with
+one-hot targets (sum over outputs, mean over the batch); `mse_mean` is the
+mean over all elements (``/ (M C)``, PyTorch's `MSELoss`, 2/C times eq. 57's);
+`cross_entropy` is the batch-mean softmax cross-entropy.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+import rls
+from experiments.classifier import presets
+from experiments.classifier import models
+
+
+def mse_loss(outputs: jax.Array, labels: jax.Array) -> jax.Array:
+  """Eq. (57): ``||Z - Z*||_F^2 / (2M)`` with one-hot targets ``Z*``."""
+  targets = jax.nn.one_hot(labels, outputs.shape[-1], dtype=outputs.dtype)
+  return 0.5 * jnp.mean(jnp.sum((outputs - targets) ** 2, axis=-1))
+
+
+def mse_mean_loss(outputs: jax.Array, labels: jax.Array) -> jax.Array:
+  """Mean over batch and outputs of ``(z - z*)^2`` (PyTorch's MSELoss)."""
+  targets = jax.nn.one_hot(labels, outputs.shape[-1], dtype=outputs.dtype)
+  return jnp.mean((outputs - targets) ** 2)
+
+
+def cross_entropy_loss(outputs: jax.Array, labels: jax.Array) -> jax.Array:
+  return jnp.mean(
+      optax.softmax_cross_entropy_with_integer_labels(outputs, labels))
+
+
+LOSSES = {"mse": mse_loss, "mse_mean": mse_mean_loss,
+          "cross_entropy": cross_entropy_loss}
+
+
+def uses_layer_inputs(config) -> bool:
+  """Whether the optimiser needs every layer's mean input ``x̄``."""
+  return config.optimizer != "adam"
+
+
+def _rls_and_adam(config, rls_opt, learning_rate):
+  """The optimiser of `config.optimizer` around `rls_opt`.
+
+  The labels are functions of the params, so one construction serves every
+  model: `models.optimizer_labels` sends a layer named `embedding` to Adam
+  (`config.embedding_learning_rate`) and, in the hybrid, the `output` layer
+  to Adam (`learning_rate`).
+  """
+  embedding_adam = optax.adam(config.embedding_learning_rate)
+  if config.optimizer == "rls":
+    return optax.multi_transform(
+        {"rls": rls_opt, "embedding": embedding_adam},
+        models.optimizer_labels)
+  if config.optimizer == "rls_hybrid":
+    return optax.multi_transform(
+        {"rls": rls_opt, "adam": optax.adam(learning_rate),
+         "embedding": embedding_adam},
+        functools.partial(models.optimizer_labels, hybrid=True))
+  if config.optimizer == "adam":
+    return optax.adam(learning_rate)
+  raise ValueError(f"optimizer={config.optimizer!r}; expected one of "
+                   f"{presets.OPTIMIZERS}")
+
+
+def make_optimizer(
+    config, learning_rate=None, ratio=None,
+    gradient_scale=None) -> optax.GradientTransformationExtraArgs:
+  """Clipping, then RLS (+ Adam for embeddings), the hybrid, or Adam.
+
+  `learning_rate` (Adam), `ratio` (k) and `gradient_scale` (η) override the
+  config's values; they may be traced (one run of a vmapped sweep).
+  """
+  learning_rate = (config.learning_rate if learning_rate is None
+                   else learning_rate)
+  rls_opt = rls.rls(
+      forgetting_factor=config.forgetting_factor,
+      ratio=config.ratio if ratio is None else ratio,
+      gradient_scale=(config.gradient_scale if gradient_scale is None
+                      else gradient_scale),
+      init_scale=config.init_scale, momentum=config.momentum, l1=config.l1)
+  inner = _rls_and_adam(config, rls_opt, learning_rate)
+  if config.clip_norm:
+    return optax.chain(optax.clip_by_global_norm(config.clip_norm), inner)
+  return optax.chain(inner)
+
+
+def make_train_step(model: nn.Module, tx, loss_name: str,
+                    with_layer_inputs: bool) -> Callable:
+  """`step(params, opt_state, inputs, labels) -> (params, opt_state, loss)`.
+
+  Gradients and every layer's mean input ``x̄`` come from one forward pass.
+  """
+  loss_fn = LOSSES[loss_name]
+
+  def loss_and_inputs(params, inputs, labels):
+    variables = {"params": params}
+    if with_layer_inputs:
+      outputs, layer_inputs = rls.layer_inputs(model.apply, variables, inputs)
+    else:
+      outputs, layer_inputs = model.apply(variables, inputs), None
+    return loss_fn(outputs, labels), layer_inputs
+
+  def train_step(params, opt_state, inputs, labels):
+    (loss, layer_inputs), grads = jax.value_and_grad(
+        loss_and_inputs, has_aux=True)(params, inputs, labels)
+    extra = {"layer_inputs": layer_inputs} if with_layer_inputs else {}
+    updates, opt_state = tx.update(grads, opt_state, params, **extra)
+    return optax.apply_updates(params, updates), opt_state, loss
+
+  return train_step
+
