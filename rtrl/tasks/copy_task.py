@@ -49,6 +49,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rtrl import validation
 from rtrl.online import StepBatch
 from rtrl.readout import LOG2
 
@@ -163,10 +164,7 @@ class CopyStream(NamedTuple):
 
 def stream_init(key: jax.Array, batch_size: int, max_length: int) -> CopyStream:
   """Batched streams positioned so that the first step starts a sequence."""
-  if isinstance(max_length, bool) or not isinstance(max_length, int) or \
-      max_length < 1:
-    raise ValueError(f"max_length must be a positive integer, got "
-                     f"{max_length!r}")
+  validation.positive_int("max_length", max_length)
   keys = jax.random.split(key, batch_size)
   zeros = jnp.zeros((batch_size,), jnp.int32)
   return CopyStream(bits=jnp.zeros((batch_size, max_length), jnp.int32),

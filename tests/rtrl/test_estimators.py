@@ -504,6 +504,16 @@ def test_misspelled_hparam_raises():
     estimators.make("ok", cell, ranks=2)
 
 
+def test_registry_knows_which_estimators_take_rank():
+  """`hyperparameters` reads the registry: exactly RANKED take `rank`."""
+  assert {name for name in estimators.names()
+          if estimators.hyperparameters(name) == ("rank",)} == set(RANKED)
+  assert all(estimators.hyperparameters(name) == ()
+             for name in estimators.names() if name not in RANKED)
+  with pytest.raises(ValueError, match="estimator must be one of"):
+    estimators.hyperparameters("bogus")
+
+
 def test_every_registered_name_is_covered():
   """The tests above cover every name `make` knows."""
   assert set(estimators.names()) == {"rtrl"} | set(ALL_APPROXIMATIONS)
