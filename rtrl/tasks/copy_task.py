@@ -319,10 +319,19 @@ def run_chunk(train_step: Callable[..., Any], train_state: Any,
   (train_state, stream, state), outputs = jax.lax.scan(
       body, (train_state, stream, state), None, length=num_steps)
   if not official:
-    metrics = outputs.metrics
-    error_bits = (metrics.output_loss_sum.sum() /
-                  jnp.maximum(metrics.output_weight_sum.sum(), 1) / LOG2)
-    length = jnp.minimum(curriculum_update(state.length, error_bits,
-                                           threshold), stream.bits.shape[-1])
-    state = state._replace(length=length.astype(jnp.int32))
+    state = check_after_chunk(state, outputs.metrics, stream.bits.shape[-1],
+                              threshold)
   return (train_state, stream, state), outputs
+
+
+def check_after_chunk(state: CurriculumState, metrics: CopyStepMetrics,
+                      max_length: int, threshold: float = ERROR_THRESHOLD
+                      ) -> CurriculumState:
+  """Output_only's check at a chunk's end: T += 1 (at most `max_length`) if
+  the output-phase error of `metrics` (leaves `(num_steps,)`), in bits, is
+  below `threshold`."""
+  error_bits = (metrics.output_loss_sum.sum() /
+                jnp.maximum(metrics.output_weight_sum.sum(), 1) / LOG2)
+  length = jnp.minimum(curriculum_update(state.length, error_bits, threshold),
+                       max_length)
+  return state._replace(length=length.astype(jnp.int32))

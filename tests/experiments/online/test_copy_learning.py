@@ -11,7 +11,6 @@ import jax
 import numpy as np
 import pytest
 
-from helpers import COPY_PINNED as PINNED
 from helpers import copy_config
 from experiments.online import copy_experiment
 from experiments.loop import workdir as workdir_lib
