@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import rtrl_problems
 from rtrl import cells, estimators, online, readout
 from rtrl.estimators import kronecker_sum
 
@@ -42,18 +43,12 @@ def z_critical(num_entries: int, alpha: float = FAMILY_WISE_FAILURE) -> float:
 # ---------------------------------------------------------------------------
 
 
-def make_problem(cell_name, seed=0, n=N_HIDDEN, steps=STEPS):
-  """float64 params (random biases), inputs (T, INPUT), covectors (T, S, n).
-
-  Call under the `x64` fixture.
-  """
-  cell = CELLS[cell_name](hidden_size=n)
-  rng = np.random.default_rng(seed)
-  w = cell.init(jax.random.PRNGKey(seed), INPUT)["W"]
-  w = w.at[-1].add(jnp.asarray(0.5 * rng.standard_normal(w.shape[1])))
-  xs = jnp.asarray(rng.standard_normal((steps, INPUT)))
-  gs = jnp.asarray(rng.standard_normal((steps, cell.num_state_rows, n)))
-  return cell, {"W": w}, xs, gs
+def make_problem(cell_name, seed=0):
+  """The cell, float64 params (random biases), inputs (T, INPUT) and
+  covectors (T, S, n). Call under the `x64` fixture."""
+  cell = CELLS[cell_name](hidden_size=N_HIDDEN)
+  return (cell,) + rtrl_problems.make_example_problem(cell, INPUT, STEPS,
+                                                       seed)
 
 
 def per_step_gradients(cell, est):
