@@ -60,7 +60,7 @@ def make_chunk(rng: np.random.Generator, steps: int, batch: int,
         np.float64)
   return online.StepBatch(inputs=jnp.asarray(inputs),
                           targets=jnp.asarray(targets),
-                          weights=jnp.asarray(weights, jnp.float64),
+                          weights=jnp.asarray(weights),
                           resets=jnp.asarray(reset_mask))
 
 
