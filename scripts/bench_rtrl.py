@@ -179,7 +179,8 @@ def time_interleaved(timers, results, n, args, history) -> None:
       results[tag][part].append(run_timed(entry) / results[tag]["per_call"])
   for tag, res in results.items():
     for part in [p for p in res if isinstance(res[p], list)]:
-      res[part] = {"min": min(res[part]), "median": statistics.median(res[part])}
+      res[part] = {"min": min(res[part]),
+                   "median": statistics.median(res[part])}
     core = res["core"]["min"] if "core" in res else 0.0
     history[tag] = (n, (args.repeats + 1) * res["per_call"] * (
         res["full"]["min"] + core))

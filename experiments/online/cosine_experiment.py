@@ -9,9 +9,10 @@ checkpoint), on random inputs, the Copy task or char-PTB text
 `config.estimators` (`cosine_specs.py`) on the same trajectory
 (`cosine_compute.py`) and records, at every step and for every repetition (an
 independent data stream and estimator PRNG stream), the cosine between the
-estimate of `dL_t/dW` and the exact one (Benzing et al. 2019, section 4.2, Figures 3, 6,
-7, 9). Steps whose exact gradient norm is below `config.min_gradient_norm` are
-dropped (null in `metrics.jsonl`), as in the paper's appendix figures.
+estimate of `dL_t/dW` and the exact one (Benzing et al. 2019, section 4.2,
+Figures 3, 6, 7, 9). Steps whose exact gradient norm is below
+`config.min_gradient_norm` are dropped (null in `metrics.jsonl`), as in the
+paper's appendix figures.
 
 Writes into the workdir: `config.json` (the effective config), `metrics.jsonl`
 (one record per step: `step`, `num_dropped`, and per estimator label

@@ -12,15 +12,13 @@ import optax
 from experiments.loop import checks
 from rtrl import bptt, cells, estimators, linalg, online, readout
 
-# `config.estimator`: a registered estimator (trained online) or TBPTT.
-TRAINERS = tuple(estimators.names()) + ("tbptt",)
-
-
 def validate_trainer(config) -> None:
-  """`config.estimator` and the fields it reads: `rank` for the estimators
-  that take one, `truncation` (dividing `chunk_steps`) for TBPTT."""
-  if config.estimator not in TRAINERS:
-    raise ValueError(f"config.estimator must be one of {TRAINERS}, got "
+  """`config.estimator` (a registered estimator, trained online, or
+  'tbptt') and the fields it reads: `rank` for the estimators that take one,
+  `truncation` (dividing `chunk_steps`) for TBPTT."""
+  trainers = tuple(estimators.names()) + ("tbptt",)
+  if config.estimator not in trainers:
+    raise ValueError(f"config.estimator must be one of {trainers}, got "
                      f"{config.estimator!r}")
   if config.estimator == "tbptt":
     checks.positive_ints(config, "truncation")

@@ -8,8 +8,8 @@ Statistical tolerances are derived from the sample size: an entry passes if
 for a family-wise failure probability of 1e-4 split over all entries checked
 (Bonferroni). Seeds are fixed, so the tests are deterministic.
 
-The kronecker-module tests live in tests/test_kronecker.py, the online
-stability runs in tests/test_estimator_stability.py.
+The kronecker-module tests live in tests/rtrl/test_kronecker.py, the online
+stability runs in tests/rtrl/test_estimator_stability.py.
 """
 
 import functools
@@ -487,7 +487,7 @@ def test_d_rank_above_limit_raises_at_make(name, cell_name):
 @pytest.mark.parametrize("name", ["uoro", "kf"])
 def test_unranked_estimator_given_rank_raises(name):
   """('rtrl' with a rank, an unknown name and a non-cell are covered in
-  tests/test_bad_input.py.)"""
+  tests/experiments/loop/test_bad_input.py.)"""
   cell = cells.RHN(hidden_size=4)
   with pytest.raises(ValueError, match=rf"'{name}' does not take rank"):
     estimators.make(name, cell, rank=2)

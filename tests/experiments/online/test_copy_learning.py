@@ -1,7 +1,8 @@
-"""Copy task end to end through `experiments.copy_task.train`: 8-OK climbs
-the curriculum under both protocols (official and output_only), exact RTRL
-and TBPTT under output_only, with a fixed seed; a restarted run resumes from
-its checkpoint and matches an uninterrupted run under both protocols."""
+"""Copy task end to end through `experiments.online.copy_experiment.train`:
+8-OK climbs the curriculum under both protocols (official and output_only),
+exact RTRL and TBPTT under output_only, with a fixed seed; a restarted run
+resumes from its checkpoint and matches an uninterrupted run under both
+protocols."""
 
 import json
 import os

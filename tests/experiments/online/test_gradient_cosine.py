@@ -23,6 +23,7 @@ from experiments.online import cosine_experiment as tool
 from experiments.online import cosine_records
 from experiments.online import cosine_specs
 from experiments.online import cosine_tasks
+from experiments.online import ptb_experiment
 from experiments.online import setup as online_setup
 from rtrl import estimators
 from rtrl import online
@@ -122,7 +123,8 @@ def test_dropped_points_are_missing_not_averaged():
   assert records[2]["KF-RTRL/mean_cosine"] is None
   assert records[2]["KF-RTRL/std_cosine"] is None
   json.dumps(records, allow_nan=False)  # strict JSON: no NaN tokens
-  stats = cosine_records.summarize({"labels": ["KF-RTRL"], "cosine": {"KF-RTRL": cos}})
+  stats = cosine_records.summarize({"labels": ["KF-RTRL"],
+                                    "cosine": {"KF-RTRL": cos}})
   stats = stats["KF-RTRL"]
   np.testing.assert_allclose(stats["mean_cosine"], (0.6 + 0.9) / 2)
   assert stats["final_mean_cosine"] is None
@@ -210,7 +212,6 @@ def ptb_data_dir(folder: pathlib.Path) -> str:
 
 
 def test_ptb_task_untrained_and_from_ptb_checkpoint(tmp_path):
-  from experiments.online import ptb_experiment  # pylint: disable=g-import-not-at-top
   data_dir = ptb_data_dir(tmp_path / "data")
   ptb_overrides = dict(task="ptb", data_dir=data_dir, verify_md5=False,
                        reset_probability=0.1, num_steps=20, chunk_steps=10,
