@@ -48,7 +48,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.matmul_precision = "highest"
   config.seed = 0
   # Runs trained together as one vmapped program: run j of each learning
-  # rate equals the single run with seed + j (see experiments/runner.py).
+  # rate equals the single run with seed + j (see experiments/loop/run_axes.py).
   config.num_seeds = 1
   config.learning_rates = ()   # e.g. (10**-2.5, 1e-3); empty: learning_rate
   config.num_steps = 20000
@@ -59,6 +59,6 @@ def get_config() -> ml_collections.ConfigDict:
   config.checkpoint_every = 5000
   config.max_length = 100      # largest curriculum length the generator supports
   config.error_threshold = 0.15  # bits/char to advance the curriculum
-  # Run-loop fields (resume, NaN policy, devices): experiments/run_config.py.
+  # Run-loop fields (resume, NaN policy, devices): experiments/loop/run_config.py.
   run_config.add_run_fields(config)
   return config

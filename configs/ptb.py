@@ -44,7 +44,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   config.reset_every = 0          # > 0: reset at multiples (official code: 100)
   config.seed = 0
   # Runs trained together as one vmapped program: run j of each learning
-  # rate equals the single run with seed + j (see experiments/runner.py).
+  # rate equals the single run with seed + j (see experiments/loop/run_axes.py).
   config.num_seeds = 1
   config.learning_rates = ()      # e.g. (10**-3.5, 10**-3); empty: learning_rate
   config.num_steps = 1_000_000
@@ -56,7 +56,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   config.checkpoint_every = 10_000
   config.data_dir = ""            # "": $DATA_DIR/ptb, the cache, or download
   config.verify_md5 = True        # check the files against the canonical md5
-  # Run-loop fields (resume, NaN policy, devices): experiments/run_config.py.
+  # Run-loop fields (resume, NaN policy, devices): experiments/loop/run_config.py.
   run_config.add_run_fields(config)
   if preset == "small":
     config.hidden_size = 64

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from rtrl import validation
 from rtrl.cells import Cell
 from rtrl.online import (StepBatch, StepMetrics, Trainer, batch_loss,
                          broadcast_state, where_reset)
@@ -91,10 +92,7 @@ def make_tbptt_trainer(cell: Cell, optimizer: optax.GradientTransformation,
   `run(state, chunk)` needs a chunk length that is a multiple of `truncation`
   and returns per-step metrics; `step` runs one window.
   """
-  if isinstance(truncation, bool) or not isinstance(truncation, int) or \
-      truncation < 1:
-    raise ValueError(f"truncation must be a positive integer, got "
-                     f"{truncation!r}")
+  validation.positive_int("truncation", truncation)
 
   def init(params, key, batch_size):
     del key  # deterministic

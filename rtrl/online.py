@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import optax
 
 from rtrl import readout
+from rtrl import validation
 from rtrl.cells import Cell
 from rtrl.estimators import Estimator
 
@@ -135,10 +136,7 @@ def make_online_trainer(cell: Cell, estimator: Estimator,
   Returns:
     A `Trainer`. `run` is jitted; `step` is pure and jittable.
   """
-  if isinstance(accumulate_steps, bool) or not isinstance(
-      accumulate_steps, int) or accumulate_steps < 1:
-    raise ValueError("accumulate_steps must be a positive integer, got "
-                     f"{accumulate_steps!r}")
+  validation.positive_int("accumulate_steps", accumulate_steps)
   if accumulate_steps > 1:
     # accumulator_dtype=None keeps the gradients' dtype (float64 under x64).
     optimizer = optax.MultiSteps(optimizer, every_k_schedule=accumulate_steps,

@@ -3,8 +3,12 @@ exponents, analytic tangent sizes and FLOP floors (pure Python, no timing)."""
 
 from __future__ import annotations
 
-RANKED = ("kf_avg", "kf_approx", "ok", "ok_biased", "ktp")
-UNRANKED = ("rtrl", "tbptt", "uoro", "kf")
+from rtrl import estimators
+
+RANKED = tuple(name for name in estimators.names()
+               if "rank" in estimators.hyperparameters(name))
+UNRANKED = ("tbptt",) + tuple(name for name in estimators.names()
+                              if name not in RANKED)
 # Paper Table 1: (time, memory) exponents of n per example and step. kf and
 # kf_approx are 1-OK-like; ok_biased costs what ok does.
 PAPER = {"rtrl": (4, 3), "ok": (3, 2), "ok_biased": (3, 2), "kf_avg": (3, 2),

@@ -125,6 +125,67 @@ def build(method, cell, params, chunk, chunk_t, args):
   return entry
 
 
+def predicted_too_slow(method, tag, n, args, history) -> str | None:
+  """Why `method` (labelled `tag`) is skipped at size n (Table 1's law from
+  the previous size predicts more than `--max_seconds`), or None."""
+  if tag not in history:
+    return None
+  n0, seconds = history[tag]
+  predicted = seconds * (n / n0) ** PAPER[method[0]][0]
+  if predicted > args.max_seconds:
+    return f"predicted {predicted:.0f}s > --max_seconds"
+  return None
+
+
+def warm_result(method, n, entry, cell, args, parts) -> dict:
+  """Runs each compiled part once and returns the method's result record
+  (timings to be appended to its `parts` lists)."""
+  start = time.perf_counter()
+  run_timed(entry["full"])       # the first call (after compilation)
+  first_call = time.perf_counter() - start
+  for part in parts[1:]:
+    run_timed(entry[part])
+  return {
+      "method": method[0], "rank": method[1], "n": n, "mem": entry["mem"],
+      "analytic": entry.get("analytic"),
+      "residual_floats": entry.get("residual_floats"),
+      "compile_wall_s": entry["full"][2][0],
+      "compile_cpu_s": entry["full"][2][1],
+      "first_call_s": entry["full"][2][0] + first_call,
+      "floor_flops": flop_floor(method[0], method[1], cell, VOCAB,
+                                args.batch_size),
+      "per_call": entry["per_call"], **{p: [] for p in parts}}
+
+
+def add_ok_breakdown(cell, params, chunk, args, timers, results) -> None:
+  """Adds the timers of OK's step pieces for every measured rank."""
+  for rank in args.ranks:
+    if f"{rank}-ok" not in results:
+      continue
+    pieces = ok_pieces(cell, params["cell"], chunk, rank, args.batch_size,
+                       args.steps)
+    for piece, entry in pieces.items():
+      run_timed(entry)
+      timers[(f"{rank}-ok", piece)] = entry
+      results[f"{rank}-ok"][piece] = []
+
+
+def time_interleaved(timers, results, n, args, history) -> None:
+  """`--repeats` rounds, every timer once per round; each part's list of
+  seconds per step becomes its min and median; `history` gets each
+  method's cost at n for the next size's prediction."""
+  for _ in range(args.repeats):
+    for (tag, part), entry in timers.items():
+      results[tag][part].append(run_timed(entry) / results[tag]["per_call"])
+  for tag, res in results.items():
+    for part in [p for p in res if isinstance(res[p], list)]:
+      res[part] = {"min": min(res[part]),
+                   "median": statistics.median(res[part])}
+    core = res["core"]["min"] if "core" in res else 0.0
+    history[tag] = (n, (args.repeats + 1) * res["per_call"] * (
+        res["full"]["min"] + core))
+
+
 def measure_size(n, cell_name, todo, args, history, skipped):
   """Builds, warms and times (interleaved) every method at hidden size n."""
   cell = cells.make(cell_name, n)
@@ -137,55 +198,21 @@ def measure_size(n, cell_name, todo, args, history, skipped):
   parts = ("full", "core") if args.core else ("full",)
   for method in todo:
     tag = label(method, args.truncation)
-    if tag in skipped:
+    why = skipped.get(tag) or predicted_too_slow(method, tag, n, args,
+                                                 history)
+    if why:
+      skipped.setdefault(tag, (n, why))
       continue
-    if tag in history:   # predict from the previous size with Table 1's law
-      n0, seconds = history[tag]
-      predicted = seconds * (n / n0) ** PAPER[method[0]][0]
-      if predicted > args.max_seconds:
-        skipped[tag] = (n, f"predicted {predicted:.0f}s > --max_seconds")
-        continue
     try:
       entry = build(method, cell, params, chunk, chunk_t, args)
     except ValueError as err:   # e.g. a rank larger than n allows
       skipped[tag] = (n, f"invalid: {err}")
       continue
-    start = time.perf_counter()
-    run_timed(entry["full"])       # the first call (after compilation)
-    first_call = time.perf_counter() - start
-    for part in parts:
-      if part != "full":
-        run_timed(entry[part])
-      timers[(tag, part)] = entry[part]
-    results[tag] = {
-        "method": method[0], "rank": method[1], "n": n, "mem": entry["mem"],
-        "analytic": entry.get("analytic"),
-        "residual_floats": entry.get("residual_floats"),
-        "compile_wall_s": entry["full"][2][0],
-        "compile_cpu_s": entry["full"][2][1],
-        "first_call_s": entry["full"][2][0] + first_call,
-        "floor_flops": flop_floor(method[0], method[1], cell, VOCAB,
-                                  args.batch_size),
-        "per_call": entry["per_call"], **{p: [] for p in parts}}
+    results[tag] = warm_result(method, n, entry, cell, args, parts)
+    timers.update({(tag, part): entry[part] for part in parts})
   if n in args.breakdown_sizes and "ok" in args.names:
-    for rank in args.ranks:
-      if f"{rank}-ok" not in results:
-        continue
-      pieces = ok_pieces(cell, params["cell"], chunk, rank, args.batch_size,
-                         args.steps)
-      for piece, entry in pieces.items():
-        run_timed(entry)
-        timers[(f"{rank}-ok", piece)] = entry
-        results[f"{rank}-ok"][piece] = []
-  for _ in range(args.repeats):   # interleaved: every timer once per round
-    for (tag, part), entry in timers.items():
-      results[tag][part].append(run_timed(entry) / results[tag]["per_call"])
-  for tag, res in results.items():
-    for part in [p for p in res if isinstance(res[p], list)]:
-      res[part] = {"min": min(res[part]), "median": statistics.median(res[part])}
-    core = res["core"]["min"] if "core" in res else 0.0
-    history[tag] = (n, (args.repeats + 1) * res["per_call"] * (
-        res["full"]["min"] + core))
+    add_ok_breakdown(cell, params, chunk, args, timers, results)
+  time_interleaved(timers, results, n, args, history)
   return results
 
 
@@ -278,7 +305,8 @@ def report_overhead(all_results, sizes, args, gflops):
   return overhead
 
 
-def main(argv=None):
+def parse_args(argv):
+  """The flags, checked; `args.names` is the list of methods to measure."""
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ints = lambda s: [] if s == "none" else [int(v) for v in s.split(",") if v]
   parser.add_argument("--sizes", type=ints, default=[32, 64, 128])
@@ -309,10 +337,6 @@ def main(argv=None):
                       help="the estimators' GEMM precision "
                       "(rtrl.linalg.set_matmul_precision; GPU/TPU only)")
   args = parser.parse_args(argv)
-  linalg.set_matmul_precision(args.matmul_precision)
-  if args.cache_dir:
-    jax.config.update("jax_compilation_cache_dir", args.cache_dir)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   known = set(UNRANKED) | set(RANKED)
   args.names = (list(UNRANKED) + list(RANKED) if args.estimators == "all"
                 else args.estimators.split(","))
@@ -323,6 +347,42 @@ def main(argv=None):
   for flag in ("batch_size", "steps", "repeats", "truncation"):
     if getattr(args, flag) < 1:
       parser.error(f"--{flag} must be positive")
+  return args
+
+
+def measure_sizes(sizes, todo, args, skipped) -> dict:
+  """`{(tag, n): result}` for every size, smallest first (each size's
+  timings predict the next one's cost)."""
+  all_results, history = {}, {}
+  for n in sizes:
+    t0 = time.perf_counter()
+    results = measure_size(n, args.cell, todo, args, history, skipped)
+    all_results.update({(tag, n): res for tag, res in results.items()})
+    print(f"  n={n}: {len(results)} configurations in "
+          f"{time.perf_counter() - t0:.0f}s wall (compiling took "
+          f"{sum(r['compile_cpu_s'] for r in results.values()):.0f}s CPU)",
+          flush=True)
+  return all_results
+
+
+def write_json(path, args, gflops, all_results, fits, overhead, skipped):
+  with open(path, "w") as f:
+    json.dump({"args": {k: v for k, v in vars(args).items()},
+               "matmul_gflops": gflops,
+               "results": [dict(label=t, **r) for (t, _), r in
+                           all_results.items()],
+               "fits": fits, "ok_overhead": overhead,
+               "skipped": {t: {"n": n, "why": w}
+                           for t, (n, w) in skipped.items()}}, f, indent=1,
+              default=str)
+
+
+def main(argv=None):
+  args = parse_args(argv)
+  linalg.set_matmul_precision(args.matmul_precision)
+  if args.cache_dir:
+    jax.config.update("jax_compilation_cache_dir", args.cache_dir)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   sizes = sorted(args.sizes)
   todo = methods(args.names, args.ranks)
   tags = [label(m, args.truncation) for m in todo]
@@ -333,30 +393,15 @@ def main(argv=None):
         f"device={jax.devices()[0].device_kind}")
   print(f"large matmul (2048^3 float32): {gflops:.0f} GFLOP/s; "
         f"{load_average()}", flush=True)
-  all_results, history, skipped = {}, {}, {}
+  skipped = {}
   start = time.perf_counter()
-  for n in sizes:
-    t0 = time.perf_counter()
-    results = measure_size(n, args.cell, todo, args, history, skipped)
-    all_results.update({(tag, n): res for tag, res in results.items()})
-    print(f"  n={n}: {len(results)} configurations in "
-          f"{time.perf_counter() - t0:.0f}s wall (compiling took "
-          f"{sum(r['compile_cpu_s'] for r in results.values()):.0f}s CPU)",
-          flush=True)
+  all_results = measure_sizes(sizes, todo, args, skipped)
   fits = report(all_results, dict(zip(tags, [m[0] for m in todo])), sizes,
                 skipped, gflops)
   overhead = report_overhead(all_results, sizes, args, gflops)
   print(f"\ntotal {time.perf_counter() - start:.0f}s; {load_average()}")
   if args.json:
-    with open(args.json, "w") as f:
-      json.dump({"args": {k: v for k, v in vars(args).items()},
-                 "matmul_gflops": gflops,
-                 "results": [dict(label=t, **r) for (t, _), r in
-                             all_results.items()],
-                 "fits": fits, "ok_overhead": overhead,
-                 "skipped": {t: {"n": n, "why": w}
-                             for t, (n, w) in skipped.items()}}, f, indent=1,
-                default=str)
+    write_json(args.json, args, gflops, all_results, fits, overhead, skipped)
 
 
 if __name__ == "__main__":

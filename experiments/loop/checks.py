@@ -36,5 +36,8 @@ def schedule(config, chunk_steps: int) -> None:
   if config.get("eval_every") is not None:
     positive_ints(config, "eval_every")
     timed.append("eval_every")
+  # Online experiments set the chunk length by a field: name it.
+  period_name = ("config.chunk_steps" if config.get("chunk_steps") ==
+                 chunk_steps else "the chunk length in steps")
   for field in timed:
-    multiple_of(config, field, chunk_steps, "the chunk length in steps")
+    multiple_of(config, field, chunk_steps, period_name)

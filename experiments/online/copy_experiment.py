@@ -3,7 +3,7 @@
   python -m experiments.copy_task --config configs/copy_task.py --workdir runs/copy
 
 Writes `config.json`, `metrics.jsonl` and checkpoints into the workdir; the
-shared run loop (`experiments/runner.py`) resumes from the newest valid
+shared run loop (`experiments/loop/runner.py`) resumes from the newest valid
 checkpoint when rerun with the same workdir, refuses a changed config, and
 checkpoints on SIGTERM/SIGINT.
 
@@ -29,12 +29,11 @@ average sees every step's loss before the next step's checks, as online.
 
 from __future__ import annotations
 
-from absl import app
 import jax
-import jax.numpy as jnp
 
-from experiments.online import setup as online_setup
+from experiments.loop import checks
 from experiments.loop import runner
+from experiments.online import setup as online_setup
 from rtrl import online
 from rtrl import readout
 from rtrl.readout import LOG2
@@ -42,28 +41,14 @@ from rtrl.tasks import copy_task
 
 
 def validate(config) -> None:
-  for field in ("hidden_size", "batch_size", "num_steps", "chunk_steps",
-                "max_length"):
-    value = config[field]
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-      raise ValueError(f"config.{field} must be a positive integer, got "
-                       f"{value!r}")
-  if config.num_steps % config.chunk_steps:
-    raise ValueError(f"config.num_steps ({config.num_steps}) must be a "
-                     f"multiple of config.chunk_steps ({config.chunk_steps})")
-  if config.estimator == "tbptt" and (
-      not isinstance(config.truncation, int) or config.truncation <= 0):
-    raise ValueError(f"config.truncation must be a positive integer, got "
-                     f"{config.truncation!r}")
-  if config.estimator == "tbptt" and config.chunk_steps % config.truncation:
-    raise ValueError(f"config.chunk_steps ({config.chunk_steps}) must be a "
-                     f"multiple of config.truncation ({config.truncation})")
+  """Raises ValueError naming the first bad field (the step schedule is the
+  run loop's: `experiments/loop/checks.schedule`)."""
+  checks.positive_ints(config, "hidden_size", "batch_size", "chunk_steps",
+                       "max_length")
+  online_setup.validate_trainer(config)
   if config.get("curriculum") not in copy_task.CURRICULA:
     raise ValueError(f"config.curriculum must be one of "
                      f"{copy_task.CURRICULA}, got {config.get('curriculum')!r}")
-  if config.log_every % config.chunk_steps:
-    raise ValueError("config.log_every must be a multiple of "
-                     "config.chunk_steps")
 
 
 def per_example_loss(cell, readout_params, cell_state, targets):
@@ -73,15 +58,14 @@ def per_example_loss(cell, readout_params, cell_state, targets):
       readout_params, hidden, targets, 1.0)
 
 
-def make_chunk(config, cell, trainer):
-  """`(trainer_state, stream, curriculum) -> ((trainer_state, stream,
-  curriculum), CopyStepMetrics per step)` for `config.chunk_steps` steps."""
-  protocol = config.curriculum
-  rule = dict(curriculum=protocol, threshold=config.error_threshold)
+def make_online_chunk(config, cell, trainer):
+  """An online trainer's chunk: one update per step, the curriculum checked
+  inside (`copy_task.run_chunk`)."""
+  official = config.curriculum == "official"
 
-  def online_step(trainer_state, batch, output_weights):
+  def train_step(trainer_state, batch, output_weights):
     new_state, metrics = trainer.step(trainer_state, batch)
-    if protocol == "official":  # The output phase is a part of the loss.
+    if official:  # The output phase is a part of the loss.
       losses = per_example_loss(cell, trainer_state.params["readout"],
                                 new_state.cell_state, batch.targets)
       output_loss = (losses * output_weights).sum()
@@ -91,64 +75,89 @@ def make_chunk(config, cell, trainer):
         metrics.loss_sum, metrics.weight_sum, output_loss,
         output_weights.sum())
 
-  def online_chunk(trainer_state, stream, curriculum):
+  def chunk(trainer_state, stream, curriculum):
     carry, outputs = copy_task.run_chunk(
-        online_step, trainer_state, stream, curriculum, config.chunk_steps,
-        **rule)
+        train_step, trainer_state, stream, curriculum, config.chunk_steps,
+        curriculum=config.curriculum, threshold=config.error_threshold)
     return carry, outputs.metrics
 
-  def tbptt_window(carry, _):
-    """Official TBPTT: the window's steps interleave a forward pass at the
-    window's parameters with the curriculum, then one TBPTT update."""
+  return chunk
+
+
+def make_forward_step(config, cell, params):
+  """`(cell_state, batch, output_weights) -> (cell_state, CopyStepMetrics)`:
+  a forward step at fixed `params`, for `copy_task.run_chunk`."""
+  initial = online.broadcast_state(cell.initial_state(), config.batch_size)
+
+  def forward_step(cell_state, batch, output_weights):
+    cell_state = online.where_reset(batch.resets, initial, cell_state)
+    cell_state = jax.vmap(cell.step, in_axes=(None, 0, 0))(
+        params["cell"], cell_state, batch.inputs)
+    losses = per_example_loss(cell, params["readout"], cell_state,
+                              batch.targets)
+    return cell_state, copy_task.CopyStepMetrics(
+        (losses * batch.weights).sum(), batch.weights.sum(),
+        (losses * output_weights).sum(), output_weights.sum())
+
+  return forward_step
+
+
+def make_official_tbptt_chunk(config, cell, trainer):
+  """TBPTT under "official": each window's steps interleave a forward pass at
+  the window's parameters with the curriculum, then one TBPTT update, so the
+  moving average sees every step's loss as online."""
+
+  def window(carry, _):
     trainer_state, stream, curriculum = carry
-    params = trainer_state.params
-    initial = online.broadcast_state(cell.initial_state(), config.batch_size)
-
-    def forward_step(cell_state, batch, output_weights):
-      cell_state = online.where_reset(batch.resets, initial, cell_state)
-      cell_state = jax.vmap(cell.step, in_axes=(None, 0, 0))(
-          params["cell"], cell_state, batch.inputs)
-      losses = per_example_loss(cell, params["readout"], cell_state,
-                                batch.targets)
-      return cell_state, copy_task.CopyStepMetrics(
-          (losses * batch.weights).sum(), batch.weights.sum(),
-          (losses * output_weights).sum(), output_weights.sum())
-
+    forward_step = make_forward_step(config, cell, trainer_state.params)
     (_, stream, curriculum), outputs = copy_task.run_chunk(
         forward_step, trainer_state.cell_state, stream, curriculum,
-        config.truncation, **rule)
+        config.truncation, curriculum="official",
+        threshold=config.error_threshold)
     trainer_state, _ = trainer.step(trainer_state, outputs.batches)
     return (trainer_state, stream, curriculum), outputs.metrics
 
-  def tbptt_chunk(trainer_state, stream, curriculum):
-    if protocol == "official":
-      carry, metrics = jax.lax.scan(
-          tbptt_window, (trainer_state, stream, curriculum), None,
-          length=config.chunk_steps // config.truncation)
-      return carry, jax.tree_util.tree_map(
-          lambda a: a.reshape((-1,) + a.shape[2:]), metrics)
-    # output_only: T is fixed within the chunk; generate it whole.
-    stream, chunk = copy_task.generate(stream, curriculum.length,
-                                       config.chunk_steps,
-                                       curriculum=protocol)
-    trainer_state, metrics = trainer.run(trainer_state, chunk)
-    error_bits = metrics.loss_sum.sum() / jnp.maximum(
-        metrics.weight_sum.sum(), 1.0) / LOG2
-    length = copy_task.curriculum_update(curriculum.length, error_bits,
-                                         config.error_threshold)
-    curriculum = curriculum._replace(length=jnp.minimum(
-        length, config.max_length).astype(jnp.int32))
-    return (trainer_state, stream, curriculum), copy_task.CopyStepMetrics(
-        metrics.loss_sum, metrics.weight_sum, metrics.loss_sum,
-        metrics.weight_sum)
+  def chunk(trainer_state, stream, curriculum):
+    carry, metrics = jax.lax.scan(
+        window, (trainer_state, stream, curriculum), None,
+        length=config.chunk_steps // config.truncation)
+    return carry, jax.tree_util.tree_map(
+        lambda a: a.reshape((-1,) + a.shape[2:]), metrics)
 
-  return tbptt_chunk if config.estimator == "tbptt" else online_chunk
+  return chunk
 
 
-def make_experiment(config) -> runner.Experiment:
-  """The Copy task's pieces for `runner.run`."""
-  validate(config)
-  cell = online_setup.make_cell(config)
+def make_output_only_tbptt_chunk(config, trainer):
+  """TBPTT under "output_only": T is fixed within the chunk, so the chunk is
+  generated whole, trained on, then checked (`copy_task.check_after_chunk`)."""
+
+  def chunk(trainer_state, stream, curriculum):
+    stream, batches = copy_task.generate(stream, curriculum.length,
+                                         config.chunk_steps,
+                                         curriculum="output_only")
+    trainer_state, metrics = trainer.run(trainer_state, batches)
+    metrics = copy_task.CopyStepMetrics(metrics.loss_sum, metrics.weight_sum,
+                                        metrics.loss_sum, metrics.weight_sum)
+    curriculum = copy_task.check_after_chunk(
+        curriculum, metrics, config.max_length, config.error_threshold)
+    return (trainer_state, stream, curriculum), metrics
+
+  return chunk
+
+
+def make_chunk(config, cell, trainer):
+  """`(trainer_state, stream, curriculum) -> ((trainer_state, stream,
+  curriculum), CopyStepMetrics per step)` for `config.chunk_steps` steps."""
+  if config.estimator != "tbptt":
+    return make_online_chunk(config, cell, trainer)
+  if config.curriculum == "official":
+    return make_official_tbptt_chunk(config, cell, trainer)
+  return make_output_only_tbptt_chunk(config, trainer)
+
+
+def make_init(config, cell):
+  """`(key, hparams) -> state`: a run's fresh state (trainer, streams,
+  curriculum and the swept hyper-parameters)."""
 
   def init(key, hparams):
     params_key, trainer_key, data_key = jax.random.split(key, 3)
@@ -165,6 +174,13 @@ def make_experiment(config) -> runner.Experiment:
         "hparams": hparams,
     }
 
+  return init
+
+
+def make_train_chunk(config, cell):
+  """`state -> (state, metrics)`: one chunk, metrics summed over its steps
+  plus the curriculum at its end."""
+
   def train_chunk(state):
     trainer = online_setup.make_trainer(config, cell, **state["hparams"])
     chunk = make_chunk(config, cell, trainer)
@@ -179,26 +195,41 @@ def make_experiment(config) -> runner.Experiment:
     return state, {**sums, "curriculum_length": curriculum.length,
                    "error_ema": curriculum.error_ema}
 
-  def summarize(window):
-    total = {name: sum(float(m[name]) for m in window)
-             for name in copy_task.CopyStepMetrics._fields}
-    record = {
-        "loss_bits": total["loss_sum"] / max(total["weight_sum"], 1.0) / LOG2,
-        "loss_bits_positions": ("all" if config.curriculum == "official"
-                                else "output"),
-        "output_error_bits": (total["output_loss_sum"] /
-                              max(total["output_weight_sum"], 1.0) / LOG2),
-        "curriculum_length": int(window[-1]["curriculum_length"])}
-    if config.curriculum == "official":
-      record["error_ema_bits"] = float(window[-1]["error_ema"])
-    return record
+  return train_chunk
 
-  name = (f"Copy task | {online_setup.describe(config)} | {config.cell}-"
+
+def summarize(config, window: list[dict]) -> dict:
+  """The metrics record of a window of `train_chunk` metrics (see the module
+  docstring for its fields)."""
+  total = {name: sum(float(m[name]) for m in window)
+           for name in copy_task.CopyStepMetrics._fields}
+  record = {
+      "loss_bits": total["loss_sum"] / max(total["weight_sum"], 1.0) / LOG2,
+      "loss_bits_positions": ("all" if config.curriculum == "official"
+                              else "output"),
+      "output_error_bits": (total["output_loss_sum"] /
+                            max(total["output_weight_sum"], 1.0) / LOG2),
+      "curriculum_length": int(window[-1]["curriculum_length"])}
+  if config.curriculum == "official":
+    record["error_ema_bits"] = float(window[-1]["error_ema"])
+  return record
+
+
+def describe(config) -> str:
+  return (f"Copy task | {online_setup.describe(config)} | {config.cell}-"
           f"{config.hidden_size} | batch {config.batch_size} | lr "
           f"{config.learning_rate:.3g} | curriculum {config.curriculum}")
+
+
+def make_experiment(config) -> runner.Experiment:
+  """The Copy task's pieces for `runner.run`."""
+  validate(config)
+  cell = online_setup.make_cell(config)
   return runner.Experiment(
-      name=name, init=init, train_chunk=train_chunk,
-      chunk_steps=config.chunk_steps, summarize=summarize,
+      name=describe(config), init=make_init(config, cell),
+      train_chunk=make_train_chunk(config, cell),
+      chunk_steps=config.chunk_steps,
+      summarize=lambda window: summarize(config, window),
       examples_per_step=config.batch_size,
       swept_hparams=("learning_rate",),
       batch_axes=online_setup.batch_axes, batch_size=config.batch_size,

@@ -25,6 +25,7 @@ import ml_collections
 import numpy as np
 
 from experiments import data
+from experiments.loop import checks
 from experiments.online import setup as online_setup
 from experiments.loop import workdir as workdir_lib
 from rtrl import online
@@ -41,11 +42,11 @@ def validate_task(config) -> None:
   if config.task not in TASKS:
     raise ValueError(f"config.task must be one of {TASKS}, got "
                      f"{config.task!r}")
-  if config.task == "copy" and config.sequence_length < (
-      0 if config.checkpoint_dir else 1):
-    raise ValueError("config.sequence_length must be a positive integer "
-                     "(0 only with a checkpoint: its curriculum length), got "
-                     f"{config.sequence_length!r}")
+  if config.task == "copy" and config.checkpoint_dir:
+    checks.nonnegative_ints(config, "sequence_length",
+                            zero_means="the checkpoint's curriculum length")
+  elif config.task == "copy":
+    checks.positive_ints(config, "sequence_length")
   if config.task == "ptb" and config.get("ptb_split", "valid") not in \
       data.ptb.SPLITS:
     raise ValueError(f"config.ptb_split must be one of {data.ptb.SPLITS}, got "

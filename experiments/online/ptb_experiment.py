@@ -14,7 +14,7 @@ The workdir gets `config.json`, `metrics.jsonl` (`step`, `train_bpc` (mean
 over the steps since the previous record), `steps_per_second`, and
 `valid_bpc` at eval steps), checkpoints and `summary.json`
 (`best_valid_bpc`, `best_step`, `test_bpc`). The shared run loop
-(`experiments/runner.py`) resumes a rerun from the newest valid checkpoint;
+(`experiments/loop/runner.py`) resumes a rerun from the newest valid checkpoint;
 with `num_seeds > 1` or a `learning_rates` list the runs train as one
 vmapped program and every value becomes a list over runs.
 
@@ -26,65 +26,33 @@ weight normal(0, 0.01)), `cell_clip_norm=100` (the cell gradient only), and
 
 from __future__ import annotations
 
-from absl import app
 import jax
 import jax.numpy as jnp
 
 from experiments.data import load_ptb_split
-from experiments.online import setup as online_setup
+from experiments.loop import checks
 from experiments.loop import runner
-from rtrl import estimators
+from experiments.online import setup as online_setup
+from rtrl import validation
 from rtrl.readout import LOG2
 from rtrl.tasks import ptb
 from rtrl.tasks import ptb_eval
 
-ESTIMATORS = tuple(estimators.names()) + ("tbptt",)
-
-
-def _is_positive_int(value) -> bool:
-  return not isinstance(value, bool) and isinstance(value, int) and value > 0
-
 
 def validate(config) -> None:
-  """Raises ValueError naming the first bad field."""
-  for field in ("hidden_size", "batch_size", "num_steps", "chunk_steps",
-                "eval_every", "eval_batch_size", "log_every",
-                "checkpoint_every"):
-    if not _is_positive_int(config[field]):
-      raise ValueError(f"config.{field} must be a positive integer, got "
-                       f"{config[field]!r}")
-  if config.estimator not in ESTIMATORS:
-    raise ValueError(f"config.estimator must be one of {ESTIMATORS}, got "
-                     f"{config.estimator!r}")
-  if config.estimator in online_setup.RANKED_ESTIMATORS and \
-      not _is_positive_int(config.rank):
-    raise ValueError(f"config.rank must be a positive integer, got "
-                     f"{config.rank!r}")
-  if config.estimator == "tbptt":
-    if not _is_positive_int(config.truncation):
-      raise ValueError(f"config.truncation must be a positive integer, got "
-                       f"{config.truncation!r}")
-    if config.chunk_steps % config.truncation:
-      raise ValueError(f"config.chunk_steps ({config.chunk_steps}) must be a "
-                       f"multiple of config.truncation ({config.truncation})")
-  for field in ("num_steps", "eval_every", "log_every"):
-    if config[field] % config.chunk_steps:
-      raise ValueError(f"config.{field} ({config[field]}) must be a multiple "
-                       f"of config.chunk_steps ({config.chunk_steps})")
+  """Raises ValueError naming the first bad field (the step schedule is the
+  run loop's: `experiments/loop/checks.schedule`)."""
+  checks.positive_ints(config, "hidden_size", "batch_size", "chunk_steps",
+                       "eval_batch_size")
+  online_setup.validate_trainer(config)
   if not 0.0 <= config.reset_probability <= 1.0:
     raise ValueError(f"config.reset_probability must be in [0, 1], got "
                      f"{config.reset_probability!r}")
-  for field in ("reset_every", "eval_reset_every"):
-    if isinstance(config[field], bool) or not isinstance(
-        config[field], int) or config[field] < 0:
-      raise ValueError(f"config.{field} must be an integer >= 0 (0: off), "
-                       f"got {config[field]!r}")
+  checks.nonnegative_ints(config, "reset_every", "eval_reset_every",
+                          zero_means="off")
   for rate in list(config.get("learning_rates") or ()) + [
       config.learning_rate]:
-    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or \
-        not rate > 0:
-      raise ValueError(f"config.learning_rate(s) must be positive numbers, "
-                       f"got {rate!r}")
+    validation.positive_number("config.learning_rate(s)", rate)
   if config.init_stddev < 0:
     raise ValueError(f"config.init_stddev must be >= 0, got "
                      f"{config.init_stddev!r}")
@@ -117,22 +85,30 @@ def batch_axes(state: dict) -> dict:
   return axes
 
 
-def make_experiment(config) -> runner.Experiment:
-  """The PTB pieces for `runner.run` (loads the data once, here).
+def load_ids(config, split: str):
+  """The `(N,)` character ids of `split` ('train', 'valid' or 'test')."""
+  return load_ptb_split(split, config.data_dir,
+                        config.get("verify_md5", True))
 
-  The training text and the valid streams are the run loop's `data` (a jit
-  argument, never checkpointed); `learning_rate` may be swept
-  (`config.learning_rates`) and `num_seeds` > 1 stacks runs.
-  """
-  validate(config)
-  cell = online_setup.make_cell(config)
-  verify = config.get("verify_md5", True)
-  train_ids = load_ptb_split("train", config.data_dir, verify)
-  valid_ids = load_ptb_split("valid", config.data_dir, verify)
-  data = {"train": jnp.asarray(train_ids),
-          "valid": ptb_eval.make_eval_streams(
-              valid_ids, config.eval_batch_size, config.eval_reset_every)}
-  num_symbols = train_ids.size
+
+def load_eval_streams(config, split: str) -> ptb_eval.EvalStreams:
+  """The whole `split` laid out for evaluation (`config.eval_batch_size`
+  streams)."""
+  ids = load_ids(config, split)
+  return ptb_eval.make_eval_streams(ids, config.eval_batch_size,
+                                    config.eval_reset_every)
+
+
+def load_data(config) -> dict:
+  """The run loop's `data` (a jit argument, never checkpointed): the
+  training text `(N,)` and the valid split's `EvalStreams`."""
+  return {"train": jnp.asarray(load_ids(config, "train")),
+          "valid": load_eval_streams(config, "valid")}
+
+
+def make_init(config, cell, num_symbols: int):
+  """`(key, hparams) -> state`: the trainer, the `B` training streams over
+  `num_symbols` characters, the step count and the best parameters so far."""
   dtype = jnp.asarray(0.0).dtype
 
   def init(key, hparams):
@@ -149,6 +125,12 @@ def make_experiment(config) -> runner.Experiment:
         "hparams": hparams,
     }
 
+  return init
+
+
+def make_train_chunk(config, cell):
+  """`(state, data) -> (state, {'loss_sum', 'weight_sum'})` over a chunk."""
+
   def train_chunk(state, data):
     trainer = online_setup.make_trainer(config, cell, **state["hparams"])
     stream, chunk = ptb.stream_chunk(
@@ -160,10 +142,18 @@ def make_experiment(config) -> runner.Experiment:
     return state, {"loss_sum": metrics.loss_sum.sum(),
                    "weight_sum": metrics.weight_sum.sum()}
 
-  def summarize(window):
-    loss = sum(float(m["loss_sum"]) for m in window)
-    weight = sum(float(m["weight_sum"]) for m in window)
-    return {"train_bpc": loss / max(weight, 1.0) / LOG2}
+  return train_chunk
+
+
+def summarize(window: list[dict]) -> dict:
+  loss = sum(float(m["loss_sum"]) for m in window)
+  weight = sum(float(m["weight_sum"]) for m in window)
+  return {"train_bpc": loss / max(weight, 1.0) / LOG2}
+
+
+def make_evaluate(cell):
+  """`(state, data) -> (state, {'valid_bpc'})`: the valid BPC at the current
+  parameters; they become the best ones if it is the lowest so far."""
 
   def evaluate(state, data):
     params = state["trainer"].params
@@ -178,10 +168,13 @@ def make_experiment(config) -> runner.Experiment:
              "best_step": keep(state["step"], state["best_step"])}
     return state, {"valid_bpc": valid_bpc}
 
-  def summarize_eval(metrics):
-    return {"valid_bpc": float(metrics["valid_bpc"])}
+  return evaluate
 
-  test_streams = []  # built on first use, shared by the runs
+
+def make_finish(config, cell):
+  """`(state, workdir) -> summary`: the best valid BPC, its step and the test
+  BPC at its parameters (the test split is read on first use, once)."""
+  test_streams = []
 
   def finish(state, workdir):
     del workdir
@@ -190,19 +183,34 @@ def make_experiment(config) -> runner.Experiment:
                "best_step": best_step, "test_bpc": None}
     if best_step > 0:
       if not test_streams:
-        test_ids = load_ptb_split("test", config.data_dir, verify)
-        test_streams.append(ptb_eval.make_eval_streams(
-            test_ids, config.eval_batch_size, config.eval_reset_every))
+        test_streams.append(load_eval_streams(config, "test"))
       summary["test_bpc"] = ptb_eval.bpc(cell, state["best_params"],
                                          test_streams[0])
     print(f"Best valid BPC {summary['best_valid_bpc']:.4f} at step "
           f"{best_step}; test BPC there: {summary['test_bpc']}")
     return summary
 
+  return finish
+
+
+def make_experiment(config) -> runner.Experiment:
+  """The PTB pieces for `runner.run` (loads the data once, here).
+
+  `learning_rate` may be swept (`config.learning_rates`) and `num_seeds` > 1
+  stacks runs.
+  """
+  validate(config)
+  cell = online_setup.make_cell(config)
+  data = load_data(config)
   return runner.Experiment(
-      name=describe(config), init=init, train_chunk=train_chunk,
+      name=describe(config),
+      init=make_init(config, cell, data["train"].size),
+      train_chunk=make_train_chunk(config, cell),
       chunk_steps=config.chunk_steps, summarize=summarize,
-      evaluate=evaluate, summarize_eval=summarize_eval, finish=finish,
+      evaluate=make_evaluate(cell),
+      summarize_eval=lambda metrics: {
+          "valid_bpc": float(metrics["valid_bpc"])},
+      finish=make_finish(config, cell),
       progress_fields=("train_bpc", "valid_bpc"),
       examples_per_step=config.batch_size, data=data,
       swept_hparams=("learning_rate",), batch_axes=batch_axes,

@@ -9,28 +9,63 @@ from __future__ import annotations
 import jax
 import optax
 
+from experiments.loop import checks
 from rtrl import bptt, cells, estimators, linalg, online, readout
 
-# Config fields each estimator reads besides the common ones.
-RANKED_ESTIMATORS = ("kf_avg", "ok", "ok_biased", "ktp", "kf_approx")
+def validate_trainer(config) -> None:
+  """`config.estimator` (a registered estimator, trained online, or
+  'tbptt') and the fields it reads: `rank` for the estimators that take one,
+  `truncation` (dividing `chunk_steps`) for TBPTT."""
+  trainers = tuple(estimators.names()) + ("tbptt",)
+  if config.estimator not in trainers:
+    raise ValueError(f"config.estimator must be one of {trainers}, got "
+                     f"{config.estimator!r}")
+  if config.estimator == "tbptt":
+    checks.positive_ints(config, "truncation")
+    checks.multiple_of(config, "chunk_steps", config.truncation,
+                       "config.truncation")
+  elif "rank" in estimators.hyperparameters(config.estimator):
+    checks.positive_ints(config, "rank")
 
 
 def make_cell(config) -> cells.Cell:
+  """`config.cell` with `config.hidden_size` units."""
   return cells.make(config.cell, config.hidden_size)
 
 
-def init_params(cell: cells.Cell, key, input_size: int, num_outputs: int):
+def init_params(cell: cells.Cell, key, input_size: int,
+                num_outputs: int) -> dict:
+  """`{'cell': cell params, 'readout': readout params}`, fresh."""
   cell_key, readout_key = jax.random.split(key)
   return {"cell": cell.init(cell_key, input_size),
           "readout": readout.init(readout_key, cell.hidden_size, num_outputs)}
 
 
-def estimator_hparams(config) -> dict:
-  return {"rank": config.rank} if config.estimator in RANKED_ESTIMATORS else {}
+def make_estimator(config, cell) -> estimators.Estimator:
+  """`config.estimator` with its hyper-parameters from the config fields of
+  the same names (`config.rank`)."""
+  hparams = {name: config[name]
+             for name in estimators.hyperparameters(config.estimator)}
+  return estimators.make(config.estimator, cell, **hparams)
 
 
-def make_estimator(config, cell):
-  return estimators.make(config.estimator, cell, **estimator_hparams(config))
+def make_optimizer(config, learning_rate) -> optax.GradientTransformation:
+  """Adam at `learning_rate`, behind the config's optional clipping
+  (`clip_norm`, `cell_clip_norm`) and NaN/Inf skipping."""
+  optimizer = optax.adam(learning_rate)
+  if config.get("clip_norm"):
+    optimizer = optax.chain(optax.clip_by_global_norm(config.clip_norm),
+                            optimizer)
+  if config.get("cell_clip_norm"):
+    # Only the cell gradient, the readout's unclipped (the OK code on PTB).
+    optimizer = optax.chain(
+        optax.masked(optax.clip_by_global_norm(config.cell_clip_norm),
+                     {"cell": True, "readout": False}), optimizer)
+  if config.get("skip_nonfinite_updates"):
+    # A step whose gradient holds a NaN/Inf leaves parameters and optimiser
+    # moments unchanged (long runs survive a rare bad step).
+    optimizer = optax.apply_if_finite(optimizer, max_consecutive_errors=1000)
+  return optimizer
 
 
 def make_trainer(config, cell: cells.Cell,
@@ -47,19 +82,7 @@ def make_trainer(config, cell: cells.Cell,
     linalg.set_matmul_precision(config.get("matmul_precision", "highest"))
   except ValueError as err:
     raise ValueError(f"config.matmul_precision: {err}") from None
-  optimizer = optax.adam(learning_rate)
-  if config.get("clip_norm"):
-    optimizer = optax.chain(optax.clip_by_global_norm(config.clip_norm),
-                            optimizer)
-  if config.get("cell_clip_norm"):
-    # Only the cell gradient, the readout's unclipped (the OK code on PTB).
-    optimizer = optax.chain(
-        optax.masked(optax.clip_by_global_norm(config.cell_clip_norm),
-                     {"cell": True, "readout": False}), optimizer)
-  if config.get("skip_nonfinite_updates"):
-    # A step whose gradient holds a NaN/Inf leaves parameters and optimiser
-    # moments unchanged (long runs survive a rare bad step).
-    optimizer = optax.apply_if_finite(optimizer, max_consecutive_errors=1000)
+  optimizer = make_optimizer(config, learning_rate)
   if config.estimator == "tbptt":
     return bptt.make_tbptt_trainer(cell, optimizer, config.truncation)
   return online.make_online_trainer(
@@ -71,14 +94,14 @@ def describe(config) -> str:
   """A short name like '16-ok', 'tbptt-50' or 'rtrl' for logs and legends."""
   if config.estimator == "tbptt":
     return f"tbptt-{config.truncation}"
-  if config.estimator in RANKED_ESTIMATORS:
+  if "rank" in estimators.hyperparameters(config.estimator):
     return f"{config.rank}-{config.estimator}"
   return config.estimator
 
 
 def batch_axes(state: dict) -> dict:
   """Batch axes of an online experiment's run state, for the `data` mesh
-  axis (`experiments/sharding.py`).
+  axis (`experiments/loop/sharding.py`).
 
   `state` is a dict whose `'trainer'` entry is the trainer state (its
   `cell_state` and `tstate` hold one row per example) and whose `'stream'`

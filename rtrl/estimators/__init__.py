@@ -1,8 +1,10 @@
 """RTRL gradient estimators behind one contract: `make(name, cell, **hparams)`.
 
-Names: 'rtrl' (exact), 'uoro', 'kf' (KF-RTRL), 'kf_avg' (rank copies of
-KF-RTRL averaged), 'kf_approx' (KF-RTRL with a rank-`rank` D), 'ok' (r-OK),
-'ok_biased' (r-B-OK), 'ktp' (Kronecker triple product). Each returns an `Estimator` (see `base.Estimator`).
+Names (`names()`): 'rtrl' (exact), 'uoro', 'kf' (KF-RTRL), 'kf_avg' (rank
+copies of KF-RTRL averaged), 'kf_approx' (KF-RTRL with a rank-`rank` D), 'ok'
+(r-OK), 'ok_biased' (r-B-OK), 'ktp' (Kronecker triple product). Each returns
+an `Estimator` (see `base.Estimator`); `hyperparameters(name)` says which
+keyword arguments it takes (`('rank',)` or none), read from the registry.
 """
 
 from __future__ import annotations
@@ -39,6 +41,15 @@ def register(name: str, factory: Callable[..., Estimator]) -> None:
   _REGISTRY[name] = factory
 
 
+def hyperparameters(name: str) -> tuple[str, ...]:
+  """The hyper-parameters estimator `name` takes (e.g. `('rank',)`), read from
+  its factory's signature: `make(name, cell, **{h: ... for h in these})`."""
+  if name not in _REGISTRY:
+    raise ValueError(f"estimator must be one of {names()}, got {name!r}")
+  parameters = inspect.signature(_REGISTRY[name]).parameters
+  return tuple(h for h in parameters if h != "cell")
+
+
 def make(name: str, cell: Cell, **hparams) -> Estimator:
   """Builds the estimator `name` for `cell`.
 
@@ -51,19 +62,17 @@ def make(name: str, cell: Cell, **hparams) -> Estimator:
     ValueError: unknown name, a hyper-parameter the estimator does not take,
       or an invalid value.
   """
-  if name not in _REGISTRY:
-    raise ValueError(f"estimator must be one of {names()}, got {name!r}")
+  accepted = hyperparameters(name)
   if not isinstance(cell, Cell):
     raise ValueError(f"cell must be an rtrl.cells cell (RNN, RHN, LSTM), got "
                      f"{cell!r}")
-  factory = _REGISTRY[name]
-  accepted = set(inspect.signature(factory).parameters) - {"cell"}
-  unknown = set(hparams) - accepted
+  unknown = set(hparams) - set(accepted)
   if unknown:
-    takes = ", ".join(sorted(accepted)) or "no hyper-parameters"
+    takes = ", ".join(accepted) or "no hyper-parameters"
     raise ValueError(f"estimator {name!r} does not take "
                      f"{', '.join(sorted(unknown))} (it takes {takes})")
-  return factory(cell, **hparams)
+  return _REGISTRY[name](cell, **hparams)
 
 
-__all__ = ["Estimator", "TangentState", "make", "names", "register"]
+__all__ = ["Estimator", "TangentState", "hyperparameters", "make", "names",
+           "register"]

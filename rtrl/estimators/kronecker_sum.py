@@ -25,15 +25,13 @@ import jax.numpy as jnp
 
 from rtrl import kronecker
 from rtrl import tangents
+from rtrl import validation
 from rtrl.cells import Cell
 from rtrl.estimators import base
 
 
 def check_rank(rank, name: str) -> int:
-  if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-    raise ValueError(f"rank must be a positive integer for estimator "
-                     f"{name!r}, got {rank!r}")
-  return rank
+  return validation.positive_int(f"rank of estimator {name!r}", rank)
 
 
 def max_rank_of_D(cell: Cell) -> int:

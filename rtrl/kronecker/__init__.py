@@ -27,16 +27,16 @@ the flattened matrices `A_i`). `G` is a re-arrangement of the entries of the
 Kronecker sum, so Frobenius norms, expectations and variances are the same for
 both. Variance always means `E ||X' - E X'||_F^2`.
 
-Modules: `diagonal` (Theorems 6 and 7, Lemmas 5 and 6), `low_rank`
+Modules: `diagonal` (Theorems 6 and 7, Lemmas 5 and 6; also the Lemma-6
+constructions `projection_with_diagonal_givens` / `_householder` and
+`diagonal_mixing_with_signs`, the mixing at given signs), `low_rank`
 (Theorem 2, Eckart-Young), `reduce` (Algorithm 4), `sign_trick`.
 """
 
 from __future__ import annotations
 
-from rtrl.kronecker.diagonal import (  # noqa: F401 (tests use the private ones)
-    _diagonal_mixing_with_signs, _projection_with_diagonal,
-    _projection_with_diagonal_givens, _projection_with_diagonal_householder,
-    optimal_diagonal_mixing, optimal_diagonal_variance)
+from rtrl.kronecker.diagonal import (optimal_diagonal_mixing,
+                                    optimal_diagonal_variance)
 from rtrl.kronecker.low_rank import (biased_low_rank, optimal_variance,
                                      unbiased_low_rank,
                                      unbiased_low_rank_with_signs)

@@ -95,7 +95,7 @@ def optimal_diagonal_variance(d, rank: int) -> Array:
 # --------------------------------------------------------------------------
 
 
-def _projection_with_diagonal_householder(p: Array) -> Array:
+def projection_with_diagonal_householder(p: Array) -> Array:
   """Lemma 6 for q = r + 1 (Algorithm 5's z0 construction).
 
   `z0 = sqrt(1 - p)` is a unit vector (sum p = r = q - 1). The Householder
@@ -118,7 +118,7 @@ def _projection_with_diagonal_householder(p: Array) -> Array:
   return jnp.eye(q, q - 1, dtype=p.dtype) - scale * jnp.outer(v, v[: q - 1])
 
 
-def _projection_with_diagonal_givens(p: Array, rank: int) -> Array:
+def projection_with_diagonal_givens(p: Array, rank: int) -> Array:
   """Lemma 6 for any q >= r (the Israel 2011 construction), fixed shapes.
 
   Unrolled form of the induction in the proof of Lemma 6. With `c_j` the
@@ -202,8 +202,8 @@ def _projection_with_diagonal(p: Array, rank: int) -> Array:
   if q == rank:
     return jnp.eye(q, dtype=p.dtype)
   if q == rank + 1:
-    return _projection_with_diagonal_householder(p)
-  return _projection_with_diagonal_givens(p, rank)
+    return projection_with_diagonal_householder(p)
+  return projection_with_diagonal_givens(p, rank)
 
 
 # --------------------------------------------------------------------------
@@ -259,8 +259,10 @@ def _diagonal_factor_sorted(d_sorted: Array, rank: int, signs: Array) -> Array:
   return (signs * weight)[:, None] * z
 
 
-def _diagonal_mixing_with_signs(d: Array, rank: int, signs: Array):
-  """`optimal_diagonal_mixing` with the random sign vector given (for tests).
+def diagonal_mixing_with_signs(d: Array, rank: int, signs: Array):
+  """`optimal_diagonal_mixing` with its random sign vector given: a
+  deterministic function of `signs`, so expectations are exact averages over
+  all `2^q` sign vectors.
 
   Args:
     d: (q,) non-negative, any order.
@@ -302,6 +304,6 @@ def optimal_diagonal_mixing(d, rank: int, key) -> Tuple[Array, Array]:
   d = _check_vector(d)
   rank = _static_rank(rank)
   signs = _random_signs(key, d.shape, d.dtype)
-  factor = _diagonal_mixing_with_signs(d, rank, signs)
+  factor = diagonal_mixing_with_signs(d, rank, signs)
   return factor, factor
 

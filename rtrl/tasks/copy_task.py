@@ -49,6 +49,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rtrl import validation
 from rtrl.online import StepBatch
 from rtrl.readout import LOG2
 
@@ -163,10 +164,7 @@ class CopyStream(NamedTuple):
 
 def stream_init(key: jax.Array, batch_size: int, max_length: int) -> CopyStream:
   """Batched streams positioned so that the first step starts a sequence."""
-  if isinstance(max_length, bool) or not isinstance(max_length, int) or \
-      max_length < 1:
-    raise ValueError(f"max_length must be a positive integer, got "
-                     f"{max_length!r}")
+  validation.positive_int("max_length", max_length)
   keys = jax.random.split(key, batch_size)
   zeros = jnp.zeros((batch_size,), jnp.int32)
   return CopyStream(bits=jnp.zeros((batch_size, max_length), jnp.int32),
@@ -321,10 +319,19 @@ def run_chunk(train_step: Callable[..., Any], train_state: Any,
   (train_state, stream, state), outputs = jax.lax.scan(
       body, (train_state, stream, state), None, length=num_steps)
   if not official:
-    metrics = outputs.metrics
-    error_bits = (metrics.output_loss_sum.sum() /
-                  jnp.maximum(metrics.output_weight_sum.sum(), 1) / LOG2)
-    length = jnp.minimum(curriculum_update(state.length, error_bits,
-                                           threshold), stream.bits.shape[-1])
-    state = state._replace(length=length.astype(jnp.int32))
+    state = check_after_chunk(state, outputs.metrics, stream.bits.shape[-1],
+                              threshold)
   return (train_state, stream, state), outputs
+
+
+def check_after_chunk(state: CurriculumState, metrics: CopyStepMetrics,
+                      max_length: int, threshold: float = ERROR_THRESHOLD
+                      ) -> CurriculumState:
+  """Output_only's check at a chunk's end: T += 1 (at most `max_length`) if
+  the output-phase error of `metrics` (leaves `(num_steps,)`), in bits, is
+  below `threshold`."""
+  error_bits = (metrics.output_loss_sum.sum() /
+                jnp.maximum(metrics.output_weight_sum.sum(), 1) / LOG2)
+  length = jnp.minimum(curriculum_update(state.length, error_bits, threshold),
+                       max_length)
+  return state._replace(length=length.astype(jnp.int32))

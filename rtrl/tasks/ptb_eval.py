@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rtrl import readout
+from rtrl import validation
 from rtrl.cells import Cell
 from rtrl.online import broadcast_state, where_reset
 from rtrl.tasks.ptb import EOL_ID, VOCAB_SIZE
@@ -48,12 +49,8 @@ def make_eval_streams(ids, batch_size: int, reset_every: int = 0
   if ids.ndim != 1 or ids.size < 1:
     raise ValueError(f"ids must be a non-empty 1-D array, got shape "
                      f"{ids.shape}")
-  if isinstance(batch_size, bool) or not isinstance(batch_size, int) or \
-      batch_size < 1:
-    raise ValueError(f"batch_size must be a positive integer, got "
-                     f"{batch_size!r}")
-  if reset_every < 0:
-    raise ValueError(f"reset_every must be >= 0, got {reset_every}")
+  validation.positive_int("batch_size", batch_size)
+  validation.nonnegative_int("reset_every", reset_every, zero_means="off")
   num = ids.size
   length = -(-num // batch_size)
   padded = length * batch_size

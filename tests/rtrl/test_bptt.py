@@ -7,7 +7,9 @@ import numpy as np
 import optax
 import pytest
 
-from rtrl import bptt, cells, online, readout
+from rtrl_problems import rel_err
+import rtrl_problems
+from rtrl import bptt, cells, online
 
 N, INPUT, OUTPUTS, B, T = 4, 3, 4, 2, 8
 
@@ -15,26 +17,10 @@ N, INPUT, OUTPUTS, B, T = 4, 3, 4, 2, 8
 def make_problem(cell, seed=0, boundary_reset=False):
   """float64 params and a chunk; example 1 resets mid-way at t=2. With
   `boundary_reset`, every example also resets at t = T/2."""
-  rng = np.random.default_rng(seed)
-  kc, kr = jax.random.split(jax.random.PRNGKey(seed))
-  params = {"cell": cell.init(kc, INPUT),
-            "readout": readout.init(kr, N, OUTPUTS)}
-  resets = np.zeros((T, B), bool)
-  resets[0] = True
-  resets[2, 1] = True
-  if boundary_reset:
-    resets[T // 2] = True
-  chunk = online.StepBatch(
-      inputs=jnp.asarray(rng.standard_normal((T, B, INPUT))),
-      targets=jnp.asarray(rng.integers(0, OUTPUTS, (T, B))),
-      weights=jnp.ones((T, B), jnp.float64),
-      resets=jnp.asarray(resets))
-  return params, chunk
-
-
-def rel_err(a, b):
-  a, b = np.asarray(a), np.asarray(b)
-  return np.linalg.norm(a - b) / np.linalg.norm(b)
+  resets = [(0, None), (2, 1)] + ([(T // 2, None)] if boundary_reset else [])
+  return rtrl_problems.make_problem(cell, input_size=INPUT,
+                                    num_outputs=OUTPUTS, batch=B, steps=T,
+                                    resets=resets, seed=seed)
 
 
 def halves(chunk):

@@ -48,28 +48,27 @@ def test_params_shape_fused_lemma1_form(cls):
   assert params["W"].shape == (INPUT + N + 1, gates * N)
 
 
-@pytest.mark.parametrize("cls", CELL_CLASSES, ids=IDS)
-def test_default_dtype_float32(cls):
-  """Params, initial state and a stepped state are float32 by default."""
+def assert_float_dtype(cls, dtype):
+  """Params, initial state and a stepped state all have `dtype`."""
   cell = cls(hidden_size=N)
   params = cell.init(jax.random.PRNGKey(0), INPUT)
-  assert params["W"].dtype == jnp.float32
+  assert params["W"].dtype == dtype
   state = jax.jit(cell.step)(params, cell.initial_state(),
                              jnp.ones((INPUT,)))
   for leaf in jax.tree_util.tree_leaves((cell.initial_state(), state)):
-    assert leaf.dtype == jnp.float32
+    assert leaf.dtype == dtype
+
+
+@pytest.mark.parametrize("cls", CELL_CLASSES, ids=IDS)
+def test_default_dtype_float32(cls):
+  """Params, initial state and a stepped state are float32 by default."""
+  assert_float_dtype(cls, jnp.float32)
 
 
 @pytest.mark.parametrize("cls", CELL_CLASSES, ids=IDS)
 def test_float64_under_x64(cls, x64):
   """Params, initial state and a stepped state are float64 under x64."""
-  cell = cls(hidden_size=N)
-  params = cell.init(jax.random.PRNGKey(0), INPUT)
-  assert params["W"].dtype == jnp.float64
-  state = jax.jit(cell.step)(params, cell.initial_state(),
-                             jnp.ones((INPUT,)))
-  for leaf in jax.tree_util.tree_leaves((cell.initial_state(), state)):
-    assert leaf.dtype == jnp.float64
+  assert_float_dtype(cls, jnp.float64)
 
 
 def test_lstm_state_is_c_h_tuple_and_output_is_h():

@@ -8,8 +8,8 @@ Statistical tolerances are derived from the sample size: an entry passes if
 for a family-wise failure probability of 1e-4 split over all entries checked
 (Bonferroni). Seeds are fixed, so the tests are deterministic.
 
-The kronecker-module tests live in tests/test_kronecker.py, the online
-stability runs in tests/test_estimator_stability.py.
+The kronecker-module tests live in tests/rtrl/test_kronecker.py, the online
+stability runs in tests/rtrl/test_estimator_stability.py.
 """
 
 import functools
@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import rtrl_problems
 from rtrl import cells, estimators, online, readout
 from rtrl.estimators import kronecker_sum
 
@@ -42,18 +43,12 @@ def z_critical(num_entries: int, alpha: float = FAMILY_WISE_FAILURE) -> float:
 # ---------------------------------------------------------------------------
 
 
-def make_problem(cell_name, seed=0, n=N_HIDDEN, steps=STEPS):
-  """float64 params (random biases), inputs (T, INPUT), covectors (T, S, n).
-
-  Call under the `x64` fixture.
-  """
-  cell = CELLS[cell_name](hidden_size=n)
-  rng = np.random.default_rng(seed)
-  w = cell.init(jax.random.PRNGKey(seed), INPUT)["W"]
-  w = w.at[-1].add(jnp.asarray(0.5 * rng.standard_normal(w.shape[1])))
-  xs = jnp.asarray(rng.standard_normal((steps, INPUT)))
-  gs = jnp.asarray(rng.standard_normal((steps, cell.num_state_rows, n)))
-  return cell, {"W": w}, xs, gs
+def make_problem(cell_name, seed=0):
+  """The cell, float64 params (random biases), inputs (T, INPUT) and
+  covectors (T, S, n). Call under the `x64` fixture."""
+  cell = CELLS[cell_name](hidden_size=N_HIDDEN)
+  return (cell,) + rtrl_problems.make_example_problem(cell, INPUT, STEPS,
+                                                       seed)
 
 
 def per_step_gradients(cell, est):
@@ -492,7 +487,7 @@ def test_d_rank_above_limit_raises_at_make(name, cell_name):
 @pytest.mark.parametrize("name", ["uoro", "kf"])
 def test_unranked_estimator_given_rank_raises(name):
   """('rtrl' with a rank, an unknown name and a non-cell are covered in
-  tests/test_bad_input.py.)"""
+  tests/experiments/loop/test_bad_input.py.)"""
   cell = cells.RHN(hidden_size=4)
   with pytest.raises(ValueError, match=rf"'{name}' does not take rank"):
     estimators.make(name, cell, rank=2)
@@ -502,6 +497,16 @@ def test_misspelled_hparam_raises():
   cell = cells.RHN(hidden_size=4)
   with pytest.raises(ValueError, match="'ok' does not take ranks"):
     estimators.make("ok", cell, ranks=2)
+
+
+def test_registry_knows_which_estimators_take_rank():
+  """`hyperparameters` reads the registry: exactly RANKED take `rank`."""
+  assert {name for name in estimators.names()
+          if estimators.hyperparameters(name) == ("rank",)} == set(RANKED)
+  assert all(estimators.hyperparameters(name) == ()
+             for name in estimators.names() if name not in RANKED)
+  with pytest.raises(ValueError, match="estimator must be one of"):
+    estimators.hyperparameters("bogus")
 
 
 def test_every_registered_name_is_covered():

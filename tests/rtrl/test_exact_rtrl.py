@@ -6,7 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rtrl import bptt, cells, estimators, online, readout
+from rtrl_problems import rel_err
+import rtrl_problems
+from rtrl import bptt, cells, estimators, online
 
 N, INPUT, OUTPUTS, B, T = 5, 3, 4, 3, 20
 CELL_CLASSES = [cells.RNN, cells.RHN, cells.LSTM]
@@ -18,22 +20,9 @@ RESETS = [(0, 0), (11, 0), (14, 1), (0, 2), (5, 2), (9, 2), (17, 2)]
 
 def make_problem(cell, seed=0):
   """float64 params (random biases) and a time-major chunk with resets."""
-  rng = np.random.default_rng(seed)
-  kc, kr = jax.random.split(jax.random.PRNGKey(seed))
-  w = cell.init(kc, INPUT)["W"]
-  w = w.at[-1].add(jnp.asarray(0.5 * rng.standard_normal(w.shape[1])))
-  r = readout.init(kr, N, OUTPUTS)
-  r["b"] = jnp.asarray(0.3 * rng.standard_normal(OUTPUTS))
-  params = {"cell": {"W": w}, "readout": r}
-  resets = np.zeros((T, B), bool)
-  for t, b in RESETS:
-    resets[t, b] = True
-  chunk = online.StepBatch(
-      inputs=jnp.asarray(rng.standard_normal((T, B, INPUT))),
-      targets=jnp.asarray(rng.integers(0, OUTPUTS, (T, B))),
-      weights=jnp.asarray((rng.random((T, B)) < 0.75).astype(np.float64)),
-      resets=jnp.asarray(resets))
-  return params, chunk
+  return rtrl_problems.make_problem(
+      cell, input_size=INPUT, num_outputs=OUTPUTS, batch=B, steps=T,
+      resets=RESETS, seed=seed, keep_probability=0.75, random_biases=True)
 
 
 def hand_unrolled_loss(cell, params, chunk):
@@ -55,11 +44,6 @@ def hand_unrolled_loss(cell, params, chunk):
                                chunk.targets[t][:, None], axis=1)[:, 0]
     total = total + jnp.sum(chunk.weights[t] * nll) / B
   return total
-
-
-def rel_err(a, b):
-  a, b = np.asarray(a), np.asarray(b)
-  return np.linalg.norm(a - b) / np.linalg.norm(b)
 
 
 @pytest.mark.parametrize("cls", CELL_CLASSES, ids=IDS)

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from rtrl import kronecker
+from rtrl.kronecker import diagonal
 
 FAMILY_WISE_ALPHA = 1e-6
 NUM_SAMPLES = 20_000
@@ -456,7 +457,7 @@ def test_diagonal_mixing_exact_expectation_over_all_signs(x64, d, rank):
   order = np.argsort(-d, kind="stable")
   signs = jnp.asarray(list(itertools.product([-1.0, 1.0], repeat=q)))
   factors = jax.jit(jax.vmap(
-      lambda s: kronecker._diagonal_mixing_with_signs(jnp.asarray(d), rank, s)
+      lambda s: diagonal.diagonal_mixing_with_signs(jnp.asarray(d), rank, s)
   ))(signs)
   products = np.asarray(jnp.einsum("sik,sjk->sij", factors, factors))
   np.testing.assert_allclose(products.mean(axis=0), np.diag(d), atol=1e-12)
@@ -546,9 +547,9 @@ def test_projection_constructions_have_prescribed_diagonal(x64, q, rank):
   targets.append(np.concatenate([np.ones(rank - 1),
                                  np.full(num_mixed, 1 / num_mixed)]))
   targets = np.stack(targets)
-  builders = [lambda p: kronecker._projection_with_diagonal_givens(p, rank)]
+  builders = [lambda p: diagonal.projection_with_diagonal_givens(p, rank)]
   if q == rank + 1:
-    builders.append(kronecker._projection_with_diagonal_householder)
+    builders.append(diagonal.projection_with_diagonal_householder)
   for build in builders:
     z = np.asarray(jax.jit(jax.vmap(build))(jnp.asarray(targets)))
     assert z.shape == (len(targets), q, rank)

@@ -8,27 +8,17 @@ import numpy as np
 import optax
 import pytest
 
-from rtrl import bptt, cells, estimators, online, readout
+import rtrl_problems
+from rtrl import bptt, cells, estimators, online
 
 N, INPUT, OUTPUTS, B, T = 4, 3, 4, 3, 7
 
 
-def make_problem(cell, seed=0, batch=B, steps=T):
+def make_problem(cell, seed=0):
   """float64 params and a time-major chunk with per-example resets."""
-  rng = np.random.default_rng(seed)
-  kc, kr = jax.random.split(jax.random.PRNGKey(seed))
-  params = {"cell": cell.init(kc, INPUT),
-            "readout": readout.init(kr, N, OUTPUTS)}
-  resets = np.zeros((steps, batch), bool)
-  resets[0] = True
-  resets[3, 0] = resets[5, 1 % batch] = True
-  chunk = online.StepBatch(
-      inputs=jnp.asarray(rng.standard_normal((steps, batch, INPUT))),
-      targets=jnp.asarray(rng.integers(0, OUTPUTS, (steps, batch))),
-      weights=jnp.asarray((rng.random((steps, batch)) < 0.8).astype(
-          np.float64)),
-      resets=jnp.asarray(resets))
-  return params, chunk
+  return rtrl_problems.make_problem(
+      cell, input_size=INPUT, num_outputs=OUTPUTS, batch=B, steps=T,
+      resets=[(0, None), (3, 0), (5, 1)], seed=seed, keep_probability=0.8)
 
 
 def take(chunk, t=None, b=None):

@@ -13,7 +13,6 @@ import pytest
 
 from experiments.online import copy_experiment
 from experiments.loop import run_axes
-from experiments.loop import runner
 from experiments.loop import workdir as workdir_lib
 from helpers import copy_config
 

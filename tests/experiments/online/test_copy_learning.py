@@ -1,17 +1,16 @@
-"""Copy task end to end through `experiments.copy_task.train`: 8-OK climbs
-the curriculum under both protocols (official and output_only), exact RTRL
-and TBPTT under output_only, with a fixed seed; a restarted run resumes from
-its checkpoint and matches an uninterrupted run under both protocols."""
+"""Copy task end to end through `experiments.online.copy_experiment.train`:
+8-OK climbs the curriculum under both protocols (official and output_only),
+exact RTRL and TBPTT under output_only, with a fixed seed; a restarted run
+resumes from its checkpoint and matches an uninterrupted run under both
+protocols."""
 
 import json
 import os
 
-import flax.serialization
 import jax
 import numpy as np
 import pytest
 
-from helpers import COPY_PINNED as PINNED
 from helpers import copy_config
 from experiments.online import copy_experiment
 from experiments.loop import workdir as workdir_lib

@@ -6,7 +6,6 @@ rank), and against the paper's Figure 6 claim on an untrained RHN.
 """
 
 import functools
-import importlib.util
 import json
 import os
 import pathlib
@@ -16,24 +15,18 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments.online import copy_experiment
-from experiments.online import cosine_experiment as tool
-from experiments.online import setup as online_setup
+from helpers import load_config
 from experiments.loop import workdir as workdir_lib
+from experiments.online import copy_experiment
+from experiments.online import cosine_compute
+from experiments.online import cosine_experiment as tool
+from experiments.online import cosine_records
+from experiments.online import cosine_specs
+from experiments.online import cosine_tasks
+from experiments.online import ptb_experiment
+from experiments.online import setup as online_setup
 from rtrl import estimators
 from rtrl import online
-
-
-CONFIGS = pathlib.Path(__file__).resolve().parents[3] / "configs"
-
-
-def load_config(name: str):
-  """`configs/<name>.py`'s `get_config()` (configs/ is not a package)."""
-  spec = importlib.util.spec_from_file_location(f"config_{name}",
-                                                CONFIGS / f"{name}.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config()
 
 
 def small_config(**overrides):
@@ -49,7 +42,7 @@ def test_exact_full_rank_ok_and_independent_recomputation():
   # is a sum of at most 6 Kronecker products, which rank 8 holds exactly.
   config, params = tool.resolve(small_config(
       estimators="rtrl,ok:8,ok_biased:1"))
-  result = tool.compute_cosines(config, params)
+  result = cosine_compute.compute_cosines(config, params)
   assert result["labels"] == ["RTRL", "8-OK", "1-B-OK"]
   for label in result["labels"]:
     cos = result["cosine"][label]
@@ -60,7 +53,7 @@ def test_exact_full_rank_ok_and_independent_recomputation():
 
   # B-OK is deterministic, so its cosine can be recomputed independently from
   # the library's frozen_gradients, one repetition (batch of 1) at a time.
-  data_state, next_chunk = tool.make_data(config)
+  data_state, next_chunk = cosine_tasks.make_data(config)
   chunks = []
   for _ in range(2):
     data_state, chunk = next_chunk(data_state)
@@ -121,7 +114,7 @@ def test_untrained_rhn_two_ok_near_one_and_above_kf(tmp_path):
 def test_dropped_points_are_missing_not_averaged():
   # Step 1: all valid; step 2: one repetition dropped; step 3: all dropped.
   cos = np.array([[0.5, 0.7], [np.nan, 0.9], [np.nan, np.nan]])
-  records = tool.metrics_records(1, {"KF-RTRL": cos})
+  records = cosine_records.metrics_records(1, {"KF-RTRL": cos})
   assert [r["num_dropped"] for r in records] == [0, 1, 2]
   assert [r["KF-RTRL/num_valid"] for r in records] == [2, 1, 0]
   np.testing.assert_allclose(records[0]["KF-RTRL/mean_cosine"], 0.6)
@@ -130,7 +123,8 @@ def test_dropped_points_are_missing_not_averaged():
   assert records[2]["KF-RTRL/mean_cosine"] is None
   assert records[2]["KF-RTRL/std_cosine"] is None
   json.dumps(records, allow_nan=False)  # strict JSON: no NaN tokens
-  stats = tool.summarize({"labels": ["KF-RTRL"], "cosine": {"KF-RTRL": cos}})
+  stats = cosine_records.summarize({"labels": ["KF-RTRL"],
+                                    "cosine": {"KF-RTRL": cos}})
   stats = stats["KF-RTRL"]
   np.testing.assert_allclose(stats["mean_cosine"], (0.6 + 0.9) / 2)
   assert stats["final_mean_cosine"] is None
@@ -193,13 +187,13 @@ def test_restores_copy_task_checkpoint(tmp_path):
 ])
 def test_bad_estimator_spec_is_a_clear_error(spec, message):
   with pytest.raises(ValueError, match=message):
-    tool.parse_estimators(spec)
+    cosine_specs.parse_estimators(spec)
   with pytest.raises(ValueError, match=message):
     tool.validate(small_config(estimators=spec))
 
 
 def test_parses_paper_style_labels():
-  specs = tool.parse_estimators(" ok:2, ok:8,kf_avg:8 ,kf,uoro,ktp:8")
+  specs = cosine_specs.parse_estimators(" ok:2, ok:8,kf_avg:8 ,kf,uoro,ktp:8")
   assert [s.label for s in specs] == ["2-OK", "8-OK", "8-KF-AVG", "KF-RTRL",
                                       "UORO", "8-KTP"]
   assert specs[0].hparams() == {"rank": 2} and specs[3].hparams() == {}
@@ -218,7 +212,6 @@ def ptb_data_dir(folder: pathlib.Path) -> str:
 
 
 def test_ptb_task_untrained_and_from_ptb_checkpoint(tmp_path):
-  from experiments.online import ptb_experiment  # pylint: disable=g-import-not-at-top
   data_dir = ptb_data_dir(tmp_path / "data")
   ptb_overrides = dict(task="ptb", data_dir=data_dir, verify_md5=False,
                        reset_probability=0.1, num_steps=20, chunk_steps=10,
@@ -226,11 +219,11 @@ def test_ptb_task_untrained_and_from_ptb_checkpoint(tmp_path):
   # Untrained: the vocabulary is PTB's 50 symbols whatever vocab_size says.
   config, params = tool.resolve(small_config(vocab_size=7, **ptb_overrides))
   assert config.vocab_size == 50 and params["cell"]["W"].shape[0] == 50 + 4 + 1
-  state, next_chunk = tool.make_data(config)
+  state, next_chunk = cosine_tasks.make_data(config)
   _, chunk = next_chunk(state)
   assert chunk.inputs.shape == (10, 2, 50)
   np.testing.assert_array_equal(chunk.inputs.sum(-1), 1.0)
-  result = tool.compute_cosines(config, params)
+  result = cosine_compute.compute_cosines(config, params)
   np.testing.assert_allclose(result["cosine"]["RTRL"], 1.0, atol=2e-6)
 
   # Restored from a PTB run: its cell and size replace the tool's.

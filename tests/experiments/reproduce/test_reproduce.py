@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from conftest import REPO_ROOT
@@ -131,7 +130,6 @@ def test_cosine_targets_write_figure_and_table(tmp_path, monkeypatch):
   9: cosine against size) and a table titled with the scale, under
   WORKDIR/TARGET/."""
   from experiments.loop import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
-  from experiments.reproduce import ok_paper  # pylint: disable=g-import-not-at-top
   from experiments.reproduce import cosine_figures  # pylint: disable=g-import-not-at-top
 
   def fake_cosine(out, label, overrides):
@@ -161,7 +159,6 @@ def test_finished_curve_is_read_not_rerun(tmp_path, monkeypatch):
   """A curve with its summary, its last record at num_steps and the same
   config is not trained again; a longer or different config is."""
   from experiments.loop import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
-  from experiments.reproduce import ok_paper  # pylint: disable=g-import-not-at-top
   curve = ok_paper._ptb_curves("small", 32)[0]  # pylint: disable=protected-access
   config = common.make_config(curve)
   curve_dir = tmp_path / curve.dirname
