@@ -18,6 +18,7 @@ from absl import flags
 
 from experiments.loop import runner
 from experiments.loop import sharding
+from experiments.loop import checkpoints
 from experiments.loop import workdir as workdir_lib
 
 
@@ -43,7 +44,7 @@ def main_for(train: Callable[[Any, str], Any]) -> Callable[[list[str]], None]:
       train(flags.FLAGS.config, flags.FLAGS.workdir)
     except runner.Preempted:
       raise
-    except (workdir_lib.ConfigMismatchError, workdir_lib.CheckpointError,
+    except (workdir_lib.ConfigMismatchError, checkpoints.CheckpointError,
             runner.NonFiniteError) as e:
       print(f"Error: {e}", file=sys.stderr, flush=True)
       sys.exit(2 if not isinstance(e, runner.NonFiniteError) else 3)

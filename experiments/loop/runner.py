@@ -49,6 +49,7 @@ import numpy as np
 from experiments.loop import checks
 from experiments.loop import run_axes
 from experiments.loop import sharding
+from experiments.loop import checkpoints
 from experiments.loop import workdir as workdir_lib
 
 Pytree = Any
@@ -170,7 +171,7 @@ def run(config, workdir: str, experiment: Experiment,
   Raises:
     workdir_lib.ConfigMismatchError: the saved config differs (see
       `workdir.prepare`).
-    workdir_lib.CheckpointError: checkpoints exist but none is valid or they
+    checkpoints.CheckpointError: checkpoints exist but none is valid or they
       do not fit this config.
     NonFiniteError: a metric became NaN/Inf (the step is named).
     Preempted: after SIGTERM/SIGINT, once a checkpoint is written.
@@ -231,13 +232,13 @@ def run(config, workdir: str, experiment: Experiment,
   # a run resumed between two records writes the same records.
   window: list[Pytree] = []
   writer = workdir_lib.MetricsWriter(workdir)
-  found = workdir_lib.read_latest_checkpoint(workdir, log=say)
+  found = checkpoints.read_latest_checkpoint(workdir, log=say)
   if found is not None:
     step, raw = found
-    path = workdir_lib.checkpoint_path(workdir, step)
+    path = checkpoints.checkpoint_path(workdir, step)
     host_template = jax.tree_util.tree_map(
         lambda s: np.zeros(s.shape, s.dtype), state_shape)
-    restored = workdir_lib.restore_like(host_template, raw["state"], path)
+    restored = checkpoints.restore_like(host_template, raw["state"], path)
     if experiment.swept_hparams and isinstance(restored, dict) and \
         "hparams" in restored:
       # The config's values, not the checkpoint's: an allowed change of a
@@ -247,7 +248,7 @@ def run(config, workdir: str, experiment: Experiment,
           jax.device_get(runs.hparams))
     state = place_state(restored)
     saved_window = raw.get("window") or {}
-    window = [workdir_lib.restore_like(metrics_template, saved_window[str(i)],
+    window = [checkpoints.restore_like(metrics_template, saved_window[str(i)],
                                        path)
               for i in range(len(saved_window))]
     if writes:
@@ -259,7 +260,7 @@ def run(config, workdir: str, experiment: Experiment,
     if writes:
       target = {"step": at_step, "state": host_state,
                 "window": {str(i): m for i, m in enumerate(window)}}
-      workdir_lib.save_checkpoint(workdir, at_step, target, keep=keep)
+      checkpoints.save_checkpoint(workdir, at_step, target, keep=keep)
 
   say(f"{experiment.name} | {config.num_steps} steps"
       + (f" | {len(runs.runs)} runs in one program" if runs.stacked else "")
@@ -282,7 +283,7 @@ def run(config, workdir: str, experiment: Experiment,
       bad = [] if skip_nonfinite or runs.stacked else \
           run_axes.nonfinite_leaves(metrics)
       if bad:
-        last = workdir_lib.latest_checkpoint_step(workdir)
+        last = checkpoints.latest_checkpoint_step(workdir)
         raise NonFiniteError(
             f"Non-finite {', '.join(bad)} in the chunk ending at step {step} "
             f"(steps {step - chunk_steps + 1}..{step}). The last good "

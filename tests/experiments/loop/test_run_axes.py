@@ -14,6 +14,7 @@ import pytest
 from experiments.online import copy_experiment
 from experiments.loop import run_axes
 from experiments.loop import runner
+from experiments.loop import checkpoints
 from experiments.loop import workdir as workdir_lib
 from helpers import copy_config
 
@@ -26,7 +27,7 @@ TINY = dict(estimator="kf_avg", rank=2, cell="rhn", hidden_size=4, batch_size=2,
 
 
 def final_state(workdir):
-  _, raw = workdir_lib.read_latest_checkpoint(str(workdir))
+  _, raw = checkpoints.read_latest_checkpoint(str(workdir))
   return raw["state"]
 
 

@@ -17,6 +17,7 @@ import numpy as np  # noqa: E402
 from differences import relative_difference  # noqa: E402
 
 from experiments.classifier import mnist_task as mnist  # noqa: E402
+from experiments.loop import checkpoints  # noqa: E402
 from experiments.loop import workdir as workdir_lib  # noqa: E402
 from experiments.reproduce import common  # noqa: E402
 
@@ -28,7 +29,7 @@ def train(workdir, optimizer, **overrides):
   config.update(dict(epochs=1, train_limit=1024, batch_size=128,
                      hidden_size=32, data_dir=sys.argv[1], **overrides))
   mnist.train(config, workdir)
-  _, raw = workdir_lib.read_latest_checkpoint(workdir)
+  _, raw = checkpoints.read_latest_checkpoint(workdir)
   return raw["state"], workdir_lib.read_metrics(workdir)
 
 

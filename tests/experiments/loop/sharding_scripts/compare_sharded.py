@@ -16,6 +16,7 @@ import numpy as np  # noqa: E402
 from differences import relative_difference  # noqa: E402
 
 from experiments.online import copy_experiment  # noqa: E402
+from experiments.loop import checkpoints  # noqa: E402
 from experiments.loop import workdir as workdir_lib  # noqa: E402
 from experiments.reproduce import common  # noqa: E402
 
@@ -50,7 +51,7 @@ def train(workdir, experiment="copy_task", **overrides):
     config = common.load_config("copy_task")
     config.update({**BASE, **overrides})
     copy_experiment.train(config, workdir)
-  _, raw = workdir_lib.read_latest_checkpoint(workdir)
+  _, raw = checkpoints.read_latest_checkpoint(workdir)
   metrics = [{k: v for k, v in r.items()
               if k not in ("steps_per_second", "examples_per_second")}
              for r in workdir_lib.read_metrics(workdir)]
