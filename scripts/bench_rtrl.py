@@ -304,12 +304,11 @@ def main(argv=None):
                       "most of the compile time (first-call times then "
                       "measure the cache, not the compiler)")
   parser.add_argument("--matmul_precision", default="highest",
-                      choices=["highest", "float32", "tensorfloat32",
-                               "bfloat16"],
-                      help="the estimators' GEMM precision "
-                      "(rtrl.linalg.set_matmul_precision; GPU/TPU only)")
+                      choices=sorted(linalg.MATMUL_PRECISIONS),
+                      help="the GEMM precision the estimators are traced "
+                      "under (jax.default_matmul_precision, see rtrl.linalg; "
+                      "GPU/TPU only)")
   args = parser.parse_args(argv)
-  linalg.set_matmul_precision(args.matmul_precision)
   if args.cache_dir:
     jax.config.update("jax_compilation_cache_dir", args.cache_dir)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
@@ -337,7 +336,8 @@ def main(argv=None):
   start = time.perf_counter()
   for n in sizes:
     t0 = time.perf_counter()
-    results = measure_size(n, args.cell, todo, args, history, skipped)
+    with jax.default_matmul_precision(args.matmul_precision):
+      results = measure_size(n, args.cell, todo, args, history, skipped)
     all_results.update({(tag, n): res for tag, res in results.items()})
     print(f"  n={n}: {len(results)} configurations in "
           f"{time.perf_counter() - t0:.0f}s wall (compiling took "

@@ -18,6 +18,7 @@ from absl import flags
 
 from experiments.loop import runner
 from experiments.loop import sharding
+from experiments.loop import signals
 from experiments.loop import checkpoints
 from experiments.loop import workdir as workdir_lib
 
@@ -42,7 +43,7 @@ def main_for(train: Callable[[Any, str], Any]) -> Callable[[list[str]], None]:
     sharding.initialize_distributed(flags.FLAGS.config)
     try:
       train(flags.FLAGS.config, flags.FLAGS.workdir)
-    except runner.Preempted:
+    except signals.Preempted:
       raise
     except (workdir_lib.ConfigMismatchError, checkpoints.CheckpointError,
             runner.NonFiniteError) as e:

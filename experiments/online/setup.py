@@ -9,7 +9,7 @@ from __future__ import annotations
 import jax
 import optax
 
-from rtrl import bptt, cells, estimators, linalg, online, readout
+from rtrl import bptt, cells, estimators, online, readout
 
 # Config fields each estimator reads besides the common ones.
 RANKED_ESTIMATORS = ("kf_avg", "ok", "ok_biased", "ktp", "kf_approx")
@@ -42,11 +42,6 @@ def make_trainer(config, cell: cells.Cell,
   """
   if learning_rate is None:
     learning_rate = config.learning_rate
-  # Read when the trainer is traced, so it is set before the first chunk.
-  try:
-    linalg.set_matmul_precision(config.get("matmul_precision", "highest"))
-  except ValueError as err:
-    raise ValueError(f"config.matmul_precision: {err}") from None
   optimizer = optax.adam(learning_rate)
   if config.get("clip_norm"):
     optimizer = optax.chain(optax.clip_by_global_norm(config.clip_norm),
