@@ -1,5 +1,5 @@
 """Runs that survive interruption and bad input (the shared run loop,
-`experiments/runner.py`), each scenario against a real subprocess of the
+`experiments/loop/runner.py`), each scenario against a real subprocess of the
 Copy-task command line: a changed config is refused, a truncated checkpoint
 falls back to the previous one, SIGTERM/SIGINT checkpoint and the rerun logs
 what an uninterrupted run logs, and a NaN stops the run naming the step."""
@@ -17,9 +17,9 @@ import time
 import numpy as np
 import pytest
 
-from conftest import REPO_ROOT
 from experiments.loop import checkpoints
 from experiments.loop import workdir as workdir_lib
+from helpers import REPO_ROOT
 
 # Tiny and fast: 4-unit RHN, exact RTRL, batch 2, 50-step chunks.
 BASE_FLAGS = dict(estimator="rtrl", cell="rhn", hidden_size=4, batch_size=2,

@@ -1,4 +1,4 @@
-"""Data parallelism (`experiments/sharding.py`), on CPU with forced host
+"""Data parallelism (`experiments/loop/sharding.py`), on CPU with forced host
 devices, in subprocesses so the default suite keeps its single device:
 
 * a batch-sharded run equals the single-device run (float64, 1e-10, states
@@ -30,9 +30,10 @@ import ml_collections
 import numpy as np
 import pytest
 
-from conftest import REPO_ROOT, shared_data_root
+from conftest import shared_data_root
 from experiments.loop import checkpoints
 from experiments.loop import workdir as workdir_lib
+from helpers import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "tests" / "experiments" / "loop" / "sharding_scripts" / "compare_sharded.py"
 

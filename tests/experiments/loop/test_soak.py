@@ -2,7 +2,7 @@
 
 8-OK and KTP (rank 8) train an RHN-16 online with the Copy-task curriculum,
 batch 16, Adam 10^-2.5 (the quick-start setting with a smaller net), built
-from the library directly (`experiments.online_setup`, `rtrl.tasks.copy_task`,
+from the library directly (`experiments.online.setup`, `rtrl.tasks.copy_task`,
 `Trainer.run`) in jitted chunks of `CHUNK` steps, each chunk one program:
 stream generation, the trainer's scan and the curriculum update.
 
@@ -16,9 +16,9 @@ bound catches leaks of buffers, of retraced programs (a retrace per chunk
 costs well over 0.5 MiB each) and of host-side records.
 
 Run alone (it takes minutes per estimator on 2 CPU cores):
-  .venv/bin/python -m pytest tests/test_soak.py -m slow -q -s -n 0
+  .venv/bin/python -m pytest tests/experiments/loop/test_soak.py -m slow -q -s -n 0
 or, for the numbers only:
-  .venv/bin/python tests/test_soak.py [ok|ktp] [num_steps]
+  .venv/bin/python tests/experiments/loop/test_soak.py [ok|ktp] [num_steps]
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def rss_mib() -> float:
 
 
 def soak_config(estimator: str) -> ml_collections.ConfigDict:
-  """The fields `experiments.online_setup` reads (the quick-start values,
+  """The fields `experiments.online.setup` reads (the quick-start values,
   RHN-16 instead of RHN-32)."""
   return ml_collections.ConfigDict({
       "estimator": estimator, "rank": RANK, "cell": "rhn",

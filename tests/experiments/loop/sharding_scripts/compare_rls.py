@@ -1,4 +1,4 @@
-"""Run by tests/test_sharding.py in a subprocess with 4 forced CPU devices:
+"""Run by test_sharding.py in a subprocess with 4 forced CPU devices:
 one epoch of RLS on MNIST batches (float64), on one device and batch-sharded
 over 4; prints the largest relative difference of the P matrices, the
 parameters and the losses as one JSON line."""
@@ -19,13 +19,11 @@ from differences import relative_difference  # noqa: E402
 from experiments.classifier import mnist_task as mnist  # noqa: E402
 from experiments.loop import checkpoints  # noqa: E402
 from experiments.loop import workdir as workdir_lib  # noqa: E402
-from experiments.reproduce import common  # noqa: E402
-
-
+from experiments.loop.config_files import load_config  # noqa: E402
 
 
 def train(workdir, optimizer, **overrides):
-  config = common.load_config("mnist", optimizer)
+  config = load_config("mnist", optimizer)
   config.update(dict(epochs=1, train_limit=1024, batch_size=128,
                      hidden_size=32, data_dir=sys.argv[1], **overrides))
   mnist.train(config, workdir)
