@@ -53,7 +53,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+# The helpers beside this script, and the checkout's `experiments`.
+SCRIPTS = pathlib.Path(__file__).resolve().parent
+sys.path[:0] = [str(SCRIPTS), str(SCRIPTS.parent)]
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from _bench_lib import (compiled, count_floats, fit_exponent,  # noqa: E402
                         fmt_count, fmt_ms, load_average, matmul_gflops,
