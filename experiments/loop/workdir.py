@@ -85,7 +85,8 @@ def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
   return {prefix[:-1]: tree}
 
 
-def config_differences(old: Mapping, new: Mapping) -> list[tuple[str, Any, Any]]:
+def config_differences(old: Mapping, new: Mapping
+                       ) -> list[tuple[str, Any, Any]]:
   """`(field, old, new)` for every dotted field whose value differs; a field
   absent on one side shows as `'<absent>'` there."""
   old_flat, new_flat = _flatten(old), _flatten(new)
@@ -120,41 +121,58 @@ def prepare(workdir: str, config: Any,
   if extra:
     new.update(_to_jsonable(extra))
   path = os.path.join(workdir, CONFIG_FILE)
-  if os.path.exists(path):
-    with open(path) as f:
-      try:
-        old = json.load(f)
-      except json.JSONDecodeError as e:
-        raise ConfigMismatchError(
-            f"{path} is not valid JSON ({e}); move it away or use a new "
-            "--workdir") from e
-    differences = config_differences(old, new)
-    bookkeeping = set(bookkeeping_fields)
-    essential = [d for d in differences if d[0] not in bookkeeping]
-    if essential and not new.get("allow_config_change", False):
-      lines = "\n".join(f"  {field}: {o!r} -> {n!r}"
-                        for field, o, n in essential)
-      raise ConfigMismatchError(
-          f"The config differs from the one saved in {path}, which this "
-          f"workdir's checkpoints were made with:\n{lines}\n"
-          "Use a new --workdir for a different run, or pass "
-          "--config.allow_config_change=true to resume this one with the "
-          "new values anyway (the old config is then kept as "
-          "config.previous.json).")
-    for field, o, n in differences:
-      kind = "bookkeeping" if field in bookkeeping else "ALLOWED change"
-      log(f"Config {kind}: {field}: {o!r} -> {n!r}")
-    if not write:
-      return workdir
-    if essential:
-      write_atomic(os.path.join(workdir, "config.previous.json"),
-                   json.dumps(old, indent=2, sort_keys=True).encode())
-    if not differences:
-      return workdir
-  if write:
-    os.makedirs(workdir, exist_ok=True)
-    write_atomic(path, json.dumps(new, indent=2, sort_keys=True).encode())
+  old = _read_saved_config(path)
+  differences = [] if old is None else config_differences(old, new)
+  essential = _check_changes(differences, set(bookkeeping_fields),
+                             new.get("allow_config_change", False), path, log)
+  if not write or (old is not None and not differences):
+    return workdir
+  os.makedirs(workdir, exist_ok=True)
+  if essential:
+    write_atomic(os.path.join(workdir, "config.previous.json"),
+                 json.dumps(old, indent=2, sort_keys=True).encode())
+  write_atomic(path, json.dumps(new, indent=2, sort_keys=True).encode())
   return workdir
+
+
+def _read_saved_config(path: str) -> dict | None:
+  """The saved `config.json`, or None if there is none yet."""
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    try:
+      return json.load(f)
+    except json.JSONDecodeError as e:
+      raise ConfigMismatchError(
+          f"{path} is not valid JSON ({e}); move it away or use a new "
+          "--workdir") from e
+
+
+def _check_changes(differences: list[tuple[str, Any, Any]],
+                   bookkeeping: set[str], allow_change: bool, path: str,
+                   log) -> list[tuple[str, Any, Any]]:
+  """Logs each difference; returns the essential ones (fields outside
+  `bookkeeping`).
+
+  Raises:
+    ConfigMismatchError: listing the essential differences, unless
+      `allow_change`.
+  """
+  essential = [d for d in differences if d[0] not in bookkeeping]
+  if essential and not allow_change:
+    lines = "\n".join(f"  {field}: {o!r} -> {n!r}"
+                      for field, o, n in essential)
+    raise ConfigMismatchError(
+        f"The config differs from the one saved in {path}, which this "
+        f"workdir's checkpoints were made with:\n{lines}\n"
+        "Use a new --workdir for a different run, or pass "
+        "--config.allow_config_change=true to resume this one with the "
+        "new values anyway (the old config is then kept as "
+        "config.previous.json).")
+  for field, o, n in differences:
+    kind = "bookkeeping" if field in bookkeeping else "ALLOWED change"
+    log(f"Config {kind}: {field}: {o!r} -> {n!r}")
+  return essential
 
 
 def write_json(workdir: str, name: str, record: Mapping[str, Any]) -> str:
@@ -243,4 +261,6 @@ def _format_seconds(seconds: float) -> str:
   seconds = int(round(seconds))
   hours, rest = divmod(seconds, 3600)
   minutes, secs = divmod(rest, 60)
-  return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+  if hours:
+    return f"{hours}h{minutes:02d}m{secs:02d}s"
+  return f"{minutes}m{secs:02d}s"
