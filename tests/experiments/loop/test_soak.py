@@ -38,6 +38,7 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
 if str(REPO_ROOT) not in sys.path:  # for the script entry point
   sys.path.insert(0, str(REPO_ROOT))
 
+from experiments.loop import run_axes  # noqa: E402
 from experiments.online import setup as online_setup  # noqa: E402
 from rtrl.readout import LOG2  # noqa: E402
 from rtrl.tasks import copy_task  # noqa: E402
@@ -69,16 +70,6 @@ def soak_config(estimator: str) -> ml_collections.ConfigDict:
       "estimator": estimator, "rank": RANK, "cell": "rhn",
       "hidden_size": HIDDEN, "learning_rate": LEARNING_RATE,
       "clip_norm": 0.0, "accumulate_steps": 1})
-
-
-def nonfinite_leaves(tree) -> list[str]:
-  """Paths of the floating-point leaves of `tree` holding NaN or Inf."""
-  bad = []
-  for path, leaf in jax.tree_util.tree_leaves_with_path(jax.device_get(tree)):
-    leaf = np.asarray(leaf)
-    if np.issubdtype(leaf.dtype, np.inexact) and not np.all(np.isfinite(leaf)):
-      bad.append(jax.tree_util.keystr(path))
-  return bad
 
 
 def soak(estimator: str, num_steps: int = NUM_STEPS, seed: int = 0) -> dict:
@@ -120,9 +111,9 @@ def soak(estimator: str, num_steps: int = NUM_STEPS, seed: int = 0) -> dict:
   for index in range(num_steps // CHUNK):
     state, error = chunk_fn(state)
     trainer_state, _, length = state
-    bad = nonfinite_leaves((trainer_state.params, trainer_state.opt_state,
-                            trainer_state.tstate, trainer_state.cell_state,
-                            error))
+    bad = run_axes.nonfinite_leaves((
+        trainer_state.params, trainer_state.opt_state, trainer_state.tstate,
+        trainer_state.cell_state, error))
     assert not bad, (f"{estimator}: non-finite values after step "
                      f"{(index + 1) * CHUNK}: {bad}")
     errors.append(float(error))
