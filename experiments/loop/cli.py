@@ -16,10 +16,10 @@ from typing import Any, Callable
 from absl import app
 from absl import flags
 
+from experiments.loop import checkpoints
 from experiments.loop import runner
 from experiments.loop import sharding
 from experiments.loop import signals
-from experiments.loop import checkpoints
 from experiments.loop import workdir as workdir_lib
 
 

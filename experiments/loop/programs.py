@@ -2,12 +2,11 @@
 jitted for one device or sharded over a mesh, and the context they are
 traced and called under.
 
-The mesh (read inside the chunk by `sharding.shard_batch` and
-`sharding.vmap_runs`) and the matmul precision (read by `rtrl.linalg`) are
-JAX's own settings, `jax.set_mesh` and `jax.default_matmul_precision`,
-entered around every call by `traced_under`: both are part of JAX's jit
-cache key, so a program is never run with a setting other than the one it
-was traced with.
+The mesh (read inside the chunk by `sharding.shard_batch`) and the matmul
+precision (read by `rtrl.linalg`) are JAX's own settings, `jax.set_mesh` and
+`jax.default_matmul_precision`, entered around every trace and call by
+`traced_under`: both are part of JAX's jit cache key, so a program never
+runs with a setting other than the one it was traced with.
 """
 
 from __future__ import annotations

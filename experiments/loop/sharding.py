@@ -153,6 +153,7 @@ def state_shardings(mesh: Mesh, state_shape: Pytree, batch_axes: Pytree | None,
 
 
 def replicated(mesh: Mesh, tree: Pytree) -> Pytree:
+  """A replicated `NamedSharding` for every leaf of `tree`."""
   return jax.tree_util.tree_map(
       lambda _: NamedSharding(mesh, PartitionSpec()), tree)
 
