@@ -43,7 +43,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.learning_rate = 10 ** -2.5
   config.clip_norm = 0.0       # 0 disables global-norm clipping
   config.accumulate_steps = 1
-  # The estimators' GEMM precision (rtrl.linalg.set_matmul_precision):
+  # The GEMM precision the training chunk is traced under (rtrl.linalg):
   # highest (true float32) | tensorfloat32 | bfloat16 (GPU/TPU only).
   config.matmul_precision = "highest"
   config.seed = 0

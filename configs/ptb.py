@@ -37,7 +37,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   config.cell_clip_norm = 100.0   # clip the cell gradient only (0: off)
   config.clip_norm = 0.0          # global-norm clipping (0: off)
   config.accumulate_steps = 1
-  # The estimators' GEMM precision (rtrl.linalg.set_matmul_precision):
+  # The GEMM precision the training chunk is traced under (rtrl.linalg):
   # highest (true float32) | tensorfloat32 | bfloat16 (GPU/TPU only).
   config.matmul_precision = "highest"
   config.reset_probability = 0.01  # per step and stream (paper)

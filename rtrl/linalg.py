@@ -2,13 +2,21 @@
 
 Matmul precision policy. Every matrix product in the estimators' hot path
 (`rtrl.tangents`, the Kronecker-sum reduction) goes through `matmul` and
-`gram`, which pass `matmul_precision()` to XLA. The default is
+`gram`, which pass `matmul_precision()` to XLA. It is read from JAX's own
+setting, `jax.default_matmul_precision(name)` (a context manager; or the
+`jax_default_matmul_precision` config), at trace time: that setting is part
+of the jit cache key, so a function jitted once and called under another
+precision is traced again, never run at a stale one. Unset, it is
 `'highest'`: true float32 (or float64 under `jax.enable_x64`) products on
 every backend, so the float64 exactness tests and float32 training agree with
-the maths. On a GPU, `set_matmul_precision('tensorfloat32')` (about 8x the
-float32 throughput on A100/H100) or `'bfloat16'` trade accuracy for speed;
-on CPU they change nothing. The setting is read at trace time, so set it
-before the trainer is first called (jitted functions keep what they traced).
+the maths. On a GPU, `'tensorfloat32'` (about 8x the float32 throughput on
+A100/H100) or `'bfloat16'` trade accuracy for speed; on CPU they change
+nothing. The context applies to every product traced under it, not only
+these. The run loop enters it from `config.matmul_precision`
+(`experiments/loop/runner.py`); other callers wrap their jitted calls:
+
+  with jax.default_matmul_precision("tensorfloat32"):
+    state, metrics = train_chunk(state)
 
 Orthonormalisation. The Kronecker-sum reduction needs an orthonormal basis
 of `c` tall rows `(c, M)` (`c = rank + 1 <= ~33`, `M` up to `K S n^2`).
@@ -40,27 +48,31 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-_PRECISIONS = {
+MATMUL_PRECISIONS = {
     "highest": jax.lax.Precision.HIGHEST,
     "float32": jax.lax.Precision.HIGHEST,
     "tensorfloat32": jax.lax.Precision.HIGH,
     "bfloat16": jax.lax.Precision.DEFAULT,
 }
-_precision = ["highest"]
 
 
-def set_matmul_precision(name: str) -> None:
-  """Sets the estimators' matmul precision: 'highest' (= 'float32', the
-  default), 'tensorfloat32' or 'bfloat16' (GPU/TPU only; see module doc)."""
-  if name not in _PRECISIONS:
-    raise ValueError(f"matmul precision must be one of {sorted(_PRECISIONS)},"
-                     f" got {name!r}")
-  _precision[0] = name
+def check_matmul_precision(name: str) -> str:
+  """`name` if it is one of `MATMUL_PRECISIONS`.
+
+  Raises:
+    ValueError: listing the names, for any other.
+  """
+  if name not in MATMUL_PRECISIONS:
+    raise ValueError(f"matmul precision must be one of "
+                     f"{sorted(MATMUL_PRECISIONS)}, got {name!r}")
+  return name
 
 
 def matmul_precision() -> jax.lax.Precision:
-  """The `jax.lax.Precision` the estimators pass to their products."""
-  return _PRECISIONS[_precision[0]]
+  """The `jax.lax.Precision` the estimators pass to their products: that of
+  the enclosing `jax.default_matmul_precision`, `'highest'` when unset."""
+  name = jax.config.jax_default_matmul_precision
+  return MATMUL_PRECISIONS[check_matmul_precision(name or "highest")]
 
 
 def matmul(a: jax.Array, b: jax.Array) -> jax.Array:

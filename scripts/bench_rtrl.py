@@ -53,7 +53,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+# The helpers beside this script, and the checkout's `experiments`.
+SCRIPTS = pathlib.Path(__file__).resolve().parent
+sys.path[:0] = [str(SCRIPTS), str(SCRIPTS.parent)]
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from _bench_lib import (compiled, count_floats, fit_exponent,  # noqa: E402
                         fmt_count, fmt_ms, load_average, matmul_gflops,
@@ -332,10 +334,10 @@ def parse_args(argv):
                       "most of the compile time (first-call times then "
                       "measure the cache, not the compiler)")
   parser.add_argument("--matmul_precision", default="highest",
-                      choices=["highest", "float32", "tensorfloat32",
-                               "bfloat16"],
-                      help="the estimators' GEMM precision "
-                      "(rtrl.linalg.set_matmul_precision; GPU/TPU only)")
+                      choices=sorted(linalg.MATMUL_PRECISIONS),
+                      help="the GEMM precision the estimators are traced "
+                      "under (jax.default_matmul_precision, see rtrl.linalg; "
+                      "GPU/TPU only)")
   args = parser.parse_args(argv)
   known = set(UNRANKED) | set(RANKED)
   args.names = (list(UNRANKED) + list(RANKED) if args.estimators == "all"
@@ -379,7 +381,6 @@ def write_json(path, args, gflops, all_results, fits, overhead, skipped):
 
 def main(argv=None):
   args = parse_args(argv)
-  linalg.set_matmul_precision(args.matmul_precision)
   if args.cache_dir:
     jax.config.update("jax_compilation_cache_dir", args.cache_dir)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
@@ -395,7 +396,8 @@ def main(argv=None):
         f"{load_average()}", flush=True)
   skipped = {}
   start = time.perf_counter()
-  all_results = measure_sizes(sizes, todo, args, skipped)
+  with jax.default_matmul_precision(args.matmul_precision):
+    all_results = measure_sizes(sizes, todo, args, skipped)
   fits = report(all_results, dict(zip(tags, [m[0] for m in todo])), sizes,
                 skipped, gflops)
   overhead = report_overhead(all_results, sizes, args, gflops)

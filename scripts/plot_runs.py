@@ -13,6 +13,7 @@ import argparse
 import collections
 import json
 import os
+import sys
 
 import matplotlib
 
@@ -20,14 +21,19 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))))  # The checkout's `experiments`.
 from experiments.loop import workdir as workdir_lib  # noqa: E402
+from rtrl import estimators  # noqa: E402
 
 
 def run_label(config: dict) -> str:
+  """'16-OK (rhn-128)', 'TBPTT-50 (rhn-128)', ... from a run's config.json."""
   estimator = config.get("estimator", "?")
   if estimator == "tbptt":
     name = f"TBPTT-{config.get('truncation')}"
-  elif estimator in ("kf_avg", "ok", "ok_biased", "ktp", "kf_approx"):
+  elif (estimator in estimators.names()
+        and "rank" in estimators.hyperparameters(estimator)):
     name = f"{config.get('rank')}-{estimator.upper().replace('_', '-')}"
   else:
     name = estimator.upper()

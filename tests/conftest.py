@@ -6,7 +6,7 @@ import pathlib
 import jax
 import pytest
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+from helpers import REPO_ROOT
 
 
 def shared_data_root() -> pathlib.Path:

@@ -1,10 +1,11 @@
 """Config-field checks: every error names `config.FIELD` and what it should
 be. The step schedule (`num_steps`, `log_every`, `eval_every`,
-`checkpoint_every` against the chunk length) is checked here once, by the run
-loop, for every experiment."""
+`checkpoint_every` against the chunk length) and `matmul_precision` are
+checked here once, by the run loop, for every experiment."""
 
 from __future__ import annotations
 
+from rtrl import linalg
 from rtrl import validation
 
 
@@ -41,3 +42,15 @@ def schedule(config, chunk_steps: int) -> None:
                  chunk_steps else "the chunk length in steps")
   for field in timed:
     multiple_of(config, field, chunk_steps, period_name)
+
+
+def matmul_precision(config) -> str | None:
+  """`config.matmul_precision` (one of `rtrl.linalg.MATMUL_PRECISIONS`), or
+  None when the config has no such field."""
+  name = config.get("matmul_precision")
+  if name is None:
+    return None
+  try:
+    return linalg.check_matmul_precision(name)
+  except ValueError as err:
+    raise ValueError(f"config.matmul_precision: {err}") from None

@@ -16,8 +16,10 @@ from typing import Any, Callable
 from absl import app
 from absl import flags
 
+from experiments.loop import checkpoints
 from experiments.loop import runner
 from experiments.loop import sharding
+from experiments.loop import signals
 from experiments.loop import workdir as workdir_lib
 
 
@@ -41,9 +43,9 @@ def main_for(train: Callable[[Any, str], Any]) -> Callable[[list[str]], None]:
     sharding.initialize_distributed(flags.FLAGS.config)
     try:
       train(flags.FLAGS.config, flags.FLAGS.workdir)
-    except runner.Preempted:
+    except signals.Preempted:
       raise
-    except (workdir_lib.ConfigMismatchError, workdir_lib.CheckpointError,
+    except (workdir_lib.ConfigMismatchError, checkpoints.CheckpointError,
             runner.NonFiniteError) as e:
       print(f"Error: {e}", file=sys.stderr, flush=True)
       sys.exit(2 if not isinstance(e, runner.NonFiniteError) else 3)

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments.loop import sharding
+from rtrl import validation
 
 Pytree = Any
 
@@ -31,12 +32,8 @@ def run_grid(config, swept_hparams: tuple[str, ...] = ()) -> list[dict]:
   `[{seed 0, a}, {seed 1, a}, {seed 0, b}, {seed 1, b}]`.
   """
   num_seeds = config.get("num_seeds", 1)
-  if num_seeds is None:
-    num_seeds = 1
-  if isinstance(num_seeds, bool) or not isinstance(num_seeds, int) or \
-      num_seeds < 1:
-    raise ValueError(f"config.num_seeds must be a positive integer, got "
-                     f"{num_seeds!r}")
+  num_seeds = validation.positive_int(
+      "config.num_seeds", 1 if num_seeds is None else num_seeds)
   value_lists = []
   for name in swept_hparams:
     listed = config.get(name + "s")

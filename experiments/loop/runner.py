@@ -14,27 +14,31 @@ functions that turn metrics into JSON records. `run` does the rest:
   uninterrupted one does;
 * one jitted chunk per host round trip; progress lines with an ETA;
 * SIGTERM / SIGINT: finish the chunk in flight, checkpoint, say how to
-  resume, exit non-zero (`Preempted`);
+  resume, exit non-zero (`signals.Preempted`);
 * a NaN/Inf in any float metric stops the run naming the step, without
   overwriting the last good checkpoint (unless
   `config.skip_nonfinite_updates`, where the experiment's optimiser skips
   such updates and the run goes on);
 * `summary.json` from `Experiment.finish`.
 
-Runs as an array axis (`experiments/run_axes.py`): `config.num_seeds` and
+Runs as an array axis (`run_axes.py`): `config.num_seeds` and
 the lists of swept hyper-parameters (`config.learning_rates`) train as ONE
 vmapped program; `config.json` records the run grid under `runs`, and every
 metric becomes a list over runs. A run that diverges is reported and the
 others go on; with a single run a NaN stops the run.
 
-Devices (`experiments/sharding.py`): the batch is split over a `data` mesh
+Devices (`sharding.py`): the batch is split over a `data` mesh
 axis and stacked runs over a `runs` axis; with `config.distributed` the same
 command runs on every host of a cluster, and only process 0 writes.
 
 Config fields read here: `seed`, `num_steps`, `log_every`, `checkpoint_every`,
 and optionally `eval_every`, `num_seeds`, the sweep lists,
 `keep_checkpoints`, `allow_config_change`, `skip_nonfinite_updates`,
-`num_devices`, `mesh_shape`, `distributed`.
+`num_devices`, `mesh_shape`, `distributed`, `matmul_precision`.
+
+The jitted programs and the mesh and matmul precision they run under:
+`programs.py`; checkpoints: `checkpoints.py`; the other run-directory files:
+`workdir.py`.
 """
 
 from __future__ import annotations
@@ -46,9 +50,12 @@ from typing import Any, Callable, NamedTuple
 import jax
 import numpy as np
 
+from experiments.loop import checkpoints
 from experiments.loop import checks
+from experiments.loop import programs
 from experiments.loop import run_axes
 from experiments.loop import sharding
+from experiments.loop import signals as signals_lib
 from experiments.loop import workdir as workdir_lib
 
 Pytree = Any
@@ -106,61 +113,219 @@ class Experiment(NamedTuple):
   batch_size: int | None = None
 
 
-class Preempted(SystemExit):
-  """Raised after a checkpoint was written in answer to SIGTERM/SIGINT.
-
-  A `SystemExit` with code 128 + the signal number, as a shell reports a
-  process killed by that signal, so schedulers see a non-zero exit.
-  """
-
-
 class NonFiniteError(FloatingPointError):
   """A training metric became NaN or Inf."""
 
 
-class _SignalCatcher:
-  """Records SIGTERM/SIGINT instead of dying; a second one kills as usual."""
+class Setting(NamedTuple):
+  """What stays fixed while a run trains.
 
-  SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-  def __init__(self):
-    self.received: int | None = None
-    self._previous = {}
-
-  def _handle(self, signum, frame):
-    del frame
-    if self.received is not None:  # Second signal: stop now.
-      signal.signal(signum, self._previous.get(signum, signal.SIG_DFL))
-      signal.raise_signal(signum)
-      return
-    self.received = signum
-    print(f"\nReceived {signal.Signals(signum).name}: finishing the current "
-          "chunk, then checkpointing (send it again to stop at once).",
-          flush=True)
-
-  def __enter__(self):
-    try:
-      for sig in self.SIGNALS:
-        self._previous[sig] = signal.signal(sig, self._handle)
-    except ValueError:  # Not the main thread: leave signals alone.
-      self._previous.clear()
-    return self
-
-  def __exit__(self, *exc):
-    for sig, handler in self._previous.items():
-      signal.signal(sig, handler)
-    return False
+  Attributes:
+    config, workdir, experiment: as given to `run`.
+    runs: the run axis (`run_axes.Runs`).
+    program: the jitted pieces (`programs.compile_program`).
+    writes: whether this process writes files (process 0).
+    log: prints on the writing process only.
+  """
+  config: Any
+  workdir: str
+  experiment: Experiment
+  runs: run_axes.Runs
+  program: programs.Program
+  writes: bool
+  log: Callable[[str], None]
 
 
-def _data_args(experiment: Experiment) -> tuple:
-  return () if experiment.data is None else (experiment.data,)
+def _host_zeros(shapes: Pytree) -> Pytree:
+  return jax.tree_util.tree_map(lambda s: np.zeros(s.shape, s.dtype), shapes)
 
 
-def _with_data(jitted: Callable, data: Pytree) -> Callable:
-  """`state -> jitted(state, data)`: the data stay a jit argument."""
-  if data is None:
-    return jitted
-  return lambda state: jitted(state, data)
+def _config_hparams(state: Pytree, hparams: dict) -> Pytree:
+  """`state` with `state['hparams']` set to the config's values, not the
+  checkpoint's: an allowed change of a learning rate takes effect on
+  resume."""
+  if not hparams or not isinstance(state, dict) or "hparams" not in state:
+    return state
+  return {**state, "hparams": jax.tree_util.tree_map(
+      lambda old, new: np.asarray(new, old.dtype), state["hparams"],
+      jax.device_get(hparams))}
+
+
+def restore(setting: Setting) -> tuple[int, Pytree, list[Pytree]] | None:
+  """`(step, state on the devices, logging window)` from the newest valid
+  checkpoint, or None without one.
+
+  The window is the per-chunk metrics since the last record, checkpointed
+  with the state so that a run resumed between two records writes the same
+  records.
+  """
+  found = checkpoints.read_latest_checkpoint(setting.workdir, log=setting.log)
+  if found is None:
+    return None
+  step, raw = found
+  path = checkpoints.checkpoint_path(setting.workdir, step)
+  program = setting.program
+  state = checkpoints.restore_like(_host_zeros(program.state_shape),
+                                   raw["state"], path)
+  state = _config_hparams(state, setting.runs.hparams)
+  saved_window = raw.get("window") or {}
+  window = [checkpoints.restore_like(_host_zeros(program.metrics_shape),
+                                     saved_window[str(i)], path)
+            for i in range(len(saved_window))]
+  return step, program.place_state(state), window
+
+
+def start(setting: Setting) -> tuple[int, Pytree, list[Pytree]]:
+  """`(step, state, window)` to train from: resumed from the newest valid
+  checkpoint (records past it dropped), else step 0 and a fresh state."""
+  resumed = restore(setting)
+  if resumed is None:
+    runs = setting.runs
+    return 0, setting.program.init(runs.keys, runs.hparams), []
+  step = resumed[0]
+  if setting.writes:
+    workdir_lib.MetricsWriter(setting.workdir).truncate_after(step)
+  setting.log(f"Resumed from step {step} "
+              f"({checkpoints.checkpoint_path(setting.workdir, step)}).")
+  return resumed
+
+
+def write_checkpoint(setting: Setting, step: int, state: Pytree,
+                     window: list[Pytree]) -> None:
+  """Gathers the state (a collective: every process calls this); process 0
+  writes it with the logging window, keeping `config.keep_checkpoints`."""
+  host_state = sharding.to_host(state)
+  if setting.writes:
+    target = {"step": step, "state": host_state,
+              "window": {str(i): m for i, m in enumerate(window)}}
+    checkpoints.save_checkpoint(
+        setting.workdir, step, target,
+        keep=setting.config.get("keep_checkpoints", 2) or 2)
+
+
+def check_finite(setting: Setting, metrics: Pytree, step: int,
+                 diverged: set[int]) -> set[int]:
+  """The NaN/Inf policy for one chunk's metrics (host arrays).
+
+  Stacked runs: each run that became non-finite is reported once and the
+  others go on. A single run: a `NonFiniteError` naming the metrics and the
+  steps, unless `config.skip_nonfinite_updates`.
+
+  Returns:
+    `diverged` with the runs that became non-finite in this chunk.
+  """
+  runs = setting.runs
+  if runs.stacked:
+    new = [r for r in runs.nonfinite_runs(metrics) if r not in diverged]
+    for r in new:
+      setting.log(f"Run {r} ({runs.runs[r]}) became non-finite in the chunk "
+                  f"ending at step {step}; the other runs go on.")
+    return diverged | set(new)
+  bad = run_axes.nonfinite_leaves(metrics)
+  if bad and not setting.config.get("skip_nonfinite_updates", False):
+    first = step - setting.experiment.chunk_steps + 1
+    last = checkpoints.latest_checkpoint_step(setting.workdir)
+    raise NonFiniteError(
+        f"Non-finite {', '.join(bad)} in the chunk ending at step {step} "
+        f"(steps {first}..{step}). The last good checkpoint (step {last}) is "
+        "kept. Lower the learning rate, clip gradients, or set "
+        "--config.skip_nonfinite_updates=true.")
+  return diverged
+
+
+def evaluate(setting: Setting, state: Pytree) -> tuple[Pytree, dict]:
+  """`(state, record fields)` of one evaluation."""
+  state, eval_metrics = setting.program.evaluate(state)
+  eval_metrics = sharding.to_host(eval_metrics)
+  summarize_eval = setting.experiment.summarize_eval
+  fields = (setting.runs.per_run(summarize_eval, eval_metrics)
+            if summarize_eval else {})
+  return state, fields
+
+
+def make_record(setting: Setting, step: int, window: list[Pytree],
+                evaluated: dict, window_start: tuple[int, float]) -> dict:
+  """One `metrics.jsonl` record: the window's summary, the evaluation's
+  fields and the speed since `window_start` `(step, perf_counter time)`."""
+  experiment = setting.experiment
+  start_step, start_time = window_start
+  elapsed = time.perf_counter() - start_time
+  record = {"step": step, **setting.runs.per_run(
+      lambda w: experiment.summarize(list(w)), window), **evaluated}
+  record["steps_per_second"] = (step - start_step) / max(elapsed, 1e-9)
+  if experiment.examples_per_step:
+    record["examples_per_second"] = (record["steps_per_second"]
+                                     * experiment.examples_per_step)
+  return record
+
+
+def write_record(setting: Setting, record: dict,
+                 progress: workdir_lib.Progress) -> None:
+  """Appends `record` to `metrics.jsonl` and prints the progress line."""
+  if not setting.writes:
+    return
+  workdir_lib.MetricsWriter(setting.workdir).write(record)
+  progress.report(record["step"], **{
+      k: run_axes.progress_value(record[k])
+      for k in setting.experiment.progress_fields if k in record})
+
+
+def preempted(setting: Setting, signum: int | None,
+              step: int) -> signals_lib.Preempted:
+  """Says how to resume; the exit of a process stopped by `signum`."""
+  signum = signum or signal.SIGTERM  # Another process got the signal.
+  setting.log(f"Stopped by {signal.Signals(signum).name} at step {step}; "
+              "checkpoint written. Rerun the same command (same --workdir "
+              f"{setting.workdir}) to resume from step {step}.")
+  return signals_lib.Preempted(128 + signum)
+
+
+def train(setting: Setting, step: int, state: Pytree, window: list[Pytree],
+          signals: signals_lib.SignalCatcher) -> Pytree:
+  """Trains from `step` to `config.num_steps`, recording, evaluating and
+  checkpointing on schedule; returns the final state.
+
+  Raises:
+    NonFiniteError: see `check_finite`.
+    signals.Preempted: after a signal, once a checkpoint is written.
+  """
+  config = setting.config
+  eval_every = config.get("eval_every") if setting.program.evaluate else None
+  progress = workdir_lib.Progress(config.num_steps, start=step)
+  diverged: set[int] = set()
+  window_start = (step, time.perf_counter())
+  while step < config.num_steps:
+    state, metrics = setting.program.train_chunk(state)
+    metrics = sharding.to_host(metrics)  # The chunk's one host round trip.
+    step += setting.experiment.chunk_steps
+    diverged = check_finite(setting, metrics, step, diverged)
+    window.append(metrics)
+    evaluated = {}
+    if eval_every and step % eval_every == 0:
+      state, evaluated = evaluate(setting, state)
+    if step % config.log_every == 0 or evaluated or step >= config.num_steps:
+      write_record(setting, make_record(setting, step, window, evaluated,
+                                        window_start), progress)
+      window, window_start = [], (step, time.perf_counter())
+    if sharding.any_process(signals.received is not None):
+      write_checkpoint(setting, step, state, window)
+      raise preempted(setting, signals.received, step)
+    if step % config.checkpoint_every == 0 or step >= config.num_steps:
+      write_checkpoint(setting, step, state, window)
+  return state
+
+
+def write_summary(setting: Setting, state: Pytree) -> None:
+  """`summary.json` from `Experiment.finish` (lists over stacked runs)."""
+  host_state = sharding.to_host(state)  # Collective with several processes.
+  if not setting.writes:
+    return
+  runs = setting.runs
+  summary = runs.per_run(
+      lambda st: setting.experiment.finish(st, setting.workdir), host_state)
+  if runs.stacked:
+    summary["runs"] = runs.runs
+  workdir_lib.write_json(setting.workdir, workdir_lib.SUMMARY_FILE, summary)
 
 
 def run(config, workdir: str, experiment: Experiment,
@@ -170,17 +335,13 @@ def run(config, workdir: str, experiment: Experiment,
   Raises:
     workdir_lib.ConfigMismatchError: the saved config differs (see
       `workdir.prepare`).
-    workdir_lib.CheckpointError: checkpoints exist but none is valid or they
+    checkpoints.CheckpointError: checkpoints exist but none is valid or they
       do not fit this config.
     NonFiniteError: a metric became NaN/Inf (the step is named).
-    Preempted: after SIGTERM/SIGINT, once a checkpoint is written.
+    signals.Preempted: after SIGTERM/SIGINT, once a checkpoint is written.
   """
-  chunk_steps = experiment.chunk_steps
-  checks.schedule(config, chunk_steps)
-  eval_every = config.get("eval_every") if experiment.evaluate else None
-  skip_nonfinite = bool(config.get("skip_nonfinite_updates", False))
-  keep = config.get("keep_checkpoints", 2) or 2
-
+  checks.schedule(config, experiment.chunk_steps)
+  matmul_precision = checks.matmul_precision(config)
   grid = run_axes.run_grid(config, experiment.swept_hparams)
   mesh = sharding.make_mesh(config, batch_size=experiment.batch_size,
                             num_runs=len(grid), stacked=len(grid) > 1)
@@ -189,145 +350,19 @@ def run(config, workdir: str, experiment: Experiment,
   say = log if writes else (lambda message: None)
   workdir_lib.prepare(workdir, config, log=say, write=writes,
                       extra={"runs": runs.runs} if runs.stacked else None)
-
-  state_shape = jax.eval_shape(runs.init, runs.keys, runs.hparams)
-  data = experiment.data
-  if mesh is None:
-    place_state = jax.device_put
-    data = None if data is None else jax.device_put(data)
-    init = jax.jit(runs.init)
-    train_chunk = jax.jit(runs.train_chunk, donate_argnums=0)
-    evaluate = jax.jit(runs.evaluate) if experiment.evaluate else None
-  else:
-    axes = experiment.batch_axes(state_shape) if experiment.batch_axes else None
-    state_sh = sharding.state_shardings(mesh, state_shape, axes,
-                                        runs.stacked)
-    place_state = lambda tree: sharding.put(tree, state_sh)
-    data_sh = () if data is None else (sharding.replicated(mesh, data),)
-    if data is not None:
-      data = sharding.put(data, data_sh[0])
-    init = jax.jit(runs.init, out_shardings=state_sh)
-    metrics_sh = sharding.replicated(
-        mesh, jax.eval_shape(runs.train_chunk, state_shape,
-                             *_data_args(experiment))[1])
-    train_chunk = jax.jit(runs.train_chunk, donate_argnums=0,
-                          in_shardings=(state_sh,) + data_sh,
-                          out_shardings=(state_sh, metrics_sh))
-    evaluate = (jax.jit(runs.evaluate, in_shardings=(state_sh,) + data_sh)
-                if experiment.evaluate else None)
-    say(f"Mesh {dict(mesh.shape)} over {mesh.devices.size} devices "
-        f"({jax.process_count()} processes).")
-  train_chunk = _with_data(train_chunk, data)
-  evaluate = _with_data(evaluate, data) if evaluate else None
-
-  with sharding.active(mesh):
-    state = init(runs.keys, runs.hparams)
-  metrics_template = jax.tree_util.tree_map(
-      lambda s: np.zeros(s.shape, s.dtype),
-      jax.eval_shape(runs.train_chunk, state_shape,
-                     *_data_args(experiment))[1])
-  step = 0
-  # Per-chunk metrics since the last record. Checkpointed with the state, so
-  # a run resumed between two records writes the same records.
-  window: list[Pytree] = []
-  writer = workdir_lib.MetricsWriter(workdir)
-  found = workdir_lib.read_latest_checkpoint(workdir, log=say)
-  if found is not None:
-    step, raw = found
-    path = workdir_lib.checkpoint_path(workdir, step)
-    host_template = jax.tree_util.tree_map(
-        lambda s: np.zeros(s.shape, s.dtype), state_shape)
-    restored = workdir_lib.restore_like(host_template, raw["state"], path)
-    if experiment.swept_hparams and isinstance(restored, dict) and \
-        "hparams" in restored:
-      # The config's values, not the checkpoint's: an allowed change of a
-      # learning rate takes effect on resume.
-      restored["hparams"] = jax.tree_util.tree_map(
-          lambda old, new: np.asarray(new, old.dtype), restored["hparams"],
-          jax.device_get(runs.hparams))
-    state = place_state(restored)
-    saved_window = raw.get("window") or {}
-    window = [workdir_lib.restore_like(metrics_template, saved_window[str(i)],
-                                       path)
-              for i in range(len(saved_window))]
-    if writes:
-      writer.truncate_after(step)
-    say(f"Resumed from step {step} ({path}).")
-
-  def checkpoint(at_step: int) -> None:
-    host_state = sharding.to_host(state)  # Collective with several processes.
-    if writes:
-      target = {"step": at_step, "state": host_state,
-                "window": {str(i): m for i, m in enumerate(window)}}
-      workdir_lib.save_checkpoint(workdir, at_step, target, keep=keep)
-
-  say(f"{experiment.name} | {config.num_steps} steps"
-      + (f" | {len(runs.runs)} runs in one program" if runs.stacked else "")
-      + (f" | resuming at {step}" if step else ""))
-  diverged: set[int] = set()
-  progress = workdir_lib.Progress(config.num_steps, start=step)
-  window_start_time = time.perf_counter()
-  window_start_step = step
-  with _SignalCatcher() as signals, sharding.active(mesh):
-    while step < config.num_steps:
-      state, metrics = train_chunk(state)
-      metrics = sharding.to_host(metrics)  # The chunk's one host round trip.
-      step += chunk_steps
-      if runs.stacked:
-        for r in runs.nonfinite_runs(metrics):
-          if r not in diverged:
-            diverged.add(r)
-            say(f"Run {r} ({runs.runs[r]}) became non-finite in the chunk "
-                f"ending at step {step}; the other runs go on.")
-      bad = [] if skip_nonfinite or runs.stacked else \
-          run_axes.nonfinite_leaves(metrics)
-      if bad:
-        last = workdir_lib.latest_checkpoint_step(workdir)
-        raise NonFiniteError(
-            f"Non-finite {', '.join(bad)} in the chunk ending at step {step} "
-            f"(steps {step - chunk_steps + 1}..{step}). The last good "
-            f"checkpoint (step {last}) is kept. Lower the learning rate, clip "
-            "gradients, or set --config.skip_nonfinite_updates=true.")
-      window.append(metrics)
-      evaluated = {}
-      if eval_every and step % eval_every == 0:
-        state, eval_metrics = evaluate(state)
-        eval_metrics = sharding.to_host(eval_metrics)
-        evaluated = (runs.per_run(experiment.summarize_eval, eval_metrics)
-                     if experiment.summarize_eval else {})
-      if step % config.log_every == 0 or evaluated or step >= config.num_steps:
-        elapsed = time.perf_counter() - window_start_time
-        record = {"step": step, **runs.per_run(
-            lambda w: experiment.summarize(list(w)), window), **evaluated}
-        record["steps_per_second"] = (step - window_start_step) / max(
-            elapsed, 1e-9)
-        if experiment.examples_per_step:
-          record["examples_per_second"] = (record["steps_per_second"]
-                                           * experiment.examples_per_step)
-        if writes:
-          writer.write(record)
-          progress.report(step, **{
-              k: run_axes.progress_value(record[k])
-              for k in experiment.progress_fields if k in record})
-        window = []
-        window_start_time = time.perf_counter()
-        window_start_step = step
-      stop = sharding.any_process(signals.received is not None)
-      if stop:
-        checkpoint(step)
-        signum = signals.received or signal.SIGTERM
-        say(f"Stopped by {signal.Signals(signum).name} at step {step}; "
-            f"checkpoint written. Rerun the same command (same --workdir "
-            f"{workdir}) to resume from step {step}.")
-        raise Preempted(128 + signum)
-      if step % config.checkpoint_every == 0 or step >= config.num_steps:
-        checkpoint(step)
+  with programs.traced_under(mesh, matmul_precision):
+    setting = Setting(config, workdir, experiment, runs,
+                      programs.compile_program(experiment, runs, mesh),
+                      writes, say)
+    if mesh is not None:
+      say(f"Mesh {dict(mesh.shape)} over {mesh.devices.size} devices "
+          f"({jax.process_count()} processes).")
+    step, state, window = start(setting)
+    say(f"{experiment.name} | {config.num_steps} steps"
+        + (f" | {len(runs.runs)} runs in one program" if runs.stacked else "")
+        + (f" | resuming at {step}" if step else ""))
+    with signals_lib.SignalCatcher() as signals:
+      state = train(setting, step, state, window, signals)
   if experiment.finish is not None:
-    host_state = sharding.to_host(state)
-    if writes:
-      summary = runs.per_run(lambda st: experiment.finish(st, workdir),
-                             host_state)
-      if runs.stacked:
-        summary["runs"] = runs.runs
-      workdir_lib.write_json(workdir, workdir_lib.SUMMARY_FILE, summary)
+    write_summary(setting, state)
   return workdir_lib.read_metrics(workdir)

@@ -5,7 +5,7 @@ The mesh has two axes. `data` splits the batch: per-example state (cell
 state, tangents, data streams) is sharded along its batch axis, parameters
 and optimiser state are replicated, and the compiler turns the batch sums of
 gradients into all-reduces. `runs` splits the stacked runs of a seed x
-learning-rate grid (`experiments/run_axes.py`): independent programs, no
+learning-rate grid (`run_axes.py`): independent programs, no
 communication. An experiment says which axis of each state leaf is the batch
 axis with `Experiment.batch_axes`; experiments whose batches are drawn inside
 the chunk (the classifiers) mark them with `shard_batch`.
@@ -18,7 +18,6 @@ Config fields: `num_devices` (0 = every visible device; 1 = no mesh),
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any, Callable
 
 import jax
@@ -26,10 +25,10 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 import numpy as np
 
+from rtrl import validation
+
 DATA, RUNS = "data", "runs"
 Pytree = Any
-
-_ACTIVE_MESH: list[Mesh] = []
 
 
 def initialize_distributed(config) -> None:
@@ -66,29 +65,46 @@ def make_mesh(config, *, batch_size: int | None, num_runs: int,
     ValueError: naming the field, if the devices do not divide the batch or
       the runs, or the shape does not match the device count.
   """
-  num_devices = config.get("num_devices", 0) or 0
+  devices = _devices(config)
+  shape = _mesh_shape(config, len(devices))
+  if len(devices) == 1:
+    return None
+  _check_divides(shape, batch_size=batch_size, num_runs=num_runs,
+                 stacked=stacked)
+  return Mesh(np.asarray(devices).reshape(shape), (DATA, RUNS))
+
+
+def _devices(config) -> list:
+  """The first `config.num_devices` visible devices (0: all of them)."""
+  num_devices = validation.nonnegative_int(
+      "config.num_devices", config.get("num_devices", 0) or 0,
+      zero_means="every visible device")
   devices = jax.devices()
-  if isinstance(num_devices, bool) or not isinstance(num_devices, int) or \
-      num_devices < 0:
-    raise ValueError(f"config.num_devices must be 0 (all) or a positive "
-                     f"integer, got {num_devices!r}")
   if num_devices > len(devices):
     raise ValueError(f"config.num_devices={num_devices} but only "
                      f"{len(devices)} devices are visible: {devices}")
-  devices = devices[:num_devices or len(devices)]
-  shape = tuple(config.get("mesh_shape", ()) or ())
-  if not shape:
-    shape = (len(devices), 1)
-  if len(shape) != 2 or any(not isinstance(s, int) or s < 1 for s in shape):
+  return devices[:num_devices or len(devices)]
+
+
+def _mesh_shape(config, num_devices: int) -> tuple[int, int]:
+  """`config.mesh_shape` `(data, runs)`, checked against the device count;
+  empty: every device on `data`."""
+  shape = tuple(config.get("mesh_shape", ()) or ()) or (num_devices, 1)
+  if len(shape) != 2 or any(isinstance(s, bool) or not isinstance(s, int)
+                            or s < 1 for s in shape):
     raise ValueError(f"config.mesh_shape must be (data, runs) positive "
                      f"integers, got {shape!r}")
+  if shape[0] * shape[1] != num_devices:
+    raise ValueError(f"config.mesh_shape {shape} needs "
+                     f"{shape[0] * shape[1]} devices; {num_devices} are used "
+                     f"(config.num_devices={config.get('num_devices', 0)})")
+  return shape
+
+
+def _check_divides(shape: tuple[int, int], *, batch_size: int | None,
+                   num_runs: int, stacked: bool) -> None:
+  """The `data` axis divides the batch and the `runs` axis the runs."""
   data, runs = shape
-  if data * runs != len(devices):
-    raise ValueError(f"config.mesh_shape {shape} needs {data * runs} "
-                     f"devices; {len(devices)} are used (config.num_devices"
-                     f"={num_devices})")
-  if len(devices) == 1:
-    return None
   if data > 1:
     if batch_size is None:
       raise ValueError(f"config.mesh_shape {shape} splits the batch over "
@@ -106,7 +122,6 @@ def make_mesh(config, *, batch_size: int | None, num_runs: int,
       raise ValueError(f"the {num_runs} runs (num_seeds x learning_rates) "
                        f"must be a multiple of the 'runs' mesh axis ({runs} "
                        "devices)")
-  return Mesh(np.asarray(devices).reshape(data, runs), (DATA, RUNS))
 
 
 def state_shardings(mesh: Mesh, state_shape: Pytree, batch_axes: Pytree | None,
@@ -138,6 +153,7 @@ def state_shardings(mesh: Mesh, state_shape: Pytree, batch_axes: Pytree | None,
 
 
 def replicated(mesh: Mesh, tree: Pytree) -> Pytree:
+  """A replicated `NamedSharding` for every leaf of `tree`."""
   return jax.tree_util.tree_map(
       lambda _: NamedSharding(mesh, PartitionSpec()), tree)
 
@@ -167,33 +183,19 @@ def any_process(flag: bool) -> bool:
   return bool(np.any(flags))
 
 
-@contextlib.contextmanager
-def active(mesh: Mesh | None):
-  """Makes `mesh` the one `shard_batch` constrains to, while tracing."""
-  _ACTIVE_MESH.append(mesh)
-  try:
-    if mesh is None:
-      yield
-    else:
-      with jax.set_mesh(mesh):  # Read by rtrl.online.batch_sum.
-        yield
-  finally:
-    _ACTIVE_MESH.pop()
-
-
 def shard_batch(tree: Pytree, axis: int = 0) -> Pytree:
   """Constrains arrays built inside a chunk (e.g. a minibatch drawn from the
-  dataset) to be split along `axis` over the `data` mesh axis; identity
-  without a mesh."""
-  mesh = _ACTIVE_MESH[-1] if _ACTIVE_MESH else None
-  if mesh is None or mesh.shape[DATA] == 1:
+  dataset) to be split along `axis` over the `data` axis of the mesh the
+  chunk is traced under (`jax.set_mesh`, entered by the run loop); identity
+  without one."""
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty or mesh.shape.get(DATA, 1) == 1:
     return tree
 
   def constrain(x):
     spec = [None] * x.ndim
     spec[axis] = DATA
-    return jax.lax.with_sharding_constraint(
-        x, NamedSharding(mesh, PartitionSpec(*spec)))
+    return jax.lax.with_sharding_constraint(x, PartitionSpec(*spec))
   return jax.tree_util.tree_map(constrain, tree)
 
 

@@ -27,6 +27,7 @@ import numpy as np
 from experiments import data
 from experiments.loop import checks
 from experiments.online import setup as online_setup
+from experiments.loop import checkpoints
 from experiments.loop import workdir as workdir_lib
 from rtrl import online
 from rtrl.tasks import copy_task
@@ -75,11 +76,11 @@ def restore_params(checkpoint_dir: str) -> tuple[dict, dict]:
     run_config = json.load(f)
   task = task_of_run(run_config)
   vocab = TASK_VOCAB[task]
-  found = workdir_lib.read_latest_checkpoint(checkpoint_dir)
+  found = checkpoints.read_latest_checkpoint(checkpoint_dir)
   if found is None:
     raise FileNotFoundError(f"no checkpoint_*.msgpack in {checkpoint_dir}")
   step, raw = found
-  path = workdir_lib.checkpoint_path(checkpoint_dir, step)
+  path = checkpoints.checkpoint_path(checkpoint_dir, step)
   raw = raw.get("state", raw)  # The run loop nests the experiment's state.
   try:
     raw_params = raw["trainer"]["params"]

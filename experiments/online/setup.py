@@ -10,7 +10,7 @@ import jax
 import optax
 
 from experiments.loop import checks
-from rtrl import bptt, cells, estimators, linalg, online, readout
+from rtrl import bptt, cells, estimators, online, readout
 
 def validate_trainer(config) -> None:
   """`config.estimator` (a registered estimator, trained online, or
@@ -77,11 +77,6 @@ def make_trainer(config, cell: cells.Cell,
   """
   if learning_rate is None:
     learning_rate = config.learning_rate
-  # Read when the trainer is traced, so it is set before the first chunk.
-  try:
-    linalg.set_matmul_precision(config.get("matmul_precision", "highest"))
-  except ValueError as err:
-    raise ValueError(f"config.matmul_precision: {err}") from None
   optimizer = make_optimizer(config, learning_rate)
   if config.estimator == "tbptt":
     return bptt.make_tbptt_trainer(cell, optimizer, config.truncation)

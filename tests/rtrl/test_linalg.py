@@ -76,7 +76,33 @@ def test_gram_qr_rows_zero_and_short_rows_float32():
                              np.asarray(rows), atol=1e-5)
 
 
-def test_matmul_precision_flag():
+def test_matmul_precision_default_and_names():
   assert linalg.matmul_precision() == jax.lax.Precision.HIGHEST
   with pytest.raises(ValueError, match="matmul precision"):
-    linalg.set_matmul_precision("fp8")
+    linalg.check_matmul_precision("fp8")
+  with jax.default_matmul_precision("tensorfloat32"):
+    assert linalg.matmul_precision() == jax.lax.Precision.HIGH
+
+
+def test_jit_retraces_when_the_precision_context_changes():
+  """`jax.default_matmul_precision` is in the jit cache key: one jitted
+  function called under 'highest' and then 'bfloat16' is traced twice, each
+  trace with its own precision, and back under 'highest' reuses the first."""
+  traced = []
+
+  @jax.jit
+  def product(a, b):
+    traced.append(linalg.matmul_precision())
+    return linalg.matmul(a, b)
+
+  a = jnp.ones((4, 4))
+  with jax.default_matmul_precision("highest"):
+    product(a, a)
+    highest = str(jax.make_jaxpr(linalg.matmul)(a, a))
+  with jax.default_matmul_precision("bfloat16"):
+    product(a, a)
+    bfloat16 = str(jax.make_jaxpr(linalg.matmul)(a, a))
+  with jax.default_matmul_precision("highest"):
+    product(a, a)
+  assert traced == [jax.lax.Precision.HIGHEST, jax.lax.Precision.DEFAULT]
+  assert "HIGHEST" in highest and "HIGHEST" not in bfloat16

@@ -1,29 +1,15 @@
 """Bad input gets a ValueError whose message names the offending argument."""
 
-import importlib.util
-
 import jax
 import jax.numpy as jnp
 import optax
 import pytest
 
-from conftest import REPO_ROOT
 from experiments.online import copy_experiment
 from experiments.loop import workdir as workdir_lib
 from rtrl import bptt, cells, estimators, online
 from rtrl.tasks import copy_task
-
-
-def copy_config(**overrides):
-  """`configs/copy_task.py` get_config() with overrides (loaded by path);
-  estimator pinned to 'rtrl' unless overridden."""
-  spec = importlib.util.spec_from_file_location(
-      "copy_task_config", REPO_ROOT / "configs" / "copy_task.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  config = module.get_config()
-  config.update({"estimator": "rtrl", **overrides})
-  return config
+from helpers import copy_config
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
-"""Seeds and learning rates as array axes (`experiments/runner.py`): S x L
-runs train as one vmapped program, and run r equals the single run with its
-seed and learning rate."""
+"""Seeds and learning rates as array axes (`experiments/loop/run_axes.py`):
+S x L runs train as one vmapped program, and run r equals the single run with
+its seed and learning rate."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ import pytest
 
 from experiments.online import copy_experiment
 from experiments.loop import run_axes
+from experiments.loop import checkpoints
 from experiments.loop import workdir as workdir_lib
 from helpers import copy_config
 
 # KF-AVG, not OK: r-OK's update is discontinuous in its inputs (see
-# tests/test_sharding.py), so a vmapped run, whose batched kernels may round
+# test_sharding.py), so a vmapped run, whose batched kernels may round
 # differently, follows an equally distributed but different path.
 TINY = dict(estimator="kf_avg", rank=2, cell="rhn", hidden_size=4, batch_size=2,
             seed=7, num_steps=100, chunk_steps=50, log_every=50,
@@ -25,7 +26,7 @@ TINY = dict(estimator="kf_avg", rank=2, cell="rhn", hidden_size=4, batch_size=2,
 
 
 def final_state(workdir):
-  _, raw = workdir_lib.read_latest_checkpoint(str(workdir))
+  _, raw = checkpoints.read_latest_checkpoint(str(workdir))
   return raw["state"]
 
 

@@ -1,5 +1,5 @@
 """Runs that survive interruption and bad input (the shared run loop,
-`experiments/runner.py`), each scenario against a real subprocess of the
+`experiments/loop/runner.py`), each scenario against a real subprocess of the
 Copy-task command line: a changed config is refused, a truncated checkpoint
 falls back to the previous one, SIGTERM/SIGINT checkpoint and the rerun logs
 what an uninterrupted run logs, and a NaN stops the run naming the step."""
@@ -17,8 +17,9 @@ import time
 import numpy as np
 import pytest
 
-from conftest import REPO_ROOT
+from experiments.loop import checkpoints
 from experiments.loop import workdir as workdir_lib
+from helpers import REPO_ROOT
 
 # Tiny and fast: 4-unit RHN, exact RTRL, batch 2, 50-step chunks.
 BASE_FLAGS = dict(estimator="rtrl", cell="rhn", hidden_size=4, batch_size=2,
@@ -120,7 +121,7 @@ def test_allowed_config_change_keeps_old_config_and_fails_clearly_on_shapes(
 
 def test_truncated_checkpoint_falls_back_to_previous(tmp_path, uninterrupted):
   assert run_cli(tmp_path, num_steps=200).returncode == 0
-  newest = workdir_lib.checkpoint_path(str(tmp_path), 200)
+  newest = checkpoints.checkpoint_path(str(tmp_path), 200)
   with open(newest, "r+b") as f:  # A copy cut short.
     f.truncate(os.path.getsize(newest) // 2)
 
@@ -134,13 +135,13 @@ def test_truncated_checkpoint_falls_back_to_previous(tmp_path, uninterrupted):
 
 def test_no_valid_checkpoint_is_a_clear_error(tmp_path):
   assert run_cli(tmp_path, num_steps=200).returncode == 0
-  for path in workdir_lib.checkpoint_paths(str(tmp_path)):
+  for path in checkpoints.checkpoint_paths(str(tmp_path)):
     with open(path, "r+b") as f:
       f.truncate(10)
   result = run_cli(tmp_path)
   assert result.returncode == 2
   assert "No valid checkpoint" in result.stderr
-  for path in workdir_lib.checkpoint_paths(str(tmp_path)):
+  for path in checkpoints.checkpoint_paths(str(tmp_path)):
     assert os.path.basename(path) in result.stderr
   assert "Traceback" not in result.stderr
 
@@ -175,7 +176,7 @@ def test_signal_checkpoints_and_rerun_matches_uninterrupted(
     pytest.skip("the run finished before the signal arrived")
   assert process.returncode == 128 + signum, stderr
   assert "checkpoint written" in stdout and "--workdir" in stdout
-  stopped_at = workdir_lib.latest_checkpoint_step(str(tmp_path))
+  stopped_at = checkpoints.latest_checkpoint_step(str(tmp_path))
   assert stopped_at is not None and stopped_at % BASE_FLAGS["chunk_steps"] == 0
 
   assert stopped_at < LONG_RUN["num_steps"]
@@ -189,7 +190,7 @@ def test_signal_checkpoints_and_rerun_matches_uninterrupted(
 def test_nan_stops_the_run_naming_the_step_and_keeps_last_checkpoint(
     tmp_path):
   assert run_cli(tmp_path, num_steps=100).returncode == 0
-  good = workdir_lib.checkpoint_path(str(tmp_path), 100)
+  good = checkpoints.checkpoint_path(str(tmp_path), 100)
   good_bytes = open(good, "rb").read()
   # An infinite learning rate makes the parameters, then the loss, NaN.
   result = run_cli(tmp_path, num_steps=300, learning_rate="inf",
@@ -197,9 +198,9 @@ def test_nan_stops_the_run_naming_the_step_and_keeps_last_checkpoint(
   assert result.returncode == 3
   assert "Non-finite" in result.stderr and "step 150" in result.stderr
   assert "Traceback" not in result.stderr
-  assert workdir_lib.latest_checkpoint_step(str(tmp_path)) == 100
+  assert checkpoints.latest_checkpoint_step(str(tmp_path)) == 100
   assert open(good, "rb").read() == good_bytes
-  workdir_lib.read_checkpoint_file(good)  # Still valid.
+  checkpoints.read_checkpoint_file(good)  # Still valid.
 
 
 def test_skip_nonfinite_updates_leaves_parameters_unchanged():

@@ -1,4 +1,4 @@
-"""Data parallelism (`experiments/sharding.py`), on CPU with forced host
+"""Data parallelism (`experiments/loop/sharding.py`), on CPU with forced host
 devices, in subprocesses so the default suite keeps its single device:
 
 * a batch-sharded run equals the single-device run (float64, 1e-10, states
@@ -30,8 +30,10 @@ import ml_collections
 import numpy as np
 import pytest
 
-from conftest import REPO_ROOT, shared_data_root
+from conftest import shared_data_root
+from experiments.loop import checkpoints
 from experiments.loop import workdir as workdir_lib
+from helpers import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "tests" / "experiments" / "loop" / "sharding_scripts" / "compare_sharded.py"
 
@@ -158,7 +160,7 @@ def test_two_processes_match_one_and_only_process_0_writes(tmp_path):
       if key in timing or isinstance(a[key], str):
         continue
       np.testing.assert_allclose(a[key], b[key], rtol=1e-5, err_msg=key)
-  assert workdir_lib.latest_checkpoint_step(
+  assert checkpoints.latest_checkpoint_step(
       str(tmp_path / "process0" / "multi")) == 100
 
 

@@ -2,7 +2,7 @@
 
 8-OK and KTP (rank 8) train an RHN-16 online with the Copy-task curriculum,
 batch 16, Adam 10^-2.5 (the quick-start setting with a smaller net), built
-from the library directly (`experiments.online_setup`, `rtrl.tasks.copy_task`,
+from the library directly (`experiments.online.setup`, `rtrl.tasks.copy_task`,
 `Trainer.run`) in jitted chunks of `CHUNK` steps, each chunk one program:
 stream generation, the trainer's scan and the curriculum update.
 
@@ -16,9 +16,9 @@ bound catches leaks of buffers, of retraced programs (a retrace per chunk
 costs well over 0.5 MiB each) and of host-side records.
 
 Run alone (it takes minutes per estimator on 2 CPU cores):
-  .venv/bin/python -m pytest tests/test_soak.py -m slow -q -s -n 0
+  .venv/bin/python -m pytest tests/experiments/loop/test_soak.py -m slow -q -s -n 0
 or, for the numbers only:
-  .venv/bin/python tests/test_soak.py [ok|ktp] [num_steps]
+  .venv/bin/python tests/experiments/loop/test_soak.py [ok|ktp] [num_steps]
 """
 
 from __future__ import annotations
@@ -31,13 +31,13 @@ import time
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 import pytest
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
 if str(REPO_ROOT) not in sys.path:  # for the script entry point
   sys.path.insert(0, str(REPO_ROOT))
 
+from experiments.loop import run_axes  # noqa: E402
 from experiments.online import setup as online_setup  # noqa: E402
 from rtrl.readout import LOG2  # noqa: E402
 from rtrl.tasks import copy_task  # noqa: E402
@@ -63,22 +63,12 @@ def rss_mib() -> float:
 
 
 def soak_config(estimator: str) -> ml_collections.ConfigDict:
-  """The fields `experiments.online_setup` reads (the quick-start values,
+  """The fields `experiments.online.setup` reads (the quick-start values,
   RHN-16 instead of RHN-32)."""
   return ml_collections.ConfigDict({
       "estimator": estimator, "rank": RANK, "cell": "rhn",
       "hidden_size": HIDDEN, "learning_rate": LEARNING_RATE,
       "clip_norm": 0.0, "accumulate_steps": 1})
-
-
-def nonfinite_leaves(tree) -> list[str]:
-  """Paths of the floating-point leaves of `tree` holding NaN or Inf."""
-  bad = []
-  for path, leaf in jax.tree_util.tree_leaves_with_path(jax.device_get(tree)):
-    leaf = np.asarray(leaf)
-    if np.issubdtype(leaf.dtype, np.inexact) and not np.all(np.isfinite(leaf)):
-      bad.append(jax.tree_util.keystr(path))
-  return bad
 
 
 def soak(estimator: str, num_steps: int = NUM_STEPS, seed: int = 0) -> dict:
@@ -120,9 +110,9 @@ def soak(estimator: str, num_steps: int = NUM_STEPS, seed: int = 0) -> dict:
   for index in range(num_steps // CHUNK):
     state, error = chunk_fn(state)
     trainer_state, _, length = state
-    bad = nonfinite_leaves((trainer_state.params, trainer_state.opt_state,
-                            trainer_state.tstate, trainer_state.cell_state,
-                            error))
+    bad = run_axes.nonfinite_leaves((
+        trainer_state.params, trainer_state.opt_state, trainer_state.tstate,
+        trainer_state.cell_state, error))
     assert not bad, (f"{estimator}: non-finite values after step "
                      f"{(index + 1) * CHUNK}: {bad}")
     errors.append(float(error))

@@ -13,6 +13,7 @@ import pytest
 
 from helpers import copy_config
 from experiments.online import copy_experiment
+from experiments.loop import checkpoints
 from experiments.loop import workdir as workdir_lib
 
 
@@ -141,8 +142,8 @@ def test_tbptt_rhn32_reaches_length_5(tmp_path):
 
 
 def _final_checkpoint(workdir):
-  path = workdir_lib.checkpoint_paths(workdir)[-1]
-  return os.path.basename(path), workdir_lib.read_checkpoint_file(path)
+  path = checkpoints.checkpoint_paths(workdir)[-1]
+  return os.path.basename(path), checkpoints.read_checkpoint_file(path)
 
 
 # official: error_threshold 1.1 bits (above the average's start, 1 bit) makes
@@ -166,7 +167,7 @@ def test_resume_from_checkpoint_matches_uninterrupted_run(
   whole, split = tmp_path / "whole", tmp_path / "split"
   copy_experiment.train(copy_config(num_steps=200, **base), str(whole))
   copy_experiment.train(copy_config(num_steps=100, **base), str(split))
-  assert workdir_lib.latest_checkpoint_step(str(split)) == 100
+  assert checkpoints.latest_checkpoint_step(str(split)) == 100
   capsys.readouterr()
   copy_experiment.train(copy_config(num_steps=200, **base), str(split))
   assert "Resumed from step 100" in capsys.readouterr().out

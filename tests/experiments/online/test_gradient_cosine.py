@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from helpers import load_config
+from experiments.loop import checkpoints
 from experiments.loop import workdir as workdir_lib
 from experiments.online import copy_experiment
 from experiments.online import cosine_compute
@@ -157,8 +158,8 @@ def test_restores_copy_task_checkpoint(tmp_path):
   template = {"trainer": trainer.init(fresh, jax.random.PRNGKey(2), 2),
               "stream": copy_task.stream_init(jax.random.PRNGKey(3), 2, 8),
               "curriculum_length": jnp.ones((), jnp.int32)}
-  _, raw = workdir_lib.read_latest_checkpoint(train_dir)
-  restored = workdir_lib.restore_like(template, raw["state"])
+  _, raw = checkpoints.read_latest_checkpoint(train_dir)
+  restored = checkpoints.restore_like(template, raw["state"])
   jax.tree_util.tree_map(np.testing.assert_array_equal, params,
                          restored["trainer"].params)
   assert not np.allclose(params["cell"]["W"], fresh["cell"]["W"])

@@ -7,32 +7,21 @@ within a stated number of steps. Thresholds are set conservatively below what
 the fixed seed achieves (measured numbers in each test's docstring).
 """
 
-import importlib.util
-
 import numpy as np
 import pytest
 
-from conftest import REPO_ROOT
 from experiments.online import copy_experiment
+from helpers import copy_config
 
 
-def copy_config(**overrides):
-  """`configs/copy_task.py` get_config() (loaded by path) with overrides."""
-  spec = importlib.util.spec_from_file_location(
-      "copy_task_config", REPO_ROOT / "configs" / "copy_task.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  config = module.get_config()
-  config.update({"estimator": "ok", "rank": 8, "log_every": 100,
-                 "checkpoint_every": 100_000,
-                 # The numbers below were measured with this protocol (the
-                 # official one: tests/test_copy_learning.py).
-                 "curriculum": "output_only", **overrides})
-  return config
+# 8-OK; the numbers below were measured with this protocol (the official
+# one: tests/experiments/online/test_copy_learning.py).
+OK8 = dict(estimator="ok", rank=8, log_every=100, checkpoint_every=100_000,
+           curriculum="output_only")
 
 
 def train(tmp_path, num_steps):
-  record = copy_experiment.train(copy_config(num_steps=num_steps),
+  record = copy_experiment.train(copy_config(num_steps=num_steps, **OK8),
                                  str(tmp_path / "run"))
   assert record["step"] == num_steps
   assert np.isfinite(record["loss_bits"])

@@ -159,6 +159,7 @@ def test_finished_curve_is_read_not_rerun(tmp_path, monkeypatch):
   """A curve with its summary, its last record at num_steps and the same
   config is not trained again; a longer or different config is."""
   from experiments.loop import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from experiments.reproduce import ok_paper  # pylint: disable=g-import-not-at-top
   curve = ok_paper._ptb_curves("small", 32)[0]  # pylint: disable=protected-access
   config = common.make_config(curve)
   curve_dir = tmp_path / curve.dirname

@@ -17,6 +17,7 @@ from differences import relative_difference  # noqa: E402
 
 from experiments.classifier import experiment  # noqa: E402
 from experiments.classifier import tasks  # noqa: E402
+from experiments.loop import checkpoints  # noqa: E402
 from experiments.loop import config_files  # noqa: E402
 from experiments.loop import workdir as workdir_lib  # noqa: E402
 
@@ -26,7 +27,7 @@ def train(workdir, preset, **overrides):
       "mnist", preset, epochs=1, train_limit=1024, batch_size=128,
       hidden_size=32, data_dir=sys.argv[1], **overrides)
   experiment.train(tasks.MNIST, config, workdir)
-  _, raw = workdir_lib.read_latest_checkpoint(workdir)
+  _, raw = checkpoints.read_latest_checkpoint(workdir)
   return raw["state"], workdir_lib.read_metrics(workdir)
 
 

@@ -1,4 +1,4 @@
-"""Run by tests/test_sharding.py in a subprocess with 4 forced CPU devices:
+"""Run by test_sharding.py in a subprocess with 4 forced CPU devices:
 trains the same float64 runs on one device and sharded, and prints one JSON
 line per case with the largest relative difference of states and metrics."""
 
@@ -11,13 +11,13 @@ os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
 import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
-import numpy as np  # noqa: E402
 
 from differences import relative_difference  # noqa: E402
 
 from experiments.online import copy_experiment  # noqa: E402
+from experiments.loop import checkpoints  # noqa: E402
 from experiments.loop import workdir as workdir_lib  # noqa: E402
-from experiments.reproduce import common  # noqa: E402
+from experiments.loop.config_files import load_config  # noqa: E402
 
 BASE = dict(rank=2, truncation=10, hidden_size=4, batch_size=4, seed=1,
             num_steps=100, chunk_steps=50, log_every=50, checkpoint_every=100,
@@ -38,19 +38,17 @@ PTB = dict(hidden_size=4, batch_size=4, eval_batch_size=4, num_steps=100,
            checkpoint_every=100, rank=2, seed=1)
 
 
-
-
 def train(workdir, experiment="copy_task", **overrides):
   if experiment == "ptb":
     from experiments.online import ptb_experiment as ptb  # pylint: disable=g-import-not-at-top
-    config = common.load_config("ptb", "small")
+    config = load_config("ptb", "small")
     config.update({**PTB, **overrides})
     ptb.train(config, workdir)
   else:
-    config = common.load_config("copy_task")
+    config = load_config("copy_task")
     config.update({**BASE, **overrides})
     copy_experiment.train(config, workdir)
-  _, raw = workdir_lib.read_latest_checkpoint(workdir)
+  _, raw = checkpoints.read_latest_checkpoint(workdir)
   metrics = [{k: v for k, v in r.items()
               if k not in ("steps_per_second", "examples_per_second")}
              for r in workdir_lib.read_metrics(workdir)]

@@ -1,0 +1,154 @@
+"""Checksummed checkpoints that a restarted run resumes from.
+
+`checkpoint_<step>.msgpack` holds the flax msgpack of a state dict, and the
+sidecar `checkpoint_<step>.msgpack.sha256` its SHA-256: a file cut short by a
+crash or a copy fails the checksum and is skipped in favour of an older one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import warnings
+from typing import Any
+
+import flax.serialization
+import jax
+import numpy as np
+
+from experiments.loop.workdir import write_atomic
+
+CHECKPOINT_PREFIX = "checkpoint_"
+CHECKPOINT_SUFFIX = ".msgpack"
+CHECKSUM_SUFFIX = ".sha256"
+
+
+class CheckpointError(RuntimeError):
+  """No checkpoint in a workdir could be read."""
+
+
+
+def checkpoint_path(workdir: str, step: int) -> str:
+  return os.path.join(workdir,
+                      f"{CHECKPOINT_PREFIX}{step:010d}{CHECKPOINT_SUFFIX}")
+
+
+def save_checkpoint(workdir: str, step: int, target: Any, keep: int = 2) -> str:
+  """Writes `target` (any pytree of arrays) with its checksum; keeps the
+  newest `keep` checkpoints.
+
+  The data and the checksum are each written atomically (temporary file,
+  fsync, rename, directory fsync), data first: a crash in between leaves a
+  checkpoint without checksum, which restore skips in favour of an older one.
+  """
+  data = flax.serialization.to_bytes(jax.device_get(target))
+  path = checkpoint_path(workdir, step)
+  write_atomic(path, data)
+  write_atomic(path + CHECKSUM_SUFFIX,
+               hashlib.sha256(data).hexdigest().encode())
+  for old in checkpoint_paths(workdir)[:-keep]:
+    for p in (old, old + CHECKSUM_SUFFIX):
+      if os.path.exists(p):
+        os.remove(p)
+  return path
+
+
+def checkpoint_paths(workdir: str) -> list[str]:
+  """Checkpoint files of `workdir`, oldest first."""
+  if not os.path.isdir(workdir):
+    return []
+  names = sorted(n for n in os.listdir(workdir)
+                 if n.startswith(CHECKPOINT_PREFIX)
+                 and n.endswith(CHECKPOINT_SUFFIX))
+  return [os.path.join(workdir, n) for n in names]
+
+
+def _step_of(path: str) -> int:
+  name = os.path.basename(path)
+  return int(name[len(CHECKPOINT_PREFIX):-len(CHECKPOINT_SUFFIX)])
+
+
+def latest_checkpoint_step(workdir: str) -> int | None:
+  paths = checkpoint_paths(workdir)
+  return _step_of(paths[-1]) if paths else None
+
+
+def read_checkpoint_file(path: str) -> Any:
+  """The raw state dict of one checkpoint, after verifying its checksum.
+
+  Raises:
+    CheckpointError: naming the file, if it is missing its checksum, does not
+      match it, or does not parse.
+  """
+  with open(path, "rb") as f:
+    data = f.read()
+  sidecar = path + CHECKSUM_SUFFIX
+  if not os.path.exists(sidecar):
+    raise CheckpointError(f"{path}: no checksum file {sidecar} (the write "
+                          "was cut short)")
+  with open(sidecar) as f:
+    expected = f.read().strip()
+  actual = hashlib.sha256(data).hexdigest()
+  if actual != expected:
+    raise CheckpointError(f"{path}: checksum mismatch (file is {len(data)} "
+                          "bytes; truncated or corrupted)")
+  try:
+    return flax.serialization.msgpack_restore(data)
+  except Exception as e:  # msgpack raises several unrelated types.
+    raise CheckpointError(f"{path}: unreadable ({e})") from e
+
+
+def read_latest_checkpoint(workdir: str, log=None) -> tuple[int, Any] | None:
+  """`(step, raw state dict)` of the newest valid checkpoint, or None if the
+  workdir has none.
+
+  Invalid newer checkpoints are skipped with a warning naming each file.
+
+  Raises:
+    CheckpointError: if checkpoints exist but none is valid; it lists them.
+  """
+  paths = checkpoint_paths(workdir)
+  problems = []
+  for path in reversed(paths):
+    try:
+      raw = read_checkpoint_file(path)
+    except CheckpointError as e:
+      problems.append(str(e))
+      message = f"Skipping corrupt checkpoint: {e}"
+      warnings.warn(message)
+      if log is not None:
+        log(message)
+      continue
+    return _step_of(path), raw
+  if paths:
+    raise CheckpointError(
+        "No valid checkpoint in " + workdir + ":\n  " + "\n  ".join(problems)
+        + "\nMove these files away to start the run afresh.")
+  return None
+
+
+def _check_like(template: Any, restored: Any, path: str) -> None:
+  want = jax.tree_util.tree_flatten_with_path(template)[0]
+  got = jax.tree_util.tree_leaves(restored)
+  for (key_path, w), g in zip(want, got):
+    w_shape, g_shape = np.shape(w), np.shape(g)
+    if w_shape != g_shape:
+      raise CheckpointError(
+          f"{path}: {jax.tree_util.keystr(key_path)} has shape {g_shape}, "
+          f"but this config needs {w_shape}: the checkpoint was made with a "
+          "different config")
+
+
+def restore_like(template: Any, raw: Any, path: str = "checkpoint") -> Any:
+  """`raw` (a state dict read from `path`) in the structure of `template`.
+
+  Raises:
+    CheckpointError: if the structure or a shape differs from the template's.
+  """
+  try:
+    target = flax.serialization.from_state_dict(template, raw)
+  except (ValueError, KeyError, TypeError) as e:
+    raise CheckpointError(f"{path} does not match this run's state "
+                          f"({e}); was it made with another config?") from e
+  _check_like(template, target, path)
+  return target
