@@ -17,11 +17,16 @@
 Run:
   python -m experiments.copy_task --config configs/copy_task.py --workdir runs/copy
 
-Override any field, e.g. the paper's setting (Benzing et al. 2019, Fig. 1):
-  python -m experiments.copy_task --config configs/copy_task.py \
-    --workdir runs/copy_ok16 --config.estimator=ok --config.rank=16 \
-    --config.hidden_size=128 --config.learning_rate=1e-3 \
-    --config.num_steps=1000000
+`official` preset: exactly the official OK code's logged run (16-OK, RHN-128,
+batch 16, Adam 10^-3.5, every weight normal(0, 0.01), the cell gradient
+clipped at 1.0 in its units = 16 on our batch-mean gradient, its
+curriculum; see experiments/online/official.py), 4M steps as its longest log:
+  python -m experiments.copy_task --config configs/copy_task.py:official \
+    --workdir runs/copy_official
+
+Override any field, e.g. the paper's Fig. 1 setting at another rate:
+  python -m experiments.copy_task --config configs/copy_task.py:official \
+    --workdir runs/copy_ok16 --config.learning_rate=1e-3
   TBPTT-50: --config.estimator=tbptt --config.truncation=50
   Exact RTRL: --config.estimator=rtrl
 """
@@ -29,9 +34,10 @@ Override any field, e.g. the paper's setting (Benzing et al. 2019, Fig. 1):
 import ml_collections
 
 from experiments.loop import run_config
+from experiments.online import official
 
 
-def get_config() -> ml_collections.ConfigDict:
+def get_config(preset: str = "") -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
   # rtrl | uoro | kf | kf_avg | kf_approx | ok | ok_biased | ktp | tbptt
   config.estimator = "ok"
@@ -42,6 +48,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.batch_size = 16
   config.learning_rate = 10 ** -2.5
   config.clip_norm = 0.0       # 0 disables global-norm clipping
+  # Clip only the cell's gradient (the batch-mean gradient's norm; the
+  # readout's stays unclipped); 0: off.
+  config.cell_clip_norm = 0.0
+  config.init_stddev = 0.0     # > 0: every weight normal(0, it); 0: defaults
   config.accumulate_steps = 1
   # The GEMM precision the training chunk is traced under (rtrl.linalg):
   # highest (true float32) | tensorfloat32 | bfloat16 (GPU/TPU only).
@@ -61,4 +71,22 @@ def get_config() -> ml_collections.ConfigDict:
   config.error_threshold = 0.15  # bits/char to advance the curriculum
   # Run-loop fields (resume, NaN policy, devices): experiments/loop/run_config.py.
   run_config.add_run_fields(config)
+  if preset == "official":
+    _official(config)
+  elif preset:
+    raise ValueError(f"unknown preset {preset!r}; known: 'official'")
   return config
+
+
+def _official(config: ml_collections.ConfigDict) -> None:
+  """The official OK code's logged Copy run (experiments/online/official.py):
+  16-OK, RHN-128, batch 16, Adam 10^-3.5, every weight normal(0, 0.01), the
+  cell gradient clipped at 1.0 in its units (16 on our batch-mean gradient),
+  its curriculum, logged every 1000 steps as its logs are."""
+  config.update(dict(
+      estimator="ok", rank=16, cell="rhn", hidden_size=128, batch_size=16,
+      learning_rate=official.LEARNING_RATE, init_stddev=official.INIT_STDDEV,
+      cell_clip_norm=official.batch_mean_clip(official.COPY_CELL_CLIP, 16),
+      clip_norm=0.0, curriculum="official", error_threshold=0.15,
+      num_steps=4_000_000, chunk_steps=1000, log_every=1000,
+      checkpoint_every=50_000))

@@ -11,17 +11,19 @@ the parameters with the best valid BPC are kept in the run state (so they are
 checkpointed) and the test BPC is computed at them when the run ends.
 
 The workdir gets `config.json`, `metrics.jsonl` (`step`, `train_bpc` (mean
-over the steps since the previous record), `steps_per_second`, and
-`valid_bpc` at eval steps), checkpoints and `summary.json`
+over the steps since the previous record), `train_loss_ema_bits` (the
+official code's logged moving average of the per-step loss, decay 0.999 from
+1 bit), `steps_per_second`, and `valid_bpc` at eval steps), checkpoints and `summary.json`
 (`best_valid_bpc`, `best_step`, `test_bpc`). The shared run loop
 (`experiments/loop/runner.py`) resumes a rerun from the newest valid checkpoint;
 with `num_seeds > 1` or a `learning_rates` list the runs train as one
 vmapped program and every value becomes a list over runs.
 
-The official code's details are config fields: `init_stddev=0.01` (every
-weight normal(0, 0.01)), `cell_clip_norm=100` (the cell gradient only), and
-`reset_every=100` for its fixed reset period instead of the paper's
-`reset_probability=0.01`.
+The official code's details are config fields (all set by the `official`
+preset, see `experiments/online/official.py`): `init_stddev=0.01` (every
+weight normal(0, 0.01)), `cell_clip_norm=3200` (its 100 in our units; the
+cell gradient only), and `reset_every=100` for its fixed reset rule instead
+of the paper's `reset_probability=0.01`.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ import jax.numpy as jnp
 from experiments.data import load_ptb_split
 from experiments.loop import checks
 from experiments.loop import runner
+from experiments.online import official
 from experiments.online import setup as online_setup
-from rtrl import validation
 from rtrl.readout import LOG2
 from rtrl.tasks import ptb
 from rtrl.tasks import ptb_eval
@@ -50,26 +52,6 @@ def validate(config) -> None:
                      f"{config.reset_probability!r}")
   checks.nonnegative_ints(config, "reset_every", "eval_reset_every",
                           zero_means="off")
-  for rate in list(config.get("learning_rates") or ()) + [
-      config.learning_rate]:
-    validation.positive_number("config.learning_rate(s)", rate)
-  if config.init_stddev < 0:
-    raise ValueError(f"config.init_stddev must be >= 0, got "
-                     f"{config.init_stddev!r}")
-
-
-def init_params(config, cell, key) -> dict:
-  """The cell's default init, or with `init_stddev > 0` every weight (the
-  fused `W` with its bias row, the readout's `w` and `b`) drawn
-  normal(0, init_stddev), as the OK code does on PTB."""
-  params = online_setup.init_params(cell, key, ptb.VOCAB_SIZE, ptb.VOCAB_SIZE)
-  if not config.init_stddev:
-    return params
-  leaves, tree = jax.tree_util.tree_flatten(params)
-  keys = jax.random.split(jax.random.fold_in(key, 1), len(leaves))
-  return jax.tree_util.tree_unflatten(tree, [
-      config.init_stddev * jax.random.normal(k, a.shape, a.dtype)
-      for k, a in zip(keys, leaves)])
 
 
 def describe(config) -> str:
@@ -113,7 +95,8 @@ def make_init(config, cell, num_symbols: int):
 
   def init(key, hparams):
     params_key, trainer_key, data_key = jax.random.split(key, 3)
-    params = init_params(config, cell, params_key)
+    params = online_setup.init_params(cell, params_key, ptb.VOCAB_SIZE,
+                                      ptb.VOCAB_SIZE, config.init_stddev)
     trainer = online_setup.make_trainer(config, cell, **hparams)
     return {
         "trainer": trainer.init(params, trainer_key, config.batch_size),
@@ -122,14 +105,31 @@ def make_init(config, cell, num_symbols: int):
         "best_params": params,
         "best_valid_bpc": jnp.full((), jnp.inf, dtype),
         "best_step": jnp.zeros((), jnp.int32),
+        # The official code's logged training-loss average (bits).
+        "train_loss_ema": jnp.ones((), dtype),
         "hparams": hparams,
     }
 
   return init
 
 
+def loss_moving_average(average: jax.Array, metrics) -> jax.Array:
+  """The official code's logged training loss: at every step `average <-
+  d * average + (1 - d) * loss`, `loss` the step's batch-mean cross-entropy
+  in bits, `d = official.LOSS_EMA_DECAY` (from 1 bit at step 0)."""
+  decay = official.LOSS_EMA_DECAY
+  step_bits = metrics.loss_sum / jnp.maximum(metrics.weight_sum, 1.0) / LOG2
+
+  def update(value, bits):
+    return decay * value + (1.0 - decay) * bits, None
+
+  average, _ = jax.lax.scan(update, average, step_bits.astype(average.dtype))
+  return average
+
+
 def make_train_chunk(config, cell):
-  """`(state, data) -> (state, {'loss_sum', 'weight_sum'})` over a chunk."""
+  """`(state, data) -> (state, metrics)` over a chunk: the chunk's loss and
+  weight sums and the loss moving average at its end."""
 
   def train_chunk(state, data):
     trainer = online_setup.make_trainer(config, cell, **state["hparams"])
@@ -137,10 +137,13 @@ def make_train_chunk(config, cell):
         data["train"], state["stream"], config.chunk_steps,
         config.reset_probability, config.reset_every)
     trainer_state, metrics = trainer.run(state["trainer"], chunk)
+    average = loss_moving_average(state["train_loss_ema"], metrics)
     state = {**state, "trainer": trainer_state, "stream": stream,
-             "step": state["step"] + config.chunk_steps}
+             "step": state["step"] + config.chunk_steps,
+             "train_loss_ema": average}
     return state, {"loss_sum": metrics.loss_sum.sum(),
-                   "weight_sum": metrics.weight_sum.sum()}
+                   "weight_sum": metrics.weight_sum.sum(),
+                   "train_loss_ema": average}
 
   return train_chunk
 
@@ -148,7 +151,8 @@ def make_train_chunk(config, cell):
 def summarize(window: list[dict]) -> dict:
   loss = sum(float(m["loss_sum"]) for m in window)
   weight = sum(float(m["weight_sum"]) for m in window)
-  return {"train_bpc": loss / max(weight, 1.0) / LOG2}
+  return {"train_bpc": loss / max(weight, 1.0) / LOG2,
+          "train_loss_ema_bits": float(window[-1]["train_loss_ema"])}
 
 
 def make_evaluate(cell):

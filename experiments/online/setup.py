@@ -10,12 +10,13 @@ import jax
 import optax
 
 from experiments.loop import checks
-from rtrl import bptt, cells, estimators, online, readout
+from rtrl import bptt, cells, estimators, online, readout, validation
 
 def validate_trainer(config) -> None:
   """`config.estimator` (a registered estimator, trained online, or
   'tbptt') and the fields it reads: `rank` for the estimators that take one,
-  `truncation` (dividing `chunk_steps`) for TBPTT."""
+  `truncation` (dividing `chunk_steps`) for TBPTT; the learning rate(s), and
+  the initialisation and clipping fields (>= 0, 0 meaning off)."""
   trainers = tuple(estimators.names()) + ("tbptt",)
   if config.estimator not in trainers:
     raise ValueError(f"config.estimator must be one of {trainers}, got "
@@ -26,6 +27,13 @@ def validate_trainer(config) -> None:
                        "config.truncation")
   elif "rank" in estimators.hyperparameters(config.estimator):
     checks.positive_ints(config, "rank")
+  for rate in list(config.get("learning_rates") or ()) + [
+      config.learning_rate]:
+    validation.positive_number("config.learning_rate(s)", rate)
+  for field in ("init_stddev", "clip_norm", "cell_clip_norm"):
+    if config.get(field, 0.0) < 0:
+      raise ValueError(f"config.{field} must be >= 0 (0: off), got "
+                       f"{config[field]!r}")
 
 
 def make_cell(config) -> cells.Cell:
@@ -33,12 +41,23 @@ def make_cell(config) -> cells.Cell:
   return cells.make(config.cell, config.hidden_size)
 
 
-def init_params(cell: cells.Cell, key, input_size: int,
-                num_outputs: int) -> dict:
-  """`{'cell': cell params, 'readout': readout params}`, fresh."""
+def init_params(cell: cells.Cell, key, input_size: int, num_outputs: int,
+                init_stddev: float = 0.0) -> dict:
+  """`{'cell': cell params, 'readout': readout params}`, fresh: the cell's
+  and readout's default initialisation, or with `init_stddev > 0` every
+  weight (the fused `W` with its bias row, the readout's `w` and `b`) drawn
+  normal(0, init_stddev), as the official OK code does."""
   cell_key, readout_key = jax.random.split(key)
-  return {"cell": cell.init(cell_key, input_size),
-          "readout": readout.init(readout_key, cell.hidden_size, num_outputs)}
+  params = {"cell": cell.init(cell_key, input_size),
+            "readout": readout.init(readout_key, cell.hidden_size,
+                                    num_outputs)}
+  if not init_stddev:
+    return params
+  leaves, tree = jax.tree_util.tree_flatten(params)
+  keys = jax.random.split(jax.random.fold_in(key, 1), len(leaves))
+  return jax.tree_util.tree_unflatten(tree, [
+      init_stddev * jax.random.normal(k, a.shape, a.dtype)
+      for k, a in zip(keys, leaves)])
 
 
 def make_estimator(config, cell) -> estimators.Estimator:

@@ -1,0 +1,85 @@
+"""The `official` presets are the official OK code's logged configurations:
+their values, the clip-unit conversion, the initialisation, and PTB's logged
+loss moving average."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import optax
+import pytest
+
+from experiments.online import official
+from experiments.online import ptb_experiment
+from experiments.online import setup as online_setup
+from helpers import load_config
+from rtrl import cells
+from rtrl.online import StepMetrics
+from rtrl.readout import LOG2
+
+
+def test_copy_official_preset_values():
+  config = load_config("copy_task", "official")
+  assert (config.estimator, config.rank, config.cell, config.hidden_size,
+          config.batch_size) == ("ok", 16, "rhn", 128, 16)
+  assert config.learning_rate == pytest.approx(10 ** -3.5)
+  assert config.init_stddev == 0.01
+  assert (config.cell_clip_norm, config.clip_norm) == (16.0, 0.0)
+  assert (config.curriculum, config.error_threshold) == ("official", 0.15)
+  assert config.log_every == 1000
+
+
+def test_ptb_official_preset_values():
+  config = load_config("ptb", "official")
+  assert (config.estimator, config.rank, config.cell, config.hidden_size,
+          config.batch_size) == ("ok", 8, "rhn", 256, 32)
+  assert config.learning_rate == pytest.approx(10 ** -3.5)
+  assert config.init_stddev == 0.01
+  assert (config.cell_clip_norm, config.clip_norm) == (3200.0, 0.0)
+  assert (config.reset_every, config.reset_probability) == (100, 0.0)
+  assert (config.log_every, config.eval_every) == (1000, 10_000)
+
+
+def test_unknown_preset_is_named():
+  with pytest.raises(ValueError, match="'bogus'.*'official'"):
+    load_config("copy_task", "bogus")
+
+
+@pytest.mark.parametrize("scale", [0.1, 10.0])  # below and above the clip
+def test_official_clip_equals_ours_times_batch(scale):
+  """The official code clips 1/B of our batch-mean gradient at c; clipping
+  ours at c * B gives the same update direction and relative size."""
+  batch, threshold = 16, 1.0
+  gradient = {"w": scale * jax.random.normal(jax.random.PRNGKey(0), (5, 7))}
+  theirs, _ = optax.clip_by_global_norm(threshold).update(
+      jax.tree_util.tree_map(lambda g: g / batch, gradient), None)
+  ours, _ = optax.clip_by_global_norm(
+      official.batch_mean_clip(threshold, batch)).update(gradient, None)
+  np.testing.assert_allclose(theirs["w"] * batch, ours["w"], rtol=1e-6)
+  clipped = np.linalg.norm(np.asarray(gradient["w"]) / batch) > threshold
+  assert clipped == (scale == 10.0)
+
+
+def test_init_stddev_draws_every_weight_normal():
+  cell = cells.make("rhn", 128)
+  params = online_setup.init_params(cell, jax.random.PRNGKey(0), 4, 4,
+                                    init_stddev=0.01)
+  for leaf in jax.tree_util.tree_leaves(params):
+    values = np.asarray(leaf).ravel()
+    # Sample std of m normal draws: relative error about 1/sqrt(2m).
+    tolerance = 5 / np.sqrt(2 * values.size)
+    assert abs(values.std() / 0.01 - 1) < tolerance
+    assert abs(values.mean()) < 5 * 0.01 / np.sqrt(values.size)
+
+
+def test_ptb_loss_moving_average_is_the_official_recursion(x64):
+  del x64
+  rng = np.random.default_rng(0)
+  loss_sum = rng.uniform(50.0, 150.0, 37)
+  weight_sum = np.full(37, 32.0)
+  average = 1.0
+  for loss, weight in zip(loss_sum, weight_sum):
+    average = 0.999 * average + 0.001 * (loss / weight / LOG2)
+  got = ptb_experiment.loss_moving_average(
+      jax.numpy.ones(()), StepMetrics(loss_sum, weight_sum))
+  assert float(got) == pytest.approx(average, rel=1e-13)
