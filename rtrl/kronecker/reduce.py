@@ -99,7 +99,6 @@ def kronecker_sum_reduce(us, As, key, *, biased: bool = False
     raise ValueError(
         f"us and As must have non-empty rows, got shapes {us.shape} and "
         f"{As.shape}.")
-  rank = num_terms - 1
   dtype = jnp.result_type(us.dtype, As.dtype, float)
   us = us.astype(dtype)
   As = As.astype(dtype)
