@@ -1,0 +1,22 @@
+"""`pip install .` installs the library packages `rtrl` and `rls` only; the
+experiments, configs and scripts run from the checkout."""
+
+import subprocess
+import sys
+import zipfile
+
+from helpers import REPO_ROOT
+
+
+def test_wheel_holds_only_rtrl_and_rls(tmp_path):
+  """Builds the wheel as `pip install .` does (pip fetches the build backend
+  from the package index, as the README's setup does)."""
+  result = subprocess.run(
+      [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
+       str(tmp_path), str(REPO_ROOT)],
+      capture_output=True, text=True, timeout=300, check=False)
+  assert result.returncode == 0, result.stderr[-2000:]
+  (wheel,) = tmp_path.glob("*.whl")
+  tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
+  packages = {top for top in tops if not top.endswith(".dist-info")}
+  assert packages == {"rtrl", "rls"}
