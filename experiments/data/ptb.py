@@ -3,7 +3,9 @@
 The standard files `ptb.char.{train,valid,test}.txt` hold one sentence per
 line, symbols separated by spaces and `_` between words; `rtrl.tasks.ptb`
 encodes them (50 symbols, end-of-line included), which gives the standard
-counts 5,017,483 / 393,043 / 442,424.
+counts 5,017,483 / 393,043 / 442,424, or, with `layout="official"`, as the
+official OK code's data (a word separator at both ends of every line:
+5,101,618 / 399,782 / 449,945; see `rtrl.tasks.ptb`).
 
 The folder holding the three files is found as for every dataset (see
 `files`): `data_dir`, else `$DATA_DIR/ptb`, else the cache
@@ -31,6 +33,8 @@ from rtrl.tasks import ptb
 SPLITS = ("train", "valid", "test")
 FILE_NAMES = {split: f"ptb.char.{split}.txt" for split in SPLITS}
 NUM_SYMBOLS = {"train": 5_017_483, "valid": 393_043, "test": 442_424}
+NUM_SYMBOLS_OFFICIAL = {"train": 5_101_618, "valid": 399_782,
+                        "test": 449_945}
 MD5 = {"train": "874909f99060142f6b88cc74c34baaa2",
        "valid": "9e0fe5bec2a8bf43fd686dc23d5ab8bb",
        "test": "1f9a2d1afe00f76e8bfbe09a65439681"}
@@ -38,9 +42,10 @@ ARCHIVE_URL = "http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz"
 ARCHIVE_DIR = "simple-examples/data"  # where the archive keeps the files
 
 
-def read_file(path, split: str | None = None, verify_md5: bool = False
-              ) -> np.ndarray:
-  """Encodes one file; with `verify_md5` (needs `split`) checks it first.
+def read_file(path, split: str | None = None, verify_md5: bool = False,
+              layout: str = "standard") -> np.ndarray:
+  """Encodes one file in `layout` (`rtrl.tasks.ptb.LAYOUTS`); with
+  `verify_md5` (needs `split`) checks it first.
 
   Raises:
     FileNotFoundError: no such file.
@@ -58,7 +63,7 @@ def read_file(path, split: str | None = None, verify_md5: bool = False
           "Replace it (or delete it to re-download), or pass "
           "verify_md5=False (config.verify_md5=False) to use it anyway.")
   with open(path, encoding="utf-8") as f:
-    return ptb.encode(f.read(), source=str(path))
+    return ptb.encode(f.read(), source=str(path), layout=layout)
 
 
 def _extract_verified(archive: pathlib.Path, url: str,
@@ -141,21 +146,25 @@ def find_data_dir(data_dir: str | None = None, allow_download: bool = True
 
 @functools.lru_cache(maxsize=8)
 def _load_split_cached(folder: str, split: str, verify_md5: bool,
-                       mtime: float) -> np.ndarray:
+                       mtime: float, layout: str) -> np.ndarray:
   del mtime  # part of the cache key only
-  ids = read_file(pathlib.Path(folder) / FILE_NAMES[split], split, verify_md5)
+  ids = read_file(pathlib.Path(folder) / FILE_NAMES[split], split, verify_md5,
+                  layout)
   ids.setflags(write=False)
   return ids
 
 
 def load_ptb_split(split: str, data_dir: str | None = None,
-                   verify_md5: bool = True) -> np.ndarray:
-  """`(num_symbols,)` uint8 ids of one split ('train', 'valid' or 'test').
+                   verify_md5: bool = True, layout: str = "standard"
+                   ) -> np.ndarray:
+  """`(num_symbols,)` uint8 ids of one split ('train', 'valid' or 'test'),
+  in `layout` ("standard", or "official": the official OK code's data).
 
-  Cached per file (and its modification time)."""
+  Cached per file (and its modification time) and layout."""
   if split not in SPLITS:
     raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+  ptb.check_layout(layout)
   folder = find_data_dir(data_dir)
   path = folder / FILE_NAMES[split]
   return _load_split_cached(str(folder), split, bool(verify_md5),
-                            path.stat().st_mtime)
+                            path.stat().st_mtime, layout)

@@ -47,6 +47,9 @@ def validate(config) -> None:
   checks.positive_ints(config, "hidden_size", "batch_size", "chunk_steps",
                        "eval_batch_size")
   online_setup.validate_trainer(config)
+  if config.text_layout not in ptb.LAYOUTS:
+    raise ValueError(f"config.text_layout must be one of {ptb.LAYOUTS}, got "
+                     f"{config.text_layout!r}")
   if not 0.0 <= config.reset_probability <= 1.0:
     raise ValueError(f"config.reset_probability must be in [0, 1], got "
                      f"{config.reset_probability!r}")
@@ -70,7 +73,7 @@ def batch_axes(state: dict) -> dict:
 def load_ids(config, split: str):
   """The `(N,)` character ids of `split` ('train', 'valid' or 'test')."""
   return load_ptb_split(split, config.data_dir,
-                        config.get("verify_md5", True))
+                        config.verify_md5, config.text_layout)
 
 
 def load_eval_streams(config, split: str) -> ptb_eval.EvalStreams:

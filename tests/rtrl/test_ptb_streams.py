@@ -26,6 +26,15 @@ def test_encode_hand_made_text():
   assert ptb.decode(ids) == "a b _ c\nd _ e f _ g\nh\n"
 
 
+def test_official_layout_puts_a_separator_at_both_ends_of_every_line():
+  ids = ptb.encode(HAND_MADE, layout="official")
+  symbols = "".join(ptb.VOCAB[i] for i in ids)
+  # Empty lines vanish; every other line is `_`, its symbols, `_`, EOL.
+  assert symbols == "_ab_c_\n_d_ef_g_\n_h_\n"
+  with pytest.raises(ValueError, match="layout must be one of"):
+    ptb.encode(HAND_MADE, layout="word")
+
+
 def test_out_of_vocabulary_symbol_is_named():
   with pytest.raises(ValueError, match="symbol 'ab'"):
     ptb.encode("a ab")

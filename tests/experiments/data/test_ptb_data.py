@@ -51,6 +51,20 @@ def test_real_files_counts_vocabulary_and_round_trip():
   assert ptb.VOCAB[ptb.EOL_ID] == "\n"
 
 
+def test_official_layout_counts_on_the_real_files():
+  """The official OK code's data: 2 symbols more per non-empty line."""
+  folder = dataset_dir_or_skip("ptb")
+  for split in data.ptb.SPLITS:
+    standard = data.load_ptb_split(split, str(folder))
+    official = data.load_ptb_split(split, str(folder), layout="official")
+    assert official.shape == (data.ptb.NUM_SYMBOLS_OFFICIAL[split],), split
+    lines = [line for line in (folder / data.ptb.FILE_NAMES[split])
+             .read_text().split("\n") if line.split()]
+    empty = data.ptb.NUM_SYMBOLS[split] - sum(
+        len(line.split()) + 1 for line in lines)
+    assert official.size == standard.size - empty + 2 * len(lines)
+
+
 def test_missing_file_names_files_and_where(tmp_path):
   write_split(tmp_path, "train", TEXT)
   with pytest.raises(FileNotFoundError, match=r"ptb\.char\.valid\.txt.*"

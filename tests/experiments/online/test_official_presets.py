@@ -37,6 +37,7 @@ def test_ptb_official_preset_values():
   assert config.init_stddev == 0.01
   assert (config.cell_clip_norm, config.clip_norm) == (3200.0, 0.0)
   assert (config.reset_every, config.reset_probability) == (100, 0.0)
+  assert config.text_layout == "official"
   assert (config.log_every, config.eval_every) == (1000, 10_000)
 
 
