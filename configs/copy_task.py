@@ -18,7 +18,8 @@ Run:
   python -m experiments.copy_task --config configs/copy_task.py --workdir runs/copy
 
 `official` preset: exactly the official OK code's logged run (16-OK, RHN-128,
-batch 16, Adam 10^-3.5, every weight normal(0, 0.01), the cell gradient
+batch 16, TF1's Adam at 10^-3.5 on its gradient units (optimizer=tf1_adam),
+every weight normal(0, 0.01), the cell gradient
 clipped at 1.0 in its units = 16 on our batch-mean gradient, its
 curriculum; see experiments/online/official.py), 4M steps as its longest log:
   python -m experiments.copy_task --config configs/copy_task.py:official \
@@ -48,6 +49,9 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   config.batch_size = 16
   config.learning_rate = 10 ** -2.5
   config.clip_norm = 0.0       # 0 disables global-norm clipping
+  # adam (optax, on the batch-mean gradient) | tf1_adam (the official OK
+  # code's update: TF1's Adam fed the cell gradient / batch size).
+  config.optimizer = "adam"
   # Clip only the cell's gradient (the batch-mean gradient's norm; the
   # readout's stays unclipped); 0: off.
   config.cell_clip_norm = 0.0
@@ -80,12 +84,14 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
 
 def _official(config: ml_collections.ConfigDict) -> None:
   """The official OK code's logged Copy run (experiments/online/official.py):
-  16-OK, RHN-128, batch 16, Adam 10^-3.5, every weight normal(0, 0.01), the
+  16-OK, RHN-128, batch 16, TF1's Adam at 10^-3.5 on its gradient units,
+  every weight normal(0, 0.01), the
   cell gradient clipped at 1.0 in its units (16 on our batch-mean gradient),
   its curriculum, logged every 1000 steps as its logs are."""
   config.update(dict(
       estimator="ok", rank=16, cell="rhn", hidden_size=128, batch_size=16,
-      learning_rate=official.LEARNING_RATE, init_stddev=official.INIT_STDDEV,
+      learning_rate=official.LEARNING_RATE, optimizer="tf1_adam",
+      init_stddev=official.INIT_STDDEV,
       cell_clip_norm=official.batch_mean_clip(official.COPY_CELL_CLIP, 16),
       clip_norm=0.0, curriculum="official", error_threshold=0.15,
       num_steps=4_000_000, chunk_steps=1000, log_every=1000,

@@ -45,6 +45,9 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   # readout's stays unclipped; 0: off): the official 100 in our units.
   config.cell_clip_norm = official.batch_mean_clip(official.PTB_CELL_CLIP, 32)
   config.clip_norm = 0.0          # global-norm clipping (0: off)
+  # adam (optax, on the batch-mean gradient) | tf1_adam (the official OK
+  # code's update: TF1's Adam fed the cell gradient / batch size).
+  config.optimizer = "adam"
   config.accumulate_steps = 1
   # The GEMM precision the training chunk is traced under (rtrl.linalg):
   # highest (true float32) | tensorfloat32 | bfloat16 (GPU/TPU only).
@@ -82,7 +85,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   elif preset == "official":
     config.update(dict(
         estimator="ok", rank=8, cell="rhn", hidden_size=256, batch_size=32,
-        learning_rate=official.LEARNING_RATE,
+        learning_rate=official.LEARNING_RATE, optimizer="tf1_adam",
         init_stddev=official.INIT_STDDEV,
         cell_clip_norm=official.batch_mean_clip(official.PTB_CELL_CLIP, 32),
         clip_norm=0.0, reset_probability=0.0, text_layout="official",

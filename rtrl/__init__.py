@@ -21,6 +21,8 @@ Modules
               approximations.
   readout     `init`, `logits`, `step_loss`: the linear softmax readout.
   online      the online trainer and its types (below).
+  optim       `tf1_adam`, `scale_by_tf1_adam`: TF1's Adam (epsilon added to
+              the uncorrected sqrt(v)), as the official OK code steps.
   bptt        full-BPTT and TBPTT references (below).
   tasks       `copy_task`, `ptb`, `ptb_eval`: what runs inside jit for the
               Copy task and char-PTB (streams, curricula, BPC); import it.
@@ -53,6 +55,7 @@ from rtrl import cells
 from rtrl import estimators
 from rtrl import kronecker
 from rtrl import online
+from rtrl import optim
 from rtrl import readout
 from rtrl.bptt import TBPTTState
 from rtrl.bptt import bptt_gradient
@@ -66,7 +69,7 @@ from rtrl.online import frozen_gradients
 from rtrl.online import make_online_trainer
 
 __all__ = [
-    "bptt", "cells", "estimators", "kronecker", "online", "readout",
+    "bptt", "cells", "estimators", "kronecker", "online", "optim", "readout",
     "make_online_trainer", "make_tbptt_trainer", "Trainer", "StepBatch",
     "StepMetrics", "OnlineState", "TBPTTState", "frozen_gradients",
     "bptt_gradient", "tbptt_gradients",

@@ -10,7 +10,7 @@ import jax
 import optax
 
 from experiments.loop import checks
-from rtrl import bptt, cells, estimators, online, readout, validation
+from rtrl import bptt, cells, estimators, online, optim, readout, validation
 
 def validate_trainer(config) -> None:
   """`config.estimator` (a registered estimator, trained online, or
@@ -30,6 +30,9 @@ def validate_trainer(config) -> None:
   for rate in list(config.get("learning_rates") or ()) + [
       config.learning_rate]:
     validation.positive_number("config.learning_rate(s)", rate)
+  if config.get("optimizer", "adam") not in OPTIMIZERS:
+    raise ValueError(f"config.optimizer must be one of {OPTIMIZERS}, got "
+                     f"{config.optimizer!r}")
   for field in ("init_stddev", "clip_norm", "cell_clip_norm"):
     if config.get(field, 0.0) < 0:
       raise ValueError(f"config.{field} must be >= 0 (0: off), got "
@@ -68,10 +71,28 @@ def make_estimator(config, cell) -> estimators.Estimator:
   return estimators.make(config.estimator, cell, **hparams)
 
 
+OPTIMIZERS = ("adam", "tf1_adam")
+CELL_ONLY = {"cell": True, "readout": False}
+
+
+def base_optimizer(config, learning_rate) -> optax.GradientTransformation:
+  """`config.optimizer`: 'adam' (optax's Adam on the batch-mean gradient) or
+  'tf1_adam', the official OK code's update: TF1's AdamOptimizer
+  (`rtrl.optim.tf1_adam`) fed the cell gradient in its units, the batch-mean
+  gradient divided by the batch size (which matters through Adam's epsilon
+  only; see `rtrl/optim.py`)."""
+  if config.get("optimizer", "adam") == "tf1_adam":
+    return optax.chain(
+        optax.masked(optax.scale(1.0 / config.batch_size), CELL_ONLY),
+        optim.tf1_adam(learning_rate))
+  return optax.adam(learning_rate)
+
+
 def make_optimizer(config, learning_rate) -> optax.GradientTransformation:
-  """Adam at `learning_rate`, behind the config's optional clipping
-  (`clip_norm`, `cell_clip_norm`) and NaN/Inf skipping."""
-  optimizer = optax.adam(learning_rate)
+  """`base_optimizer` at `learning_rate`, behind the config's optional
+  clipping (`clip_norm`, `cell_clip_norm`, both on the batch-mean gradient)
+  and NaN/Inf skipping."""
+  optimizer = base_optimizer(config, learning_rate)
   if config.get("clip_norm"):
     optimizer = optax.chain(optax.clip_by_global_norm(config.clip_norm),
                             optimizer)
@@ -79,7 +100,7 @@ def make_optimizer(config, learning_rate) -> optax.GradientTransformation:
     # Only the cell gradient, the readout's unclipped (the OK code on PTB).
     optimizer = optax.chain(
         optax.masked(optax.clip_by_global_norm(config.cell_clip_norm),
-                     {"cell": True, "readout": False}), optimizer)
+                     CELL_ONLY), optimizer)
   if config.get("skip_nonfinite_updates"):
     # A step whose gradient holds a NaN/Inf leaves parameters and optimiser
     # moments unchanged (long runs survive a rare bad step).

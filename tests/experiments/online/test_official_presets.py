@@ -14,6 +14,7 @@ from experiments.online import ptb_experiment
 from experiments.online import setup as online_setup
 from helpers import load_config
 from rtrl import cells
+from rtrl import optim
 from rtrl.online import StepMetrics
 from rtrl.readout import LOG2
 
@@ -84,3 +85,24 @@ def test_ptb_loss_moving_average_is_the_official_recursion(x64):
   got = ptb_experiment.loss_moving_average(
       jax.numpy.ones(()), StepMetrics(loss_sum, weight_sum))
   assert float(got) == pytest.approx(average, rel=1e-13)
+
+
+def test_tf1_adam_optimizer_feeds_adam_the_cell_gradient_over_batch(x64):
+  del x64
+  config = load_config("ptb", "official", cell_clip_norm=0.0)
+  params = {"cell": {"w": jax.numpy.ones(3)},
+            "readout": {"w": jax.numpy.ones(2)}}
+  gradient = {"cell": {"w": jax.numpy.asarray([1e-7, 2e-6, -3e-5])},
+              "readout": {"w": jax.numpy.asarray([1e-7, -4e-6])}}
+  ours = online_setup.make_optimizer(config, 1e-3)
+  update, _ = ours.update(gradient, ours.init(params), params)
+  theirs = optim.tf1_adam(1e-3)
+  expected, _ = theirs.update(
+      {"cell": {"w": gradient["cell"]["w"] / 32}, "readout": gradient["readout"]},
+      theirs.init(params))
+  for a, b in zip(jax.tree_util.tree_leaves(update),
+                  jax.tree_util.tree_leaves(expected)):
+    np.testing.assert_allclose(a, b, rtol=1e-12)
+  assert load_config("copy_task", "official").optimizer == "tf1_adam"
+  with pytest.raises(ValueError, match="config.optimizer"):
+    online_setup.validate_trainer(load_config("ptb", optimizer="sgd"))
