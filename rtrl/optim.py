@@ -1,12 +1,12 @@
-"""Optimisers that reproduce the official OK code's update exactly.
+"""TF1's Adam, with which the official OK code steps.
 
 The official OK code (TF1) trains with `tf.train.AdamOptimizer` and feeds it
 the cell gradient in its own units. Two details change the update compared
 with `optax.adam` on the batch-mean gradient, and together they measurably
 change learning (char-PTB, 8-OK, RHN-256, batch 32, lr 10^-3.5: the escape
 from the unigram plateau comes ~100-200 steps earlier, the training loss's
-moving average at step 2000 is 0.02-0.05 bits lower, see the fidelity
-report):
+moving average at step 2000 is 0.02-0.05 bits lower; README, "The official
+code's own runs"):
 
 * TF1's epsilon form. TF1 Adam computes
   `lr_t = lr sqrt(1 - b2^t) / (1 - b1^t)` and steps `lr_t m / (sqrt(v) + eps)`
