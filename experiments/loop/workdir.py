@@ -34,6 +34,15 @@ BOOKKEEPING_FIELDS = frozenset({
 })
 
 
+# Fields added after runs were saved, at the value that reproduces what those
+# runs computed: absent from a saved config.json and at this value now is no
+# change, so runs saved before the field existed resume.
+ADDED_FIELD_DEFAULTS = {
+    "optimizer": "adam", "init_stddev": 0.0, "cell_clip_norm": 0.0,
+    "text_layout": "standard",
+}
+
+
 class ConfigMismatchError(ValueError):
   """A rerun's config differs from the workdir's saved `config.json`."""
 
@@ -88,9 +97,13 @@ def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
 def config_differences(old: Mapping, new: Mapping
                        ) -> list[tuple[str, Any, Any]]:
   """`(field, old, new)` for every dotted field whose value differs; a field
-  absent on one side shows as `'<absent>'` there."""
+  absent on one side shows as `'<absent>'` there (a field of
+  `ADDED_FIELD_DEFAULTS` absent from `old` counts as its default)."""
   old_flat, new_flat = _flatten(old), _flatten(new)
   absent = "<absent>"
+  for field, default in ADDED_FIELD_DEFAULTS.items():
+    if field in new_flat:
+      old_flat.setdefault(field, default)
   return [(k, old_flat.get(k, absent), new_flat.get(k, absent))
           for k in sorted(set(old_flat) | set(new_flat))
           if old_flat.get(k, absent) != new_flat.get(k, absent)]

@@ -101,6 +101,23 @@ def test_run_saved_before_matmul_precision_existed_resumes(tmp_path):
   assert saved["matmul_precision"] == "highest"
 
 
+@pytest.mark.parametrize("field", sorted(workdir_lib.ADDED_FIELD_DEFAULTS))
+def test_run_saved_before_a_field_was_added_resumes_at_its_default(
+    tmp_path, field):
+  """A field added later (the official presets' `optimizer`, `init_stddev`,
+  `cell_clip_norm`, `text_layout`) at the value that reproduces the old
+  runs is no change; any other value is."""
+  old = {"estimator": "ok", "num_steps": 100}
+  (tmp_path / workdir_lib.CONFIG_FILE).write_text(json.dumps(old))
+  default = workdir_lib.ADDED_FIELD_DEFAULTS[field]
+  workdir_lib.prepare(str(tmp_path), {**old, field: default}, log=print)
+  saved = json.loads((tmp_path / workdir_lib.CONFIG_FILE).read_text())
+  assert saved == old  # Nothing changed, nothing rewritten.
+  other = "tf1_adam" if isinstance(default, str) else 0.5
+  with pytest.raises(workdir_lib.ConfigMismatchError, match=field):
+    workdir_lib.prepare(str(tmp_path), {**old, field: other}, log=print)
+
+
 def test_allowed_config_change_keeps_old_config_and_fails_clearly_on_shapes(
     tmp_path):
   assert run_cli(tmp_path, num_steps=100).returncode == 0
