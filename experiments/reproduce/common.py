@@ -5,7 +5,7 @@ A target is a small function `(scale, workdir) -> Result` (see
 `ok_paper.py`). It describes each curve of a figure as a `Curve`: an
 experiment (`copy_task`, `ptb`, ...), its config preset and overrides. Each
 curve runs as ONE program over all its seeds and learning rates (the run
-loop's run axis, `experiments/runner.py`), in its own sub-workdir, so a
+loop's run axis, `experiments/loop/run_axes.py`), in its own sub-workdir, so a
 rerun of the target resumes every curve where it stopped and skips finished
 ones.
 """

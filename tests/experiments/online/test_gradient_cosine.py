@@ -1,4 +1,4 @@
-"""The gradient-quality tool (experiments/gradient_cosine.py), tiny sizes.
+"""The gradient-quality tool (experiments/online/cosine_*.py), tiny sizes.
 
 Cosines are checked against independent computations (per-repetition
 `online.frozen_gradients`), against exactness (RTRL vs itself, OK with enough
