@@ -13,7 +13,7 @@ the maths. On a GPU, `'tensorfloat32'` (about 8x the float32 throughput on
 A100/H100) or `'bfloat16'` trade accuracy for speed; on CPU they change
 nothing. The context applies to every product traced under it, not only
 these. The run loop enters it from `config.matmul_precision`
-(`experiments/loop/runner.py`); other callers wrap their jitted calls:
+(`experiments/loop/programs.py`); other callers wrap their jitted calls:
 
   with jax.default_matmul_precision("tensorfloat32"):
     state, metrics = train_chunk(state)
@@ -53,6 +53,10 @@ MATMUL_PRECISIONS = {
     "float32": jax.lax.Precision.HIGHEST,
     "tensorfloat32": jax.lax.Precision.HIGH,
     "bfloat16": jax.lax.Precision.DEFAULT,
+    # JAX's other names for the same three levels.
+    "high": jax.lax.Precision.HIGH,
+    "default": jax.lax.Precision.DEFAULT,
+    "fastest": jax.lax.Precision.DEFAULT,
 }
 
 
