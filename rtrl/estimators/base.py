@@ -71,7 +71,7 @@ def build(name: str, cell: Cell, zeros: Callable[[dict], Any],
   def gradient(params, tstate: TangentState, dloss_dstate):
     del params
     rows = cell.state_to_rows(dloss_dstate)
-    return {"W": readout(tstate.tangent, rows)}
+    return {"W": cell.mask_gradient(readout(tstate.tangent, rows))}
 
   def reset(tstate: TangentState) -> TangentState:
     return tstate._replace(

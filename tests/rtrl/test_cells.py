@@ -11,8 +11,8 @@ import pytest
 from rtrl import cells, tangents
 
 N, INPUT = 4, 3
-CELL_CLASSES = [cells.RNN, cells.RHN, cells.LSTM]
-IDS = ["rnn", "rhn", "lstm"]
+CELL_CLASSES = [cells.RNN, cells.RHN, cells.LSTM, cells.GRU]
+IDS = ["rnn", "rhn", "lstm", "gru"]
 
 
 def _random_setup(cell, seed=0):
@@ -44,7 +44,7 @@ def test_params_shape_fused_lemma1_form(cls):
   cell = cls(hidden_size=N)
   params = cell.init(jax.random.PRNGKey(0), INPUT)
   assert set(params) == {"W"}
-  gates = {cells.RNN: 1, cells.RHN: 2, cells.LSTM: 4}[cls]
+  gates = {cells.RNN: 1, cells.RHN: 2, cells.LSTM: 4, cells.GRU: 4}[cls]
   assert params["W"].shape == (INPUT + N + 1, gates * N)
 
 
@@ -99,11 +99,15 @@ def test_single_row_state_is_vector_and_output_is_state(cls):
 def test_cells_match_explicit_formulas(x64):
   """`step` equals the documented formulas with `z = concat(x, h, 1) @ W`
   (gate-major columns): RNN tanh, RHN `t c + (1 - t) h` with `c = 2σ - 1`,
-  LSTM `i, f, g, o`."""
+  LSTM `i, f, g, o`, GRU `r, u` and the candidate's two blocks, `x` and `h`
+  read through separate weights (the masked entries of `W` unused)."""
   for cls in CELL_CLASSES:
     cell = cls(hidden_size=N)
     params, state, x = _random_setup(cell, seed=1)
     w = np.asarray(params["W"])
+    if cls is cells.GRU:  # the entries the mask fixes at 0 must not matter
+      w = w * np.asarray(cell.weight_mask(INPUT))
+      params = {"W": params["W"] + 5.0 * (1 - cell.weight_mask(INPUT))}
     h = np.asarray(cell.output(state))
     z = np.concatenate([np.asarray(x), h, [1.0]]) @ w
     gate = lambda k: z[k * N:(k + 1) * N]  # noqa: E731
@@ -114,6 +118,15 @@ def test_cells_match_explicit_formulas(x64):
       c = 2 * _sigmoid(gate(0)) - 1
       t = _sigmoid(gate(1))
       np.testing.assert_allclose(new, t * c + (1 - t) * h, rtol=1e-12)
+    elif cls is cells.GRU:
+      xs, hs = np.asarray(x), h
+      rows_x, rows_h = slice(0, INPUT), slice(INPUT, INPUT + N)
+      block = lambda k: w[:, k * N:(k + 1) * N]  # noqa: E731
+      r, u = _sigmoid(gate(0)), _sigmoid(gate(1))
+      from_x = xs @ block(2)[rows_x] + block(2)[-1]
+      from_h = hs @ block(3)[rows_h] + block(3)[-1]
+      c = np.tanh(from_x + r * from_h)
+      np.testing.assert_allclose(new, (1 - u) * c + u * h, rtol=1e-12)
     else:
       c_old = np.asarray(state[0])
       i, f, g, o = (gate(k) for k in range(4))
@@ -151,7 +164,7 @@ def test_linearized_step_matches_step_and_jacobians(cls, x64):
     new, jac = cell.linearized_step(params, state, x)
     expected = cell.step(params, state, x)
     rows = cell.state_to_rows(state)
-    z = (jac.hhat @ params["W"]).reshape(k, N)
+    z = (jac.hhat @ cell.effective_weights(params)).reshape(k, N)
     jz, js = jax.jacfwd(cell.pointwise, argnums=(0, 1))(z, rows)
 
     def step_rows(p, r):
@@ -174,8 +187,8 @@ def test_linearized_step_matches_step_and_jacobians(cls, x64):
 
   hhat = np.concatenate([x, cell.output(state), np.ones((1,))])
   np.testing.assert_allclose(jac.hhat, hhat, rtol=1e-15)
-  np.testing.assert_array_equal(jac.recurrent_weights,
-                                params["W"][INPUT:INPUT + N])
+  np.testing.assert_array_equal(
+      jac.recurrent_weights, cell.effective_weights(params)[INPUT:INPUT + N])
 
   # D and dfds against the full Jacobians of the pointwise map.
   jz, js = out["jz"], out["js"]
@@ -188,11 +201,14 @@ def test_linearized_step_matches_step_and_jacobians(cls, x64):
       js, np.einsum("jst,jl->sjtl", jac.dfds, eye), rtol=1e-12, atol=1e-14)
   assert np.abs(jac.D).max() > 1e-3  # not trivially zero
 
-  # F = d state' / d W == hhat ⊗ D (Lemma 1).
+  # F = d state' / d W == (hhat ⊗ D) ⊙ mask (Lemma 1).
   p_dim = params["W"].shape[0]
+  mask = cell.weight_mask(INPUT)
+  mask = np.ones((p_dim, k * N)) if mask is None else mask
   np.testing.assert_allclose(
       out["jw"],
-      np.transpose(out["f"], (0, 1, 4, 2, 3)).reshape(s, N, p_dim, k * N),
+      np.transpose(out["f"], (0, 1, 4, 2, 3)).reshape(s, N, p_dim, k * N)
+      * mask,
       rtol=1e-12, atol=1e-14)
 
   # H v == jvp of the step w.r.t. the state, for a batch of tangents.

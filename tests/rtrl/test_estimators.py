@@ -27,7 +27,7 @@ from rtrl.estimators import kronecker_sum
 N_HIDDEN, INPUT, STEPS = 4, 3, 6
 NUM_STREAMS = 8000
 FAMILY_WISE_FAILURE = 1e-4
-CELLS = {"rnn": cells.RNN, "rhn": cells.RHN, "lstm": cells.LSTM}
+CELLS = {"rnn": cells.RNN, "rhn": cells.RHN, "lstm": cells.LSTM, "gru": cells.GRU}
 UNBIASED = {"uoro": {}, "kf": {}, "kf_avg": {"rank": 2}, "ok": {"rank": 2},
             "ktp": {"rank": 2}, "kf_approx": {"rank": 2}}
 ALL_APPROXIMATIONS = dict(UNBIASED, ok_biased={"rank": 2})

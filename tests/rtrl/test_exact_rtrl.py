@@ -11,8 +11,8 @@ import rtrl_problems
 from rtrl import bptt, cells, estimators, online
 
 N, INPUT, OUTPUTS, B, T = 5, 3, 4, 3, 20
-CELL_CLASSES = [cells.RNN, cells.RHN, cells.LSTM]
-IDS = ["rnn", "rhn", "lstm"]
+CELL_CLASSES = [cells.RNN, cells.RHN, cells.LSTM, cells.GRU]
+IDS = ["rnn", "rhn", "lstm", "gru"]
 # (t, b) where example b starts a new sequence: different times per example,
 # example 1 does not flag t=0 (the initial state is fresh anyway).
 RESETS = [(0, 0), (11, 0), (14, 1), (0, 2), (5, 2), (9, 2), (17, 2)]

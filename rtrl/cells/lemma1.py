@@ -12,10 +12,15 @@ Internally a state is an `(S, hidden_size)` array of "state rows" (`S = 1` for
 `LSTM` is the tuple `(c, h)`. Gate pre-activations are laid out gate-major:
 column `k * hidden_size + j` of `W` feeds gate `k` of unit `j`.
 
+A cell may fix some entries of `W` at zero (`weight_mask`): the GRU's
+candidate gate reads `x` and `h` through separate blocks. The step then uses
+`W ⊙ mask`, every Jacobian below is that of `W ⊙ mask`, and an estimator's
+gradient for `W` is masked the same way (`mask_gradient`), which keeps it an
+unbiased estimate of the masked model's gradient.
+
 References:
   Benzing et al., "Optimal Kronecker-Sum Approximation of Real Time Recurrent
   Learning", ICML 2019, appendix 5.1 (Lemma 1).
-  Zilly et al., "Recurrent Highway Networks", ICML 2017.
 """
 
 from __future__ import annotations
@@ -82,7 +87,9 @@ class Cell:
     weights = jax.random.normal(key, (fan_in, num_gates * n), dtype)
     weights = weights / jnp.sqrt(jnp.asarray(fan_in, dtype))
     bias = jnp.repeat(jnp.asarray(self._gate_bias_init(), dtype), n)
-    return {"W": jnp.concatenate([weights, bias[None, :]], axis=0)}
+    full = jnp.concatenate([weights, bias[None, :]], axis=0)
+    mask = self.weight_mask(input_size)
+    return {"W": full if mask is None else full * mask.astype(dtype)}
 
   def initial_state(self):
     return self.rows_to_state(
@@ -130,8 +137,25 @@ class Cell:
           f"params['W'] must have shape (input_size + {n} + 1, {num_gates * n})"
           f" for {self!r}, got {shape}")
 
+  def weight_mask(self, input_size: int):
+    """`(input_size + n + 1, K n)` 0/1 array of the entries of `W` the cell
+    uses, or None when it uses them all (every cell but the GRU)."""
+    del input_size
+    return None
+
+  def effective_weights(self, params: Params) -> jax.Array:
+    """`W ⊙ weight_mask`: the matrix the step multiplies by."""
+    mask = self.weight_mask(self.input_size(params))
+    weights = params["W"]
+    return weights if mask is None else weights * mask.astype(weights.dtype)
+
+  def mask_gradient(self, grad_w: jax.Array) -> jax.Array:
+    """An estimate of `dL/d(W ⊙ mask)` turned into one of `dL/dW`."""
+    mask = self.weight_mask(grad_w.shape[0] - self.hidden_size - 1)
+    return grad_w if mask is None else grad_w * mask.astype(grad_w.dtype)
+
   def _preactivations(self, params, rows, x):
-    z = self.hhat(params, rows, x) @ params["W"]
+    z = self.hhat(params, rows, x) @ self.effective_weights(params)
     return z.reshape(self.num_gates, self.hidden_size)
 
   def pointwise(self, z: jax.Array, rows: jax.Array) -> jax.Array:
@@ -142,7 +166,8 @@ class Cell:
     """The next state and the `StepJacobians` of this step."""
     rows = self.state_to_rows(state)
     hhat = self.hhat(params, rows, x)
-    z = (hhat @ params["W"]).reshape(self.num_gates, self.hidden_size)
+    weights = self.effective_weights(params)
+    z = (hhat @ weights).reshape(self.num_gates, self.hidden_size)
 
     def unit(z_unit, state_unit):
       new = self._unit_map(z_unit, state_unit)
@@ -152,7 +177,7 @@ class Cell:
         lambda zu, su: _jacobians_and_value(unit, zu, su),
         in_axes=(1, 1), out_axes=(0, 0, 1))(z, rows)
     n, input_size = self.hidden_size, x.shape[0]
-    recurrent = params["W"][input_size:input_size + n]
+    recurrent = weights[input_size:input_size + n]
     jac = StepJacobians(hhat=hhat, D=jac_z, dfds=jac_s,
                         recurrent_weights=recurrent)
     return self.rows_to_state(new_rows), jac
@@ -168,79 +193,3 @@ def _jacobians_and_value(unit, z_unit, state_unit):
   (jac_z, jac_s), value = jax.jacfwd(unit, argnums=(0, 1), has_aux=True)(
       z_unit, state_unit)
   return jac_z, jac_s, value
-
-
-def _scaled_sigmoid(x):
-  # The paper's tanh stand-in: 2*sigmoid(x) - 1 (footnote 6).
-  return 2.0 * jax.nn.sigmoid(x) - 1.0
-
-
-class RNN(Cell):
-  """Elman RNN: `h' = tanh(concat(x, h, 1) @ W)`. One gate, one state row."""
-
-  num_gates = 1
-  num_state_rows = 1
-
-  def _unit_map(self, z_unit, state_unit):
-    return jnp.tanh(z_unit)
-
-
-class RHN(Cell):
-  """Single-layer Recurrent Highway Network with coupled gates.
-
-  Gates (in this column order of `W`): candidate `c = 2σ(z_0) − 1` and
-  transform `t = σ(z_1)`; `h' = t * c + (1 − t) * h` (carry gate `1 − t`).
-  The transform bias starts at `transform_bias` (default −1) so that an
-  untrained cell mostly carries its state, which helps memory tasks.
-  """
-
-  num_gates = 2
-  num_state_rows = 1
-
-  def __init__(self, hidden_size: int, transform_bias: float = -1.0):
-    super().__init__(hidden_size)
-    self.transform_bias = float(transform_bias)
-
-  def _gate_bias_init(self):
-    return [0.0, self.transform_bias]
-
-  def _unit_map(self, z_unit, state_unit):
-    candidate = _scaled_sigmoid(z_unit[0])
-    transform = jax.nn.sigmoid(z_unit[1])
-    return (transform * candidate + (1.0 - transform) * state_unit[0])[None]
-
-
-class LSTM(Cell):
-  """LSTM with state `(c, h)` and gates `i, f, g, o` (this column order).
-
-  `c' = σ(f) c + σ(i) tanh(g)`, `h' = σ(o) tanh(c')`. The forget bias starts
-  at `forget_bias` (default 1).
-  """
-
-  num_gates = 4
-  num_state_rows = 2
-  hidden_row = 1
-
-  def __init__(self, hidden_size: int, forget_bias: float = 1.0):
-    super().__init__(hidden_size)
-    self.forget_bias = float(forget_bias)
-
-  def _gate_bias_init(self):
-    return [0.0, self.forget_bias, 0.0, 0.0]
-
-  def _unit_map(self, z_unit, state_unit):
-    i, f, g, o = z_unit[0], z_unit[1], z_unit[2], z_unit[3]
-    c = jax.nn.sigmoid(f) * state_unit[0] + jax.nn.sigmoid(i) * jnp.tanh(g)
-    h = jax.nn.sigmoid(o) * jnp.tanh(c)
-    return jnp.stack([c, h])
-
-
-CELLS = {"rnn": RNN, "rhn": RHN, "lstm": LSTM}
-
-
-def make(name: str, hidden_size: int, **kwargs) -> Cell:
-  """Builds a cell by name: 'rnn', 'rhn' or 'lstm'."""
-  key = str(name).lower()
-  if key not in CELLS:
-    raise ValueError(f"cell must be one of {sorted(CELLS)}, got {name!r}")
-  return CELLS[key](hidden_size=hidden_size, **kwargs)
