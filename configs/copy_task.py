@@ -40,11 +40,12 @@ from experiments.online import official
 
 def get_config(preset: str = "") -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
-  # rtrl | uoro | kf | kf_avg | kf_approx | ok | ok_biased | ktp | tbptt
+  # rtrl | uoro | kf | kf_avg | kf_approx | ok | ok_biased | ktp | snap1 | rflo
+  # | tbptt
   config.estimator = "ok"
   config.rank = 8              # kf_avg, kf_approx, ok, ok_biased, ktp
   config.truncation = 20       # TBPTT horizon (estimator=tbptt)
-  config.cell = "rhn"          # rnn | rhn | lstm
+  config.cell = "rhn"          # rnn | rhn | lstm | gru
   config.hidden_size = 32
   config.batch_size = 16
   config.learning_rate = 10 ** -2.5

@@ -11,11 +11,13 @@ Learning, in JAX, optax style: pure functions, explicit state.
 The public names (this list is the one place they are documented):
 
 Modules
-  cells       `make(name, hidden_size)` ('rnn', 'rhn', 'lstm'), `RNN`, `RHN`,
-              `LSTM`, `Cell`: cells in the Lemma-1 form `z = [x, h, 1] @ W`.
+  cells       `make(name, hidden_size)` ('rnn', 'rhn', 'lstm', 'gru'), `RNN`,
+              `RHN`, `LSTM`, `GRU`, `Cell`: cells in the Lemma-1 form
+              `z = [x, h, 1] @ W`, then a per-unit map.
   estimators  `make(name, cell, **hparams)`, `names()`,
               `hyperparameters(name)`, `register`, `Estimator`: exact RTRL and
-              its approximations (UORO, KF, KF-AVG, KF-APPROX, OK, B-OK, KTP).
+              its approximations (UORO, KF, KF-AVG, KF-APPROX, OK, B-OK, KTP,
+              SnAp-1 'snap1', RFLO 'rflo').
   kronecker   `unbiased_low_rank`, `biased_low_rank`, `kronecker_sum_reduce`,
               the sign trick: the optimal low-rank and Kronecker-sum
               approximations.

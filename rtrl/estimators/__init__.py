@@ -2,7 +2,8 @@
 
 Names (`names()`): 'rtrl' (exact), 'uoro', 'kf' (KF-RTRL), 'kf_avg' (rank
 copies of KF-RTRL averaged), 'kf_approx' (KF-RTRL with a rank-`rank` D), 'ok'
-(r-OK), 'ok_biased' (r-B-OK), 'ktp' (Kronecker triple product). Each returns
+(r-OK), 'ok_biased' (r-B-OK), 'ktp' (Kronecker triple product), 'snap1'
+(SnAp-1), 'rflo' (RFLO's eligibility trace). Each returns
 an `Estimator` (see `base.Estimator`); `hyperparameters(name)` says which
 keyword arguments it takes (`('rank',)` or none), read from the registry.
 """
@@ -17,6 +18,7 @@ from rtrl.estimators.base import Estimator, TangentState
 from rtrl.estimators.exact import exact_rtrl
 from rtrl.estimators.kronecker_sum import kf, kf_approx, kf_avg, ok, ok_biased
 from rtrl.estimators.ktp import ktp
+from rtrl.estimators.snap import rflo, snap1
 from rtrl.estimators.uoro import uoro
 
 _REGISTRY: dict[str, Callable[..., Estimator]] = {
@@ -28,6 +30,8 @@ _REGISTRY: dict[str, Callable[..., Estimator]] = {
     "ok": ok,
     "ok_biased": ok_biased,
     "ktp": ktp,
+    "snap1": snap1,
+    "rflo": rflo,
 }
 
 

@@ -1,0 +1,97 @@
+"""SnAp-1 and RFLO: the influence kept only where a parameter reaches a unit
+within one step, for Lemma-1 cells.
+
+In a Lemma-1 cell, column `k n + j` of `W` feeds gate `k` of unit `j` only,
+so within one step it reaches the state rows of unit `j` and nothing else:
+`F = hhat ⊗ D` is zero outside those entries. Both estimators keep the
+influence on exactly that pattern, one `(S, P, K)` block per unit,
+
+    J[s, p, k, j] ≈ d state[s, j] / d W[p, k n + j],
+
+stored `(S, P, K, n)` (so the gradient `Σ_s g[s, j] J[s, :, :, j]` is `W`'s
+layout with no transpose), and differ only in the `(S, S)` per-unit block
+`A_j` that propagates it, `J'[:, :, :, j] = A_j J[:, :, :, j] + hhat ⊗ D_j`:
+
+  * SnAp-1 (Menick et al. 2021): `A_j` is unit `j`'s diagonal block of the
+    full state Jacobian `H`, the direct path plus the path through the
+    recurrent weights' own diagonal `W_h[j, k n + j]`. Exact when `W_h` is
+    diagonal (then `H` is block-diagonal and nothing is dropped).
+  * RFLO (Murray 2019): `A_j` is the direct path only, `dfds[j]` (the leak of
+    a leaky RNN, the carry `1 - t` of an RHN, the cell path of an LSTM, the
+    update gate of a GRU); every path through `W_h` is dropped. Exact when
+    `W_h = 0`. RFLO's random feedback is a readout option
+    (`rtrl.readout.feedback_alignment`), not part of the trace.
+
+Both are deterministic and biased; memory `S P K n ~ K n^2` and time
+`~ S^2 K n^2` per example, UORO's order.
+
+References:
+  Menick, Elsen, Evci, Osindero, Simonyan, Graves, "Practical Real Time
+  Recurrent Learning with a Sparse Approximation", ICLR 2021 (SnAp-n).
+  Murray, "Local online learning in recurrent networks with random
+  feedback", eLife 2019 (RFLO).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+from rtrl.cells import Cell, StepJacobians
+from rtrl.estimators import base
+
+
+def snap1_unit_jacobian(jac: StepJacobians, hidden_row: int) -> jax.Array:
+  """`(n, S, S)` diagonal blocks of `H`: `dfds[j] + [t = hidden_row]
+  Σ_k D[j, s, k] W_h[j, k n + j]` (the unit's own recurrent weights)."""
+  n, num_rows, num_gates = jac.D.shape
+  own_weights = jnp.diagonal(jac.recurrent_weights.reshape(n, num_gates, n),
+                             axis1=0, axis2=2)                   # (K, n)
+  through_gates = jnp.einsum("jsk,kj->js", jac.D, own_weights)   # (n, S)
+  is_hidden = jnp.arange(num_rows) == hidden_row
+  return jac.dfds + jnp.where(is_hidden[None, None, :],
+                              through_gates[:, :, None], 0.0)
+
+
+def rflo_unit_jacobian(jac: StepJacobians, hidden_row: int) -> jax.Array:
+  """`(n, S, S)`: the direct path `dfds` alone."""
+  del hidden_row
+  return jac.dfds
+
+
+def _unit_diagonal(name: str, cell: Cell,
+                   unit_jacobian: Callable[[StepJacobians, int], jax.Array]
+                   ) -> base.Estimator:
+  """An estimator whose influence is kept on the one-step pattern and
+  propagated by `unit_jacobian(jac, hidden_row) -> (n, S, S)`."""
+
+  def zeros(params):
+    p, k, s, n = base.sizes(cell, params)
+    return jnp.zeros((s, p, k, n), params["W"].dtype)
+
+  def update(influence, jac, key):
+    del key  # deterministic
+    blocks = jnp.transpose(unit_jacobian(jac, cell.hidden_row), (1, 2, 0))
+    # Σ_t A[j, s, t] J[t, ..., j]: S <= 2, a broadcast beats a batched GEMM.
+    propagated = jnp.sum(blocks[:, :, None, None, :] * influence[None],
+                         axis=1)
+    gates = jnp.transpose(jac.D, (1, 2, 0))                      # (S, K, n)
+    return propagated + jac.hhat[None, :, None, None] * gates[:, None]
+
+  def readout(influence, g):
+    per_unit = jnp.sum(g[:, None, None, :] * influence, axis=0)  # (P, K, n)
+    return per_unit.reshape(per_unit.shape[0], -1)
+
+  return base.build(name, cell, zeros, update, readout)
+
+
+def snap1(cell: Cell) -> base.Estimator:
+  """SnAp-1 (`make('snap1', cell)`)."""
+  return _unit_diagonal("snap1", cell, snap1_unit_jacobian)
+
+
+def rflo(cell: Cell) -> base.Estimator:
+  """RFLO's eligibility trace (`make('rflo', cell)`)."""
+  return _unit_diagonal("rflo", cell, rflo_unit_jacobian)
