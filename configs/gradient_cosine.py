@@ -43,7 +43,7 @@ def get_config() -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
   # Comma-separated `name[:rank]` entries; names as rtrl.estimators.make.
   config.estimators = "ok:1,ok:2,ok:8,kf_avg:8,kf,uoro"
-  config.cell = "rhn"            # rnn | rhn | lstm | gru (ignored with a checkpoint)
+  config.cell = "rhn"            # rnn|rhn|lstm|gru (ignored with a checkpoint)
   config.hidden_size = 32        # (ignored with a checkpoint)
   config.task = "random"         # random | copy | ptb
   config.vocab_size = 50         # random task: one-hot inputs and targets
