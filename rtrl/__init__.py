@@ -21,41 +21,60 @@ Modules
   kronecker   `unbiased_low_rank`, `biased_low_rank`, `kronecker_sum_reduce`,
               the sign trick: the optimal low-rank and Kronecker-sum
               approximations.
-  readout     `init`, `logits`, `step_loss`: the linear softmax readout.
+  readout     `Readout` (`init(key, hidden_size, num_outputs) -> params`,
+              `apply(params, hidden (n,)) -> prediction`), `linear()` (the
+              default), `feedback_alignment(scale=1.0)` (a linear readout
+              whose error reaches the state through a fixed random matrix);
+              `init`, `logits`, `step_loss`: the linear softmax readout.
+  losses      per-example `loss(prediction, target) -> scalar`:
+              `softmax_cross_entropy` (integer labels, the default),
+              `squared_error` (½‖·‖², regression),
+              `sigmoid_binary_cross_entropy`; `Loss`, `check`.
   online      the online trainer and its types (below).
   optim       `tf1_adam`, `scale_by_tf1_adam`: TF1's Adam (epsilon added to
               the uncorrected sqrt(v)), as the official OK code steps.
   bptt        full-BPTT and TBPTT references (below).
-  tasks       `copy_task`, `ptb`, `ptb_eval`: what runs inside jit for the
-              Copy task and char-PTB (streams, curricula, BPC); import it.
+  tasks       `copy_task`, `ptb`, `ptb_eval`, `series`: what runs inside jit
+              for the Copy task, char-PTB (streams, curricula, BPC) and
+              Mackey-Glass next-value regression; import it.
 
 Training (one `Trainer` contract: `init(params, key, batch_size) -> state`,
 `step(state, batch)` and jitted `run(state, chunk)` -> `(state, metrics)`)
-  make_online_trainer  `(cell, estimator, optimizer, accumulate_steps=1)`:
-                       updates the parameters at every step.
-  make_tbptt_trainer   `(cell, optimizer, truncation)`: one update per window.
+  make_online_trainer  `(cell, estimator, optimizer, accumulate_steps=1, *,
+                       readout=None, loss=None)`: updates the parameters at
+                       every step.
+  make_tbptt_trainer   `(cell, optimizer, truncation, *, readout=None,
+                       loss=None)`: one update per window.
   Trainer              the three functions above, a NamedTuple.
-  StepBatch            one step's `inputs (B, I)`, `targets (B,)`,
+  StepBatch            one step's `inputs (B, I)`, `targets` (`(B,)` int
+                       labels, or `(B, ...)` float for regression),
                        `weights (B,)`, `resets (B,)`; a chunk adds a leading
                        time axis.
-  StepMetrics          `loss_sum`, `weight_sum` of a step (nats).
+  StepMetrics          `loss_sum`, `weight_sum` of a step (nats for
+                       classification).
   OnlineState          the online trainer's state (params, opt_state,
                        cell_state, tstate, step).
   TBPTTState           the TBPTT trainer's state.
 
 Reference gradients (parameters fixed)
-  frozen_gradients  `(cell, estimator, params, chunk, key)`: an estimator's
-                    per-step gradients `(T,) + W.shape`.
-  bptt_gradient     `(cell, params, cell_state, chunk)`: full BPTT of
-                    `Σ_t L_t`, the exact reference.
-  tbptt_gradients   `(cell, params, cell_state, chunk, truncation)`: one
-                    gradient per window.
+  frozen_gradients  `(cell, estimator, params, chunk, key, *, readout=None,
+                    loss=None)`: an estimator's per-step gradients
+                    `(T,) + W.shape`.
+  bptt_gradient     `(cell, params, cell_state, chunk, *, readout=None,
+                    loss=None)`: full BPTT of `Σ_t L_t`, the exact reference.
+  tbptt_gradients   `(cell, params, cell_state, chunk, truncation, *,
+                    readout=None, loss=None)`: one gradient per window.
+
+Every trainer and reference gradient takes `readout` (a `readout.Readout`
+matching `params['readout']`) and `loss` (a `losses` function); None means
+`readout.linear()` and `losses.softmax_cross_entropy`, today's computation.
 """
 
 from rtrl import bptt
 from rtrl import cells
 from rtrl import estimators
 from rtrl import kronecker
+from rtrl import losses
 from rtrl import online
 from rtrl import optim
 from rtrl import readout
@@ -71,7 +90,8 @@ from rtrl.online import frozen_gradients
 from rtrl.online import make_online_trainer
 
 __all__ = [
-    "bptt", "cells", "estimators", "kronecker", "online", "optim", "readout",
+    "bptt", "cells", "estimators", "kronecker", "losses", "online", "optim",
+    "readout",
     "make_online_trainer", "make_tbptt_trainer", "Trainer", "StepBatch",
     "StepMetrics", "OnlineState", "TBPTTState", "frozen_gradients",
     "bptt_gradient", "tbptt_gradients",

@@ -2,7 +2,9 @@
 
 TBPTT-T carries the hidden state across windows of `truncation` steps, cuts
 the gradient at window boundaries, and makes one parameter update per window
-with the gradient of the window's mean per-step loss.
+with the gradient of the window's mean per-step loss. Every function takes
+the online trainer's `readout` and `loss` (None: linear softmax
+cross-entropy).
 
 References:
   Williams & Peng, "An efficient gradient-based algorithm for on-line training
@@ -20,11 +22,11 @@ import optax
 from rtrl import validation
 from rtrl.cells import Cell
 from rtrl.online import (StepBatch, StepMetrics, Trainer, batch_loss,
-                         broadcast_state, where_reset)
+                         broadcast_state, readout_and_loss, where_reset)
 
 
 def unrolled_loss(cell: Cell, params: dict, cell_state: Any,
-                  chunk: StepBatch):
+                  chunk: StepBatch, *, readout=None, loss=None):
   """Σ_t of the batch-mean per-step losses over `chunk` (time-major).
 
   Returns:
@@ -37,18 +39,21 @@ def unrolled_loss(cell: Cell, params: dict, cell_state: Any,
     state = where_reset(batch.resets, initial, state)
     state = jax.vmap(cell.step, in_axes=(None, 0, 0))(
         params["cell"], state, batch.inputs)
-    loss = batch_loss(cell, params["readout"], state, batch)
-    return state, (loss, StepMetrics(loss * batch_size, batch.weights.sum()))
+    mean_loss = batch_loss(cell, params["readout"], state, batch,
+                           readout=readout, loss=loss)
+    return state, (mean_loss, StepMetrics(mean_loss * batch_size,
+                                          batch.weights.sum()))
 
   final_state, (losses, metrics) = jax.lax.scan(body, cell_state, chunk)
   return losses.sum(), (final_state, metrics)
 
 
 def bptt_gradient(cell: Cell, params: dict, cell_state: Any,
-                  chunk: StepBatch):
+                  chunk: StepBatch, *, readout=None, loss=None):
   """Full-BPTT gradient of `Σ_t L_t` over the chunk (exact reference)."""
-  return jax.grad(lambda p: unrolled_loss(cell, p, cell_state, chunk)[0])(
-      params)
+  readout, loss = readout_and_loss(readout, loss)
+  return jax.grad(lambda p: unrolled_loss(
+      cell, p, cell_state, chunk, readout=readout, loss=loss)[0])(params)
 
 
 def _split_windows(chunk: StepBatch, truncation: int) -> StepBatch:
@@ -62,15 +67,18 @@ def _split_windows(chunk: StepBatch, truncation: int) -> StepBatch:
 
 
 def tbptt_gradients(cell: Cell, params: dict, cell_state: Any,
-                    chunk: StepBatch, truncation: int):
+                    chunk: StepBatch, truncation: int, *, readout=None,
+                    loss=None):
   """Per-window gradients of `Σ_{t in window} L_t`, state carried, gradient
   cut at window starts, parameters fixed. Returns a tree with a leading
   window axis."""
+  readout, loss = readout_and_loss(readout, loss)
+
   def window(state, window_chunk):
     state = jax.lax.stop_gradient(state)
     grads, (state, _) = jax.grad(
-        lambda p: unrolled_loss(cell, p, state, window_chunk), has_aux=True)(
-            params)
+        lambda p: unrolled_loss(cell, p, state, window_chunk, readout=readout,
+                                loss=loss), has_aux=True)(params)
     return state, grads
 
   _, grads = jax.lax.scan(window, cell_state,
@@ -86,13 +94,16 @@ class TBPTTState(NamedTuple):
 
 
 def make_tbptt_trainer(cell: Cell, optimizer: optax.GradientTransformation,
-                       truncation: int) -> Trainer:
+                       truncation: int, *, readout=None,
+                       loss=None) -> Trainer:
   """TBPTT-`truncation`, with the same `Trainer` interface as the online one.
 
   `run(state, chunk)` needs a chunk length that is a multiple of `truncation`
-  and returns per-step metrics; `step` runs one window.
+  and returns per-step metrics; `step` runs one window. `readout` and `loss`
+  as in `online.make_online_trainer`.
   """
   validation.positive_int("truncation", truncation)
+  readout, loss = readout_and_loss(readout, loss)
 
   def init(params, key, batch_size):
     del key  # deterministic
@@ -105,7 +116,8 @@ def make_tbptt_trainer(cell: Cell, optimizer: optax.GradientTransformation,
     cell_state = jax.lax.stop_gradient(state.cell_state)
 
     def mean_loss(p):
-      total, aux = unrolled_loss(cell, p, cell_state, window_chunk)
+      total, aux = unrolled_loss(cell, p, cell_state, window_chunk,
+                                 readout=readout, loss=loss)
       return total / truncation, aux
 
     grads, (cell_state, metrics) = jax.grad(mean_loss, has_aux=True)(

@@ -2,10 +2,13 @@
 
 At each step, for the whole batch (vmapped): reset the state and tangent of
 examples whose sequence starts here, step the cell and the estimator's tangent,
-read out logits, take the per-step loss's exact gradients w.r.t. the readout
-and w.r.t. the state, turn the latter into a cell gradient with the estimator,
-and apply any optax optimiser. `run` scans this over a chunk of steps inside
-one jitted `lax.scan`: no per-step host synchronisation.
+read out a prediction, take the per-step loss's exact gradients w.r.t. the
+readout and w.r.t. the state, turn the latter into a cell gradient with the
+estimator, and apply any optax optimiser. `run` scans this over a chunk of
+steps inside one jitted `lax.scan`: no per-step host synchronisation.
+
+The readout and the loss are arguments (`rtrl.readout.Readout`,
+`rtrl.losses`); None means the linear readout and softmax cross-entropy.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from rtrl import readout
+from rtrl import losses
+from rtrl import readout as readouts
 from rtrl import validation
 from rtrl.cells import Cell
 from rtrl.estimators import Estimator
@@ -27,7 +31,9 @@ class StepBatch(NamedTuple):
 
   Attributes:
     inputs: (B, input_size) float.
-    targets: (B,) int class labels.
+    targets: (B,) int class labels (`losses.softmax_cross_entropy`) or
+      (B, ...) float, e.g. (B, num_outputs) regression targets
+      (`losses.squared_error`): one per-example target of the loss.
     weights: (B,) float loss mask (0 where the step carries no target).
     resets: (B,) bool, a new sequence starts at this step: state and tangent
       are reset before the cell steps.
@@ -39,7 +45,7 @@ class StepBatch(NamedTuple):
 
 
 class StepMetrics(NamedTuple):
-  loss_sum: jax.Array    # Σ_b weight_b * CE_b (nats)
+  loss_sum: jax.Array    # Σ_b weight_b * loss_b (nats for classification)
   weight_sum: jax.Array  # Σ_b weight_b
 
 
@@ -72,13 +78,40 @@ def broadcast_state(state: Any, batch_size: int) -> Any:
       lambda a: jnp.broadcast_to(a, (batch_size,) + a.shape), state)
 
 
+def readout_and_loss(readout, loss):
+  """`(readout, loss)` with None replaced by the defaults (`readout.linear()`,
+  `losses.softmax_cross_entropy`); a ValueError names a bad one."""
+  readout = readouts.linear() if readout is None else readout
+  if not isinstance(readout, readouts.Readout):
+    raise ValueError("readout must be an rtrl.readout.Readout (e.g. "
+                     f"rtrl.readout.linear()), got {readout!r}")
+  loss = losses.softmax_cross_entropy if loss is None else loss
+  if not callable(loss):
+    raise ValueError("loss must be a function (prediction, target) -> "
+                     f"scalar (e.g. rtrl.losses.squared_error), got {loss!r}")
+  return readout, loss
+
+
+def _example_struct(batched: jax.Array) -> jax.ShapeDtypeStruct:
+  return jax.ShapeDtypeStruct(batched.shape[1:], batched.dtype)
+
+
 def batch_loss(cell: Cell, readout_params: dict, cell_state: Any,
-               batch: StepBatch) -> jax.Array:
-  """Mean over the batch of the masked per-step loss (nats)."""
+               batch: StepBatch, *, readout=None, loss=None) -> jax.Array:
+  """Mean over the batch of the masked per-step loss."""
+  readout, loss = readout_and_loss(readout, loss)
   hidden = jax.vmap(cell.output)(cell_state)
-  losses = jax.vmap(readout.step_loss, in_axes=(None, 0, 0, 0))(
+  # Shapes are static: this check costs nothing once traced.
+  prediction = jax.eval_shape(readout.apply, readout_params,
+                              _example_struct(hidden))
+  losses.check(loss, prediction, _example_struct(batch.targets))
+
+  def example_loss(params, hidden, target, weight):
+    return loss(readout.apply(params, hidden), target) * weight
+
+  per_example = jax.vmap(example_loss, in_axes=(None, 0, 0, 0))(
       readout_params, hidden, batch.targets, batch.weights)
-  return losses.sum() / batch.targets.shape[0]
+  return per_example.sum() / batch.targets.shape[0]
 
 
 def sum_over_batch(per_example: jax.Array) -> jax.Array:
@@ -95,13 +128,15 @@ def sum_over_batch(per_example: jax.Array) -> jax.Array:
 
 
 def estimate_step(cell: Cell, estimator: Estimator, params: dict,
-                  tstate: Any, cell_state: Any, batch: StepBatch):
+                  tstate: Any, cell_state: Any, batch: StepBatch, *,
+                  readout=None, loss=None):
   """One batched forward step with gradient estimates, parameters fixed.
 
   Resets the examples that start a sequence, steps cell and tangents
   (vmapped), and returns `(tstate, cell_state, loss, grads)` with `loss` the
   batch-mean step loss and `grads = {'cell': estimate summed over the batch,
-  'readout': exact immediate gradient}` of that loss.
+  'readout': exact immediate gradient}` of that loss. `readout` and `loss`
+  as in `make_online_trainer`.
   """
   batch_size = batch.targets.shape[0]
   cell_state = where_reset(
@@ -111,19 +146,20 @@ def estimate_step(cell: Cell, estimator: Estimator, params: dict,
                        tstate)
   tstate, cell_state = jax.vmap(estimator.step(params["cell"]))(
       tstate, cell_state, batch.inputs)
-  loss, (readout_grads, dloss_dstate) = jax.value_and_grad(
-      lambda r, s: batch_loss(cell, r, s, batch), argnums=(0, 1))(
-          params["readout"], cell_state)
+  mean_loss, (readout_grads, dloss_dstate) = jax.value_and_grad(
+      lambda r, s: batch_loss(cell, r, s, batch, readout=readout, loss=loss),
+      argnums=(0, 1))(params["readout"], cell_state)
   per_example = jax.vmap(estimator.gradient, in_axes=(None, 0, 0))(
       params["cell"], tstate, dloss_dstate)
   cell_grads = jax.tree_util.tree_map(sum_over_batch, per_example)
-  return tstate, cell_state, loss, {"cell": cell_grads,
-                                    "readout": readout_grads}
+  return tstate, cell_state, mean_loss, {"cell": cell_grads,
+                                         "readout": readout_grads}
 
 
 def make_online_trainer(cell: Cell, estimator: Estimator,
                         optimizer: optax.GradientTransformation,
-                        accumulate_steps: int = 1) -> Trainer:
+                        accumulate_steps: int = 1, *, readout=None,
+                        loss=None) -> Trainer:
   """Builds the online trainer.
 
   Args:
@@ -132,11 +168,16 @@ def make_online_trainer(cell: Cell, estimator: Estimator,
     optimizer: any optax transformation (e.g. `optax.adam(1e-3)`).
     accumulate_steps: apply the (averaged) update every this many steps
       (`optax.MultiSteps`); 1 updates at every step.
+    readout: an `rtrl.readout.Readout` matching `params['readout']`; None:
+      `readout.linear()`.
+    loss: per-example `loss(prediction, target) -> scalar` (`rtrl.losses`);
+      None: `losses.softmax_cross_entropy`.
 
   Returns:
     A `Trainer`. `run` is jitted; `step` is pure and jittable.
   """
   validation.positive_int("accumulate_steps", accumulate_steps)
+  readout, loss = readout_and_loss(readout, loss)
   if accumulate_steps > 1:
     # accumulator_dtype=None keeps the gradients' dtype (float64 under x64).
     optimizer = optax.MultiSteps(optimizer, every_k_schedule=accumulate_steps,
@@ -153,11 +194,12 @@ def make_online_trainer(cell: Cell, estimator: Estimator,
 
   def step(state: OnlineState, batch: StepBatch):
     params = state.params
-    tstate, cell_state, loss, grads = estimate_step(
-        cell, estimator, params, state.tstate, state.cell_state, batch)
+    tstate, cell_state, mean_loss, grads = estimate_step(
+        cell, estimator, params, state.tstate, state.cell_state, batch,
+        readout=readout, loss=loss)
     updates, opt_state = optimizer.update(grads, state.opt_state, params)
     params = optax.apply_updates(params, updates)
-    metrics = StepMetrics(loss_sum=loss * batch.targets.shape[0],
+    metrics = StepMetrics(loss_sum=mean_loss * batch.targets.shape[0],
                           weight_sum=batch.weights.sum())
     return OnlineState(params, opt_state, cell_state, tstate,
                        state.step + 1), metrics
@@ -170,14 +212,17 @@ def make_online_trainer(cell: Cell, estimator: Estimator,
 
 
 def frozen_gradients(cell: Cell, estimator: Estimator, params: dict,
-                     chunk: StepBatch, key: jax.Array):
+                     chunk: StepBatch, key: jax.Array, *, readout=None,
+                     loss=None):
   """Per-step gradient estimates with the parameters held fixed.
 
   Runs the estimator over a time-major chunk without updating anything and
   returns the per-step gradient of the batch-mean loss w.r.t. the cell
   parameters, `(T,) + W.shape` leaves, and the per-step `StepMetrics`.
   Summed over time, exact RTRL's equals `bptt.bptt_gradient` (cell part).
+  `readout` and `loss` as in `make_online_trainer`.
   """
+  readout, loss = readout_and_loss(readout, loss)
   batch_size = chunk.targets.shape[1]
   keys = jax.random.split(key, batch_size)
   state0 = cell.initial_state()
@@ -185,9 +230,9 @@ def frozen_gradients(cell: Cell, estimator: Estimator, params: dict,
       params["cell"], state0, keys)
 
   def body(carry, batch):
-    tstate, cell_state, loss, grads = estimate_step(
-        cell, estimator, params, *carry, batch)
-    metrics = StepMetrics(loss * batch_size, batch.weights.sum())
+    tstate, cell_state, mean_loss, grads = estimate_step(
+        cell, estimator, params, *carry, batch, readout=readout, loss=loss)
+    metrics = StepMetrics(mean_loss * batch_size, batch.weights.sum())
     return (tstate, cell_state), (grads["cell"], metrics)
 
   _, (grads, metrics) = jax.lax.scan(

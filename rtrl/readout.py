@@ -1,14 +1,41 @@
-"""The linear readout and per-step loss shared by online training and BPTT."""
+"""Readouts: the map from a cell's hidden vector to a prediction.
+
+A `Readout` is a pair of pure functions, optax style. `linear()` is the
+default of the trainers and of BPTT; `feedback_alignment()` is the same
+linear map whose backward pass sends the error to the hidden state through a
+fixed random matrix. The module functions `init`, `logits` and `step_loss`
+are the linear softmax readout that the trainers have always used (the
+experiments and `tasks.ptb_eval` call them directly); `linear()` wraps the
+first two.
+"""
 
 from __future__ import annotations
 
 import math
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
+from rtrl import validation
+
 LOG2 = math.log(2.0)
+
+
+class Readout(NamedTuple):
+  """A readout, per example.
+
+  Attributes:
+    init: `(key, hidden_size, num_outputs) -> params` (a pytree the
+      optimiser updates along with the cell's).
+    apply: `(params, hidden (n,)) -> prediction`, e.g. `(num_outputs,)`
+      logits for `losses.softmax_cross_entropy`; the trainers vmap it.
+    name: for logs.
+  """
+  init: Callable[..., Any]
+  apply: Callable[..., jax.Array]
+  name: str = "custom"
 
 
 def init(key: jax.Array, hidden_size: int, num_outputs: int) -> dict:
@@ -30,3 +57,72 @@ def step_loss(params: dict, hidden: jax.Array, target: jax.Array,
   ce = optax.softmax_cross_entropy_with_integer_labels(
       logits(params, hidden), target)
   return ce * weight
+
+
+def linear() -> Readout:
+  """`hidden @ w + b` with `init`'s parameters: the default readout."""
+  return Readout(init=init, apply=logits, name="linear")
+
+
+@jax.custom_vjp
+def _feedback_product(hidden, weights, feedback):
+  return hidden @ weights
+
+
+def _feedback_product_fwd(hidden, weights, feedback):
+  return hidden @ weights, (hidden, feedback)
+
+
+def _feedback_product_bwd(residuals, error):
+  hidden, feedback = residuals
+  # The weights' cotangent is the exact one; the hidden state's uses the
+  # feedback matrix where backprop would use `weights`; the feedback matrix
+  # itself is never trained.
+  return (error @ feedback.T,
+          jnp.einsum("...n,...m->nm", hidden, error),
+          jnp.zeros_like(feedback))
+
+
+_feedback_product.defvjp(_feedback_product_fwd, _feedback_product_bwd)
+
+
+def feedback_alignment(scale: float = 1.0) -> Readout:
+  """A linear readout trained with random feedback (feedback alignment).
+
+  The forward pass is `hidden @ w + b`, as `linear()`, and `w`, `b` get their
+  exact gradients. The error reaches the hidden state as `e @ B^T` instead of
+  `e @ w^T` (`e = dL/dprediction`), with `B` a fixed random `(n,
+  num_outputs)` matrix stored in the params as `'feedback'`. `B` gets an
+  exactly zero gradient (a `custom_vjp`, behind a `stop_gradient`), so any
+  optimiser without weight decay leaves it unchanged (Adam's update of a zero
+  gradient is 0); with decoupled weight decay, mask it out (`optax.masked`).
+  Every gradient of the cell, exact RTRL's, BPTT's or an approximation's,
+  then follows `B`: this is the "random feedback" of RFLO.
+
+  Scaling: `B` has i.i.d. N(0, scale² / n) entries, the distribution of `w`
+  at initialisation, so that at the start `e @ B^T` has the size of the exact
+  backpropagated signal `e @ w^T` (entries of variance `scale² ‖e‖² / n`).
+  A larger `scale` acts as a larger learning rate for the cell only.
+
+  References:
+    Lillicrap et al., "Random synaptic feedback weights support error
+    backpropagation for deep learning", Nature Communications 2016.
+    Murray, "Local online learning in recurrent networks with random
+    feedback (RFLO)", eLife 2019.
+  """
+  validation.positive_number("scale", scale)
+
+  def fa_init(key, hidden_size, num_outputs):
+    weights_key, feedback_key = jax.random.split(key)
+    params = init(weights_key, hidden_size, num_outputs)
+    feedback = scale * jax.random.normal(feedback_key, params["w"].shape,
+                                         params["w"].dtype)
+    params["feedback"] = feedback / jnp.sqrt(
+        jnp.asarray(hidden_size, feedback.dtype))
+    return params
+
+  def apply(params, hidden):
+    feedback = jax.lax.stop_gradient(params["feedback"])
+    return _feedback_product(hidden, params["w"], feedback) + params["b"]
+
+  return Readout(init=fa_init, apply=apply, name="feedback_alignment")
