@@ -46,6 +46,9 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   config.rank = 8              # kf_avg, kf_approx, ok, ok_biased, ktp
   config.truncation = 20       # TBPTT horizon (estimator=tbptt)
   config.cell = "rhn"          # rnn | rhn | lstm | gru
+  # linear | feedback_alignment (RFLO's random feedback: the error reaches
+  # the cell through a fixed random matrix, not the readout's transpose)
+  config.readout = "linear"
   config.hidden_size = 32
   config.batch_size = 16
   config.learning_rate = 10 ** -2.5

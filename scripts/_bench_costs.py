@@ -13,11 +13,12 @@ UNRANKED = ("tbptt",) + tuple(name for name in estimators.names()
 # kf_approx are 1-OK-like; ok_biased costs what ok does.
 PAPER = {"rtrl": (4, 3), "ok": (3, 2), "ok_biased": (3, 2), "kf_avg": (3, 2),
          "kf": (3, 2), "kf_approx": (3, 2), "uoro": (2, 2), "ktp": (2, 1),
-         "tbptt": (2, 1)}
+         "tbptt": (2, 1), "snap1": (2, 2), "rflo": (2, 2)}
 PAPER_TEXT = {"rtrl": "n^4 / n^3", "ok": "r n^3 / r n^2",
               "ok_biased": "r n^3 / r n^2", "kf_avg": "r n^3 / r n^2",
               "kf": "n^3 / n^2", "kf_approx": "n^3 / n^2",
-              "uoro": "n^2 / n^2", "ktp": "r n^2 / r n", "tbptt": "T n^2 / T n"}
+              "uoro": "n^2 / n^2", "ktp": "r n^2 / r n", "tbptt": "T n^2 / T n",
+              "snap1": "n^2 / n^2", "rflo": "n^2 / n^2"}
 
 
 def methods(names, ranks):
@@ -49,6 +50,8 @@ def analytic_tangent_floats(name, rank, cell, input_size) -> int:
     return rank * (p + k * n * s * n)
   if name == "ktp":
     return rank * (p + s * n + k * n)
+  if name in ("snap1", "rflo"):
+    return s * p * k * n
   raise ValueError(f"no analytic size for estimator {name!r}")
 
 
@@ -73,6 +76,11 @@ def flop_floor(name, rank, cell, input_size, batch) -> float:
     flops = rank * square
   elif name == "uoro":
     flops = 2 * n * k * n + 2 * p * k * n
+  elif name in ("snap1", "rflo"):
+    # No GEMM: the step's own `[x, h, 1] @ W` (a GEMV) and the elementwise
+    # propagation `A_j J_j + hhat ⊗ D_j`, memory-bound, so the ratio to a
+    # GEMM roofline overstates how far it is from its own floor.
+    flops = 2 * p * k * n + 2 * (s * s + s) * p * k * n
   elif name == "tbptt":
     flops = 3 * 2 * p * k * n      # forward + two backward products per step
   else:

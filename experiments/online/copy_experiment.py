@@ -161,8 +161,9 @@ def make_init(config, cell):
 
   def init(key, hparams):
     params_key, trainer_key, data_key = jax.random.split(key, 3)
-    params = online_setup.init_params(cell, params_key, copy_task.VOCAB_SIZE,
-                                      copy_task.VOCAB_SIZE, config.init_stddev)
+    params = online_setup.init_params(
+        cell, params_key, copy_task.VOCAB_SIZE, copy_task.VOCAB_SIZE,
+        config.init_stddev, readout_fn=online_setup.make_readout(config))
     trainer = online_setup.make_trainer(config, cell, **hparams)
     curriculum = copy_task.curriculum_init()
     return {

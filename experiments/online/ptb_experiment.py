@@ -98,8 +98,9 @@ def make_init(config, cell, num_symbols: int):
 
   def init(key, hparams):
     params_key, trainer_key, data_key = jax.random.split(key, 3)
-    params = online_setup.init_params(cell, params_key, ptb.VOCAB_SIZE,
-                                      ptb.VOCAB_SIZE, config.init_stddev)
+    params = online_setup.init_params(
+        cell, params_key, ptb.VOCAB_SIZE, ptb.VOCAB_SIZE, config.init_stddev,
+        readout_fn=online_setup.make_readout(config))
     trainer = online_setup.make_trainer(config, cell, **hparams)
     return {
         "trainer": trainer.init(params, trainer_key, config.batch_size),

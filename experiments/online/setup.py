@@ -44,16 +44,34 @@ def make_cell(config) -> cells.Cell:
   return cells.make(config.cell, config.hidden_size)
 
 
+READOUTS = {"linear": readout.linear,
+            "feedback_alignment": readout.feedback_alignment}
+
+
+def make_readout(config) -> readout.Readout:
+  """`config.readout`: 'linear' (trained by its exact gradient, which also
+  carries the error to the cell) or 'feedback_alignment' (the error reaches
+  the cell through a fixed random matrix: RFLO's random feedback)."""
+  name = config.get("readout", "linear")
+  if name not in READOUTS:
+    raise ValueError(f"config.readout must be one of {sorted(READOUTS)}, "
+                     f"got {name!r}")
+  return READOUTS[name]()
+
+
 def init_params(cell: cells.Cell, key, input_size: int, num_outputs: int,
-                init_stddev: float = 0.0) -> dict:
+                init_stddev: float = 0.0,
+                readout_fn: readout.Readout | None = None) -> dict:
   """`{'cell': cell params, 'readout': readout params}`, fresh: the cell's
-  and readout's default initialisation, or with `init_stddev > 0` every
-  weight (the fused `W` with its bias row, the readout's `w` and `b`) drawn
-  normal(0, init_stddev), as the official OK code does."""
+  and readout's (`readout_fn`, default linear) default initialisation, or
+  with `init_stddev > 0` every weight (the fused `W` with its bias row, the
+  readout's `w` and `b`) drawn normal(0, init_stddev), as the official OK
+  code does."""
+  readout_fn = readout.linear() if readout_fn is None else readout_fn
   cell_key, readout_key = jax.random.split(key)
   params = {"cell": cell.init(cell_key, input_size),
-            "readout": readout.init(readout_key, cell.hidden_size,
-                                    num_outputs)}
+            "readout": readout_fn.init(readout_key, cell.hidden_size,
+                                       num_outputs)}
   if not init_stddev:
     return params
   leaves, tree = jax.tree_util.tree_flatten(params)
@@ -119,10 +137,12 @@ def make_trainer(config, cell: cells.Cell,
     learning_rate = config.learning_rate
   optimizer = make_optimizer(config, learning_rate)
   if config.estimator == "tbptt":
-    return bptt.make_tbptt_trainer(cell, optimizer, config.truncation)
+    return bptt.make_tbptt_trainer(cell, optimizer, config.truncation,
+                                   readout=make_readout(config))
   return online.make_online_trainer(
       cell, make_estimator(config, cell), optimizer,
-      accumulate_steps=config.get("accumulate_steps", 1))
+      accumulate_steps=config.get("accumulate_steps", 1),
+      readout=make_readout(config))
 
 
 def describe(config) -> str:
