@@ -13,6 +13,8 @@ The public names (this list is the one place they are documented):
 Modules
   cells       `make(name, hidden_size)` ('rnn', 'rhn', 'lstm'), `RNN`, `RHN`,
               `LSTM`, `Cell`: cells in the Lemma-1 form `z = [x, h, 1] @ W`.
+              `CustomCell(step, init, initial_state, output)`: any cell as a
+              pure one-step function ('rtrl', 'uoro', 'snap1', BPTT).
   estimators  `make(name, cell, **hparams)`, `names()`,
               `hyperparameters(name)`, `register`, `Estimator`: exact RTRL and
               its approximations (UORO, KF, KF-AVG, KF-APPROX, OK, B-OK, KTP).
