@@ -14,6 +14,8 @@ Modules
   cells       `make(name, hidden_size)` ('rnn', 'rhn', 'lstm', 'gru'), `RNN`,
               `RHN`, `LSTM`, `GRU`, `Cell`: cells in the Lemma-1 form
               `z = [x, h, 1] @ W`, then a per-unit map.
+              `CustomCell(step, init, initial_state, output)`: any cell as a
+              pure one-step function ('rtrl', 'uoro', 'snap1', BPTT).
   estimators  `make(name, cell, **hparams)`, `names()`,
               `hyperparameters(name)`, `register`, `Estimator`: exact RTRL and
               its approximations (UORO, KF, KF-AVG, KF-APPROX, OK, B-OK, KTP,

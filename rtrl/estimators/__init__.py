@@ -6,6 +6,9 @@ copies of KF-RTRL averaged), 'kf_approx' (KF-RTRL with a rank-`rank` D), 'ok'
 (SnAp-1), 'rflo' (RFLO's eligibility trace). Each returns
 an `Estimator` (see `base.Estimator`); `hyperparameters(name)` says which
 keyword arguments it takes (`('rank',)` or none), read from the registry.
+
+For a `rtrl.cells.CustomCell` (any step function), `make` takes 'rtrl',
+'uoro' and 'snap1' and builds them by autodiff (`generic.py`).
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from __future__ import annotations
 import inspect
 from typing import Callable
 
-from rtrl.cells import Cell
+from rtrl.cells import Cell, CustomCell
 from rtrl.estimators.base import Estimator, TangentState
+from rtrl.estimators import generic
 from rtrl.estimators.exact import exact_rtrl
 from rtrl.estimators.kronecker_sum import kf, kf_approx, kf_avg, ok, ok_biased
 from rtrl.estimators.ktp import ktp
@@ -58,14 +62,18 @@ def make(name: str, cell: Cell, **hparams) -> Estimator:
   """Builds the estimator `name` for `cell`.
 
   Args:
-    name: one of `names()`.
-    cell: a cell from `rtrl.cells`.
+    name: one of `names()`; for a `CustomCell`, one of `generic.GENERIC`
+      ('rtrl', 'uoro', 'snap1').
+    cell: a cell from `rtrl.cells`, a `CustomCell` included.
     **hparams: the estimator's hyper-parameters (e.g. `rank`).
 
   Raises:
     ValueError: unknown name, a hyper-parameter the estimator does not take,
-      or an invalid value.
+      an invalid value, or an estimator that needs a Lemma-1 cell given a
+      `CustomCell`.
   """
+  if isinstance(cell, CustomCell):
+    return generic.for_custom_cell(name, cell, **hparams)
   accepted = hyperparameters(name)
   if not isinstance(cell, Cell):
     raise ValueError(f"cell must be an rtrl.cells cell (RNN, RHN, LSTM), got "

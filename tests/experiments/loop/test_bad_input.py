@@ -61,9 +61,9 @@ def test_params_of_another_cell(rhn):
 
 
 def test_unknown_cell_name():
-  """`cells.make('gru')` names `cell` and lists the valid names."""
-  with pytest.raises(ValueError, match=r"cell must be one of.*'rhn'.*'gru'"):
-    cells.make("gru", 4)
+  """`cells.make('elman')` names `cell` and lists the valid names."""
+  with pytest.raises(ValueError, match=r"cell must be one of.*'gru'.*'rhn'"):
+    cells.make("elman", 4)
 
 
 def test_unknown_estimator_name(rhn):
@@ -167,7 +167,7 @@ def test_copy_experiment_rejects_non_positive_truncation(tmp_path, truncation):
 
 
 @pytest.mark.parametrize("field,value,match", [
-    ("cell", "gru", "cell must be one of"),
+    ("cell", "elman", "cell must be one of"),
     ("estimator", "bogus", "estimator must be one of"),
     ("accumulate_steps", 0, "accumulate_steps"),
 ])
