@@ -22,6 +22,13 @@ layout with no transpose), and differ only in the `(S, S)` per-unit block
     `W_h = 0`. RFLO's random feedback is a readout option
     (`rtrl.readout.feedback_alignment`), not part of the trace.
 
+The pattern is the unit's: every state row of unit `j` keeps every column
+feeding unit `j`. For one-row cells (RNN, RHN, GRU) that is exactly the
+pattern of the one-step Jacobian, which the autodiff SnAp-1 of a
+`CustomCell` reads; for the LSTM it is larger by the output gate's columns
+on the `c` row (the gate reaches `c` only through `h`, after two steps):
+the unit pattern keeps that path, the strict one-step pattern drops it.
+
 Both are deterministic and biased; memory `S P K n ~ K n^2` and time
 `~ S^2 K n^2` per example, UORO's order.
 

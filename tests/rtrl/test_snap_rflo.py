@@ -147,3 +147,35 @@ def test_memory_is_unit_diagonal(name):
   est = estimators.make(name, cell)
   tstate = est.init(params, cell.initial_state(), jax.random.PRNGKey(1))
   assert tstate.tangent.shape == (2, INPUT + 6 + 1, 4, 6)
+
+
+def _unit_pattern(cell):
+  """`(S n, P K n)` bool over the flat state (rows) and flat `W`: state
+  entry `(s, j)` keeps column `k n + j` of every row of `W`."""
+  n, k, s = N, cell.num_gates, cell.num_state_rows
+  unit_of_column = np.tile(np.arange(n), k)                     # (K n,)
+  per_row = np.arange(n)[:, None] == unit_of_column[None, :]    # (n, K n)
+  return np.tile(per_row, (s, INPUT + N + 1))
+
+
+@pytest.mark.parametrize("cell_name", ["rhn", "lstm", "gru"])
+def test_lemma1_snap1_equals_generic_snap1(cell_name, x64):
+  """The Lemma-1 SnAp-1 and the autodiff one (`CustomCell` wrapping the same
+  cell) agree at every step: with the pattern read from the one-step
+  Jacobian for the one-row cells, with the unit pattern given for the LSTM
+  (whose one-step pattern is smaller: the output gate does not reach `c`
+  in one step, so the strict pattern drops what the unit pattern keeps)."""
+  cell = cells.make(cell_name, N)
+  wrapped = cells.CustomCell(step=cell.step, init=cell.init,
+                             initial_state=cell.initial_state,
+                             output=cell.output)
+  params, chunk = _problem(cell, seed=5)
+  pattern = _unit_pattern(cell) if cell_name == "lstm" else None
+  generic, _ = online.frozen_gradients(
+      wrapped, estimators.make("snap1", wrapped, pattern=pattern), params,
+      chunk, jax.random.PRNGKey(1))
+  generic = np.asarray(generic["W"])
+  if cell_name == "gru":  # the masked entries of W: zero in both
+    generic = generic * cell.weight_mask(INPUT)
+  np.testing.assert_allclose(_per_step(cell, "snap1", params, chunk),
+                             generic, rtol=1e-11, atol=1e-14)
