@@ -76,8 +76,8 @@ def make(name: str, cell: Cell, **hparams) -> Estimator:
     return generic.for_custom_cell(name, cell, **hparams)
   accepted = hyperparameters(name)
   if not isinstance(cell, Cell):
-    raise ValueError(f"cell must be an rtrl.cells cell (RNN, RHN, LSTM), got "
-                     f"{cell!r}")
+    raise ValueError("cell must be an rtrl.cells cell (RNN, RHN, LSTM, GRU, "
+                     f"a Cell subclass or a CustomCell), got {cell!r}")
   unknown = set(hparams) - set(accepted)
   if unknown:
     takes = ", ".join(accepted) or "no hyper-parameters"
