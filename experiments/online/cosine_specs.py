@@ -14,7 +14,8 @@ from rtrl import estimators
 # Paper-style legend names; ranked ones are prefixed with the rank ('8-OK').
 DISPLAY_NAMES = {"rtrl": "RTRL", "uoro": "UORO", "kf": "KF-RTRL",
                  "kf_avg": "KF-AVG", "kf_approx": "KF-APPROX", "ok": "OK",
-                 "ok_biased": "B-OK", "ktp": "KTP"}
+                 "ok_biased": "B-OK", "ktp": "KTP", "snap1": "SnAp-1",
+                 "rflo": "RFLO"}
 
 
 class EstimatorSpec(NamedTuple):

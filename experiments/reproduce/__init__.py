@@ -2,22 +2,26 @@
 
 `targets()` maps a name (`ok_fig1`, ...) to `fn(scale, workdir) -> Result`;
 `scripts/reproduce.py` runs them. The OK paper's figures are in
-`ok_paper.py` (the cosine figures' shared runs in `cosine_figures.py`), the
-official code's logs against our official presets in `ok_official.py`, the
-RLS paper's figures in `rls_paper.py`; what every target shares (curves,
-learning-rate selection, plots, tables) in `common.py`, and `--plan`'s
-measurements in `plan.py`. A new target is a function in one of the target
-modules, added to its `TARGETS`.
+`ok_paper.py` (the cosine figures' shared runs in `cosine_figures.py`, the
+Copy and char-PTB curves, scores and tables in `online_curves.py`), the
+official code's logs against our official presets in `ok_official.py`,
+SnAp-1, RFLO, UORO, KF-RTRL, KF-AVG, OK and TBPTT side by side (gradient
+cosine, Copy, char-PTB) in `compare_online.py`, the RLS paper's figures in
+`rls_paper.py`; what every target shares (curves, learning-rate selection,
+plots, tables) in `common.py`, and `--plan`'s measurements in `plan.py`.
+A new target is a function in one of the target modules, added to its
+`TARGETS`.
 """
 
 from __future__ import annotations
 
 from experiments.reproduce import common
+from experiments.reproduce import compare_online
 from experiments.reproduce import ok_official
 from experiments.reproduce import ok_paper
 from experiments.reproduce import rls_paper
 
-_MODULES = (ok_paper, ok_official, rls_paper)
+_MODULES = (ok_paper, ok_official, compare_online, rls_paper)
 
 
 def targets() -> dict:

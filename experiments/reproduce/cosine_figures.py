@@ -61,10 +61,11 @@ def cosine_series(records: list[dict], estimator: str, field: str):
 
 
 def plot_cosine(out: str, labels: list[str], title: str, path: str,
-                 sizes: tuple[int, ...] = ()) -> str:
+                 sizes: tuple[int, ...] = (), columns: int = 0) -> str:
   """The target's `figure.png`: per setting, mean ± std over repetitions of
-  each estimator's cosine against steps (one panel each); with `sizes` (one
-  per setting, Figure 9) the last step's cosine against the RHN size."""
+  each estimator's cosine against steps (one panel each, `columns` to a row;
+  0: all in one row); with `sizes` (one per setting, Figure 9) the last
+  step's cosine against the RHN size."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
@@ -83,9 +84,13 @@ def plot_cosine(out: str, labels: list[str], title: str, path: str,
            ylabel=f"cosine at step {records[labels[0]][-1]['step']}")
     axes = [ax]
   else:
-    fig, axes = plt.subplots(1, len(labels), squeeze=False, sharey=True,
-                             figsize=(4.5 * len(labels) + 1.5, 4))
-    axes = list(axes[0])
+    columns = columns or len(labels)
+    rows = -(-len(labels) // columns)
+    fig, axes = plt.subplots(rows, columns, squeeze=False, sharey=True,
+                             figsize=(4.5 * columns + 1.5, 4 * rows))
+    for ax in axes.flat[len(labels):]:
+      ax.set_visible(False)
+    axes = list(axes.flat[:len(labels)])
     for ax, label in zip(axes, labels):
       steps = np.array([r["step"] for r in records[label]])
       for estimator in estimators:
@@ -95,7 +100,8 @@ def plot_cosine(out: str, labels: list[str], title: str, path: str,
         ax.fill_between(steps, mean - std, np.minimum(mean + std, 1.0),
                         color=line.get_color(), alpha=0.15, linewidth=0)
       ax.set(title=label, xlabel="step")
-    axes[0].set_ylabel("cosine to exact RTRL gradient")
+    for ax in axes[::columns]:
+      ax.set_ylabel("cosine to exact RTRL gradient")
   for ax in axes:
     ax.grid(alpha=0.3)
   axes[-1].legend(loc="center left", bbox_to_anchor=(1.01, 0.5),
@@ -109,22 +115,26 @@ def plot_cosine(out: str, labels: list[str], title: str, path: str,
 
 def cosine_target(name: str, workdir: str, title: str,
                    settings: list[tuple[str, dict]], scale: str,
-                   paper: str = "",
-                   sizes: tuple[int, ...] = ()) -> common.Result:
+                   paper: str = "", sizes: tuple[int, ...] = (),
+                   columns: int = 0, note: str = "") -> common.Result:
   """Runs every setting's cosine tool; writes `figure.png` (see
-  `plot_cosine`) and the table, titled with the scale and, in `paper`,
-  what the paper's figure shows (it gives no numbers)."""
+  `plot_cosine`) and the table, titled with the scale, what the paper's
+  figure shows in `paper` (it gives no numbers) and `note`. Under `--plan`
+  (nothing ran) it writes nothing."""
   out = os.path.join(workdir, name)
   os.makedirs(out, exist_ok=True)
   rows = []
   for label, overrides in settings:
     summary = run_cosine(out, label, overrides)
     rows += cosine_rows(label, summary)
+  if plan.active() is not None:
+    return common.Result(name, [], rows)
   title = f"{title} ({scale} scale)"
   files = [plot_cosine(out, [label for label, _ in settings], title,
-                        os.path.join(out, "figure.png"), sizes)]
-  files += common.write_table(rows, os.path.join(out, "table"),
-                              title + (f". Paper: {paper}" if paper else ""))
+                        os.path.join(out, "figure.png"), sizes, columns)]
+  table_title = (title + (f". Paper: {paper}" if paper else "")
+                 + (f". {note}" if note else ""))
+  files += common.write_table(rows, os.path.join(out, "table"), table_title)
   return common.Result(name, files, rows)
 
 

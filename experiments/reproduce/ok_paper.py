@@ -23,47 +23,14 @@ from experiments.reproduce import common
 from experiments.reproduce.common import Curve
 from experiments.reproduce.cosine_figures import (cosine_size, cosine_target,
                                                  train_single)
-
-PAPER_LEARNING_RATES = (10 ** -2.5, 10 ** -3, 10 ** -3.5, 10 ** -4)
-SMALL_LEARNING_RATES = (10 ** -2.5, 10 ** -3)
+from experiments.reproduce.online_curves import (copy_base, copy_curve,
+                                                copy_figure, estimator,
+                                                ptb_base, ptb_table)
 
 
 # --------------------------------------------------------------------------
 # Copy task: Figures 1, 4 and 12 (curriculum length against steps).
 # --------------------------------------------------------------------------
-
-
-def _copy_base(scale: str, batch_size: int) -> dict:
-  if scale == "paper":
-    return dict(hidden_size=128, batch_size=batch_size, num_seeds=5,
-                learning_rates=PAPER_LEARNING_RATES, num_steps=4_000_000,
-                curriculum="official", chunk_steps=400, log_every=4000,
-                checkpoint_every=40_000)
-  return dict(hidden_size=32, batch_size=batch_size, num_seeds=2,
-              learning_rates=SMALL_LEARNING_RATES, num_steps=20_000,
-              curriculum="official", chunk_steps=400, log_every=2000,
-              checkpoint_every=4000)
-
-
-def _copy(label: str, scale: str, overrides: dict) -> Curve:
-  """A Copy-task curve; at paper scale on the `official` preset (the
-  official code's initialisation, clipping and curriculum)."""
-  return Curve(label, "copy_task", overrides,
-               "official" if scale == "paper" else "")
-
-
-def _estimator(name: str, rank: int = 0, truncation: int = 0) -> dict:
-  if name == "tbptt":
-    return dict(estimator="tbptt", truncation=truncation)
-  return dict(estimator=name, rank=rank) if rank else dict(estimator=name)
-
-
-def _final_length(records, summary, run_index) -> float:
-  del summary
-  if not records:
-    return float("nan")
-  return float(common.per_run(records[-1]["curriculum_length"],
-                              run_index + 1)[run_index])
 
 
 def _copy_figure(name: str, curves: list[Curve], workdir: str, title: str,
@@ -72,44 +39,31 @@ def _copy_figure(name: str, curves: list[Curve], workdir: str, title: str,
   """`paper` maps our curve label to the paper's curve it stands for (at
   small scale a smaller rank or truncation) and the paper's final T (None
   where the paper gives none)."""
-  title = f"{title} ({scale} scale)"
-  out = os.path.join(workdir, name)
-  os.makedirs(out, exist_ok=True)
-  results = common.run_curves(curves, out, _final_length,
-                              higher_is_better=True)
-  figure = common.plot_curves(results, "curriculum_length",
-                              "curriculum length T", title,
-                              os.path.join(out, "figure.png"))
-  rows = []
-  for result in results:
-    lengths = [_final_length(result.records, {}, r) for r in result.best_runs]
-    mean, std = common.mean_std(lengths)
-    rows.append({"curve": result.curve.label,
-                 "learning_rate": result.best_learning_rate,
-                 "final_T_mean": mean, "final_T_std": std,
-                 "seeds": len(result.best_runs),
-                 "paper_curve": paper.get(result.curve.label, (None,))[0],
-                 "paper_T": paper.get(result.curve.label, (None, None))[1]})
-  files = [figure] + common.write_table(rows, os.path.join(out, "table"),
-                                        title)
-  return common.Result(name, files, rows)
+  def columns(result):
+    paper_curve, paper_t = paper.get(result.curve.label, (None, None))
+    return {"paper_curve": paper_curve, "paper_T": paper_t}
+
+  return copy_figure(name, curves, workdir, title, scale, columns)
 
 
 def ok_fig1(scale: str, workdir: str) -> common.Result:
   """Figure 1: Copy task, 16-OK vs 16-KF-AVG vs TBPTT-50 vs TBPTT-80, RHN 128,
   batch 16 (paper: T 42, 32, 33, 33). Small: RHN 32, 8-OK, 8-KF-AVG,
   TBPTT-20, TBPTT-40, 20k steps."""
-  base = _copy_base(scale, 16)
+  base = copy_base(scale, 16)
   rank = 16 if scale == "paper" else 8
   short, long = (50, 80) if scale == "paper" else (20, 40)
   chunk = 400
   curves = [
-      _copy(f"{rank}-OK", scale, {**base, **_estimator("ok", rank)}),
-      _copy(f"{rank}-KF-AVG", scale, {**base, **_estimator("kf_avg", rank)}),
-      _copy(f"TBPTT-{short}", scale, {**base, **_estimator("tbptt", truncation=short),
-             "chunk_steps": chunk}),
-      _copy(f"TBPTT-{long}", scale, {**base, **_estimator("tbptt", truncation=long),
-             "chunk_steps": chunk}),
+      copy_curve(f"{rank}-OK", scale, {**base, **estimator("ok", rank)}),
+      copy_curve(f"{rank}-KF-AVG", scale,
+                 {**base, **estimator("kf_avg", rank)}),
+      copy_curve(f"TBPTT-{short}", scale, {
+          **base, **estimator("tbptt", truncation=short),
+          "chunk_steps": chunk}),
+      copy_curve(f"TBPTT-{long}", scale, {
+          **base, **estimator("tbptt", truncation=long),
+          "chunk_steps": chunk}),
   ]
   paper = [("16-OK", 42), ("16-KF-AVG", 32), ("TBPTT-50", 33),
            ("TBPTT-80", 33)]
@@ -123,13 +77,16 @@ def ok_fig4(scale: str, workdir: str) -> common.Result:
   (paper: KTP 17, then 33, 32, 30, 25 in legend order). The paper names only
   KTP, KF-RTRL and KF-RTRL-16-APPROX; the ranks of the other APPROX curves
   are our reading. Small: RHN 32, batch 64, 20k steps."""
-  base = _copy_base(scale, 256 if scale == "paper" else 64)
+  base = copy_base(scale, 256 if scale == "paper" else 64)
   curves = [
-      _copy("16-KTP", scale, {**base, **_estimator("ktp", 16)}),
-      _copy("KF-RTRL", scale, {**base, **_estimator("kf")}),
-      _copy("KF-RTRL-16-APPROX", scale, {**base, **_estimator("kf_approx", 16)}),
-      _copy("KF-RTRL-4-APPROX", scale, {**base, **_estimator("kf_approx", 4)}),
-      _copy("KF-RTRL-1-APPROX", scale, {**base, **_estimator("kf_approx", 1)}),
+      copy_curve("16-KTP", scale, {**base, **estimator("ktp", 16)}),
+      copy_curve("KF-RTRL", scale, {**base, **estimator("kf")}),
+      copy_curve("KF-RTRL-16-APPROX", scale,
+                 {**base, **estimator("kf_approx", 16)}),
+      copy_curve("KF-RTRL-4-APPROX", scale,
+                 {**base, **estimator("kf_approx", 4)}),
+      copy_curve("KF-RTRL-1-APPROX", scale,
+                 {**base, **estimator("kf_approx", 1)}),
   ]
   paper = {"16-KTP": 17, "KF-RTRL": 33, "KF-RTRL-16-APPROX": 32}
   return _copy_figure("ok_fig4", curves, workdir,
@@ -144,13 +101,17 @@ def ok_fig12(scale: str, workdir: str) -> common.Result:
   on Copy: the biased rank-16 approximation nearly matches 16-OK, the biased
   rank-1 one is far worse. Small: RHN 32, rank 8 and 1, batch 16 and 64."""
   rank = 16 if scale == "paper" else 8
-  small_batch = _copy_base(scale, 16)
-  large_batch = _copy_base(scale, 256 if scale == "paper" else 64)
+  small_batch = copy_base(scale, 16)
+  large_batch = copy_base(scale, 256 if scale == "paper" else 64)
   curves = [
-      _copy(f"{rank}-OK", scale, {**small_batch, **_estimator("ok", rank)}),
-      _copy(f"{rank}-B-OK", scale, {**small_batch, **_estimator("ok_biased", rank)}),
-      _copy("1-OK (large batch)", scale, {**large_batch, **_estimator("ok", 1)}),
-      _copy("1-B-OK (large batch)", scale, {**large_batch, **_estimator("ok_biased", 1)}),
+      copy_curve(f"{rank}-OK", scale,
+                 {**small_batch, **estimator("ok", rank)}),
+      copy_curve(f"{rank}-B-OK", scale,
+                 {**small_batch, **estimator("ok_biased", rank)}),
+      copy_curve("1-OK (large batch)", scale,
+                 {**large_batch, **estimator("ok", 1)}),
+      copy_curve("1-B-OK (large batch)", scale,
+                 {**large_batch, **estimator("ok_biased", 1)}),
   ]
   paper = ["16-OK", "16-B-OK", "1-OK (batch 256)", "1-B-OK (batch 256)"]
   return _copy_figure("ok_fig12", curves, workdir,
@@ -166,67 +127,29 @@ def ok_fig12(scale: str, workdir: str) -> common.Result:
 
 
 def _ptb_curves(scale: str, batch_size: int) -> list[Curve]:
-  if scale == "paper":
-    base = dict(hidden_size=256, batch_size=batch_size, num_seeds=5,
-                learning_rates=PAPER_LEARNING_RATES, num_steps=1_000_000,
-                chunk_steps=100, log_every=1000, eval_every=10_000,
-                checkpoint_every=10_000)
-    preset = "official"
-  else:
-    base = dict(batch_size=batch_size // 2, num_seeds=2,
-                learning_rates=SMALL_LEARNING_RATES, num_steps=6000,
-                chunk_steps=100, log_every=500, eval_every=2000,
-                checkpoint_every=2000)
-    preset = "small"
+  base, preset = ptb_base(scale, batch_size)
   return [
-      Curve("8-KF-AVG", "ptb", {**base, **_estimator("kf_avg", 8)}, preset),
-      Curve("8-OK", "ptb", {**base, **_estimator("ok", 8)}, preset),
-      Curve("TBPTT-5", "ptb", {**base, **_estimator("tbptt", truncation=5)},
+      Curve("8-KF-AVG", "ptb", {**base, **estimator("kf_avg", 8)}, preset),
+      Curve("8-OK", "ptb", {**base, **estimator("ok", 8)}, preset),
+      Curve("TBPTT-5", "ptb", {**base, **estimator("tbptt", truncation=5)},
             preset),
-      Curve("TBPTT-25", "ptb", {**base, **_estimator("tbptt",
-                                                     truncation=25)}, preset),
+      Curve("TBPTT-25", "ptb", {**base, **estimator("tbptt",
+                                                    truncation=25)}, preset),
   ]
-
-
-def _best_valid(records, summary, run_index) -> float:
-  del records
-  value = summary.get("best_valid_bpc")
-  if value is None:
-    return float("nan")
-  return float(common.per_run(value, run_index + 1)[run_index])
 
 
 def _ptb_table(name: str, scale: str, batch_size: int, workdir: str,
                paper: dict[str, tuple[float, float]]) -> common.Result:
-  out = os.path.join(workdir, name)
-  os.makedirs(out, exist_ok=True)
   curves = _ptb_curves(scale, batch_size)
   config = common.make_config(curves[0])  # What ran (small: half the batch).
   setting = (f"RHN-{config.hidden_size}, batch {config.batch_size} ({scale} "
              f"scale; paper: RHN-256, batch {batch_size})")
-  results = common.run_curves(curves, out, _best_valid,
-                              higher_is_better=False)
-  figure = common.plot_curves(results, "valid_bpc", "validation BPC",
-                              f"char-PTB, {setting}",
-                              os.path.join(out, "figure.png"))
-  rows = []
-  for result in results:
-    n = len(result.runs)
-    valid = [common.per_run(result.summary.get("best_valid_bpc"), n)[r]
-             for r in result.best_runs]
-    test = [common.per_run(result.summary.get("test_bpc"), n)[r]
-            for r in result.best_runs]
-    (valid_mean, valid_std), (test_mean, test_std) = (
-        common.mean_std(valid), common.mean_std(test))
+
+  def columns(result):
     paper_valid, paper_test = paper.get(result.curve.label, (None, None))
-    rows.append({"model": result.curve.label,
-                 "learning_rate": result.best_learning_rate,
-                 "valid_bpc": valid_mean, "valid_std": valid_std,
-                 "test_bpc": test_mean, "test_std": test_std,
-                 "paper_valid": paper_valid, "paper_test": paper_test})
-  files = [figure] + common.write_table(
-      rows, os.path.join(out, "table"), f"char-PTB BPC, {setting}")
-  return common.Result(name, files, rows)
+    return {"paper_valid": paper_valid, "paper_test": paper_test}
+
+  return ptb_table(name, curves, workdir, setting, columns)
 
 
 def ok_fig2_table2(scale: str, workdir: str) -> common.Result:
@@ -260,7 +183,7 @@ def ok_fig3(scale: str, workdir: str) -> common.Result:
   train = (dict(hidden_size=256, num_steps=1_000_000) if scale == "paper"
            else dict(num_steps=4000))
   trained = train_single(out, "trained-8-OK", "ptb",
-                          {**train, **_estimator("ok", 8)},
+                          {**train, **estimator("ok", 8)},
                           "" if scale == "paper" else "small")
   settings = [("after-training", dict(
       checkpoint_dir=trained, task="ptb", reset_probability=0.01,
@@ -292,10 +215,10 @@ def ok_fig7_8(scale: str, workdir: str) -> common.Result:
   out = os.path.join(workdir, "ok_fig7_8")
   if scale == "paper":
     train = dict(hidden_size=128, max_length=40, num_steps=4_000_000,
-                 learning_rate=10 ** -3.5, **_estimator("ok", 16))
+                 learning_rate=10 ** -3.5, **estimator("ok", 16))
   else:
     train = dict(hidden_size=32, max_length=10, num_steps=20_000,
-                 **_estimator("ok", 8))
+                 **estimator("ok", 8))
   settings = []
   for figure, seed in (("fig7", 0), ("fig8", 1)):
     trained = train_single(out, f"trained-{figure}", "copy_task",
@@ -333,7 +256,7 @@ def ok_fig10_11(scale: str, workdir: str) -> common.Result:
   settings = []
   for n in sizes:
     trained = train_single(out, f"trained-RHN-{n}", "copy_task", dict(
-        hidden_size=n, num_steps=steps, **_estimator("ok", 8)))
+        hidden_size=n, num_steps=steps, **estimator("ok", 8)))
     settings.append((f"RHN-{n}", dict(
         checkpoint_dir=trained, task="copy", sequence_length=0,
         estimators="ok:8,kf_avg:8", **cosine_size(scale))))

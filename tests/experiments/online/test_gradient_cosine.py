@@ -194,9 +194,10 @@ def test_bad_estimator_spec_is_a_clear_error(spec, message):
 
 
 def test_parses_paper_style_labels():
-  specs = cosine_specs.parse_estimators(" ok:2, ok:8,kf_avg:8 ,kf,uoro,ktp:8")
+  specs = cosine_specs.parse_estimators(
+      " ok:2, ok:8,kf_avg:8 ,kf,uoro,ktp:8,snap1,rflo")
   assert [s.label for s in specs] == ["2-OK", "8-OK", "8-KF-AVG", "KF-RTRL",
-                                      "UORO", "8-KTP"]
+                                      "UORO", "8-KTP", "SnAp-1", "RFLO"]
   assert specs[0].hparams() == {"rank": 2} and specs[3].hparams() == {}
 
 
