@@ -21,11 +21,27 @@ PAPER_TEXT = {"rtrl": "n^4 / n^3", "ok": "r n^3 / r n^2",
               "snap1": "n^2 / n^2", "rflo": "n^2 / n^2"}
 
 
-def methods(names, ranks):
-  """[(estimator, rank or None)] in the order they are printed."""
+# The estimators that serve any `CustomCell` by autodiff; `--generic` times
+# them on the built-in cell seen only through its step (`cells.as_custom`).
+GENERIC = ("rtrl", "uoro", "snap1")
+GENERIC_PREFIX = "generic-"
+
+
+def base_name(name: str) -> str:
+  """The estimator behind a method name (`generic-snap1` -> `snap1`)."""
+  return name[len(GENERIC_PREFIX):] if name.startswith(GENERIC_PREFIX) else (
+      name)
+
+
+def methods(names, ranks, generic=False):
+  """[(estimator, rank or None)] in the order they are printed; with
+  `generic`, each of `GENERIC` among `names` is followed by its generic
+  twin."""
   out = []
   for name in names:
     out += [(name, r) for r in ranks] if name in RANKED else [(name, None)]
+    if generic and name in GENERIC:
+      out.append((GENERIC_PREFIX + name, None))
   return out
 
 
@@ -37,7 +53,10 @@ def label(method, truncation):
 
 
 def analytic_tangent_floats(name, rank, cell, input_size) -> int:
-  """The tangent size each estimator's design promises (P = input + n + 1)."""
+  """The tangent size each estimator's design promises (P = input + n + 1).
+  The generic SnAp-1 stores its one-step pattern, which for the LSTM is
+  smaller than the unit pattern (marked '!' in the report)."""
+  name = base_name(name)
   n, k, s = cell.hidden_size, cell.num_gates, cell.num_state_rows
   p = input_size + n + 1
   if name == "rtrl":
@@ -60,7 +79,9 @@ def flop_floor(name, rank, cell, input_size, batch) -> float:
   GEMMs: `H A` on every stored `(S n)`-row (`2 rows (S n)^2`), plus for OK
   and B-OK the reduction's Gram matrix and combination (`2 (2r+1) (r+1) M`,
   `M = K S n^2`). Elementwise work, the cell and the optimiser are left out,
-  so `time / floor` is how far a step is from the matmul roofline."""
+  so `time / floor` is how far a step is from the matmul roofline. A
+  generic method is held to its analytic twin's floor."""
+  name = base_name(name)
   n, k, s = cell.hidden_size, cell.num_gates, cell.num_state_rows
   p = input_size + n + 1
   square = 2 * (s * n) ** 2

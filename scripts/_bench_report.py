@@ -4,7 +4,7 @@ ratios, and r-OK's overhead over r-KF-AVG."""
 
 from __future__ import annotations
 
-from _bench_costs import PAPER_TEXT, flop_floor
+from _bench_costs import GENERIC_PREFIX, PAPER_TEXT, base_name, flop_floor
 from _bench_lib import fit_exponent, fmt_count, fmt_ms
 from rtrl import cells
 from rtrl.tasks import copy_task
@@ -51,12 +51,32 @@ def report(all_results, names, sizes, skipped, gflops):
         ("full", lambda r: r["full"]["min"]), ("mem", lambda r: r["mem"]))}
     fits[tag] = fit
     print(f"{tag:<{width}}" + "".join(f"{fit[k]:>7.2f}" for k in fit) +
-          f"   {PAPER_TEXT[names[tag]]}")
+          f"   {PAPER_TEXT[base_name(names[tag])]}")
   if skipped:
     print("\nskipped (and every larger size):")
     for tag, (n, why) in skipped.items():
       print(f"  {tag} at n={n}: {why}")
   return fits
+
+
+def report_generic(all_results, tags, sizes):
+  """Prints each generic (autodiff) method's full step over its analytic
+  twin's on the same cell, from the same interleaved run."""
+  pairs = [(t, t[len(GENERIC_PREFIX):]) for t in tags
+           if t.startswith(GENERIC_PREFIX) and t[len(GENERIC_PREFIX):] in tags]
+  if not pairs:
+    return
+  print("\ngeneric (CustomCell, autodiff) / analytic full step, same cell")
+  width = max(len(t) for t, _ in pairs) + 2
+  print(f"{'method':<{width}}" + "".join(f"{'n=' + str(n):>10}"
+                                         for n in sizes))
+  for generic, analytic in pairs:
+    row = []
+    for n in sizes:
+      a, g = all_results.get((analytic, n)), all_results.get((generic, n))
+      row.append(f"{g['full']['min'] / a['full']['min']:.2f}x"
+                 if a and g else "skip")
+    print(f"{generic:<{width}}" + "".join(f"{r:>10}" for r in row))
 
 
 def report_overhead(all_results, sizes, args, gflops):

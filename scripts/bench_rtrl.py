@@ -25,6 +25,10 @@ run, each step's FLOP floor (its `H·A` GEMMs, plus OK's reduction GEMMs, at
 that throughput) is printed with the ratio full / floor, and the breakdown
 shows the H·A GEMM's own GFLOP/s as a percentage of the large matmul's.
 `--core` also times the tangent step alone (vmapped `estimator.step`).
+`--generic` adds, beside exact RTRL, UORO and SnAp-1, their generic autodiff
+twins (`generic-*`: the same cell wrapped by `cells.as_custom`, so served by
+`rtrl.estimators.generic`) and prints each twin's full step over the
+analytic one's.
 
 Timing: every configuration of one size is compiled ahead of time and run once
 (warm-up), then `--repeats` rounds time all of them in turn (interleaved, so
@@ -36,6 +40,8 @@ Table 1's exponent) exceeds `--max_seconds` are skipped and listed.
   python scripts/bench_rtrl.py --sizes 128 --estimators ok,kf_avg --ranks 16
   python scripts/bench_rtrl.py --sizes 256 --batch_size 32 --estimators ok \
       --ranks 8 --breakdown_sizes 256                          # PTB setting
+  python scripts/bench_rtrl.py --cell lstm --estimators uoro,snap1,rflo,rtrl \
+      --generic --breakdown_sizes none                        # issue 20
   python scripts/bench_rtrl.py --sizes 128 --steps 100 --repeats 1 \
       --breakdown_sizes none                                   # compile times
 """
@@ -61,10 +67,11 @@ from _bench_lib import (compiled, count_floats,  # noqa: E402
                         load_average, matmul_gflops,
                         run_timed)
 from _bench_ok_pieces import ok_pieces  # noqa: E402
-from _bench_report import report, report_overhead  # noqa: E402
-from _bench_costs import (PAPER, RANKED, UNRANKED,  # noqa: E402
-                          analytic_tangent_floats, flop_floor, label,
-                          methods)
+from _bench_report import (report, report_generic,  # noqa: E402
+                           report_overhead)
+from _bench_costs import (GENERIC_PREFIX, PAPER, RANKED,  # noqa: E402
+                          UNRANKED, analytic_tangent_floats, base_name,
+                          flop_floor, label, methods)
 from experiments.online.setup import init_params  # noqa: E402
 from rtrl import bptt, cells, estimators, linalg, online  # noqa: E402
 from rtrl.tasks import copy_task  # noqa: E402
@@ -111,11 +118,14 @@ def build(method, cell, params, chunk, chunk_t, args):
                                                   args.truncation)
       entry["core"] = compiled(core, params, state.cell_state, chunk_t)
     return entry
-  estimator = estimators.make(name, cell, **({"rank": rank} if rank else {}))
-  trainer = online.make_online_trainer(cell, estimator, optimizer)
+  # A generic method sees the same cell through its step function only.
+  served = cells.as_custom(cell) if name.startswith(GENERIC_PREFIX) else cell
+  estimator = estimators.make(base_name(name), served,
+                              **({"rank": rank} if rank else {}))
+  trainer = online.make_online_trainer(served, estimator, optimizer)
   state = trainer.init(params, key, batch)   # traces init: rank errors here
   entry = {"full": compiled(trainer.run, state, chunk), "per_call": steps,
-           "mem": tangent_floats(estimator, cell, params["cell"]),
+           "mem": tangent_floats(estimator, served, params["cell"]),
            "analytic": analytic_tangent_floats(name, rank, cell, VOCAB)}
   if args.core:
     def core(cell_params, tstate, cell_state, inputs):
@@ -134,7 +144,7 @@ def predicted_too_slow(method, tag, n, args, history) -> str | None:
   if tag not in history:
     return None
   n0, seconds = history[tag]
-  predicted = seconds * (n / n0) ** PAPER[method[0]][0]
+  predicted = seconds * (n / n0) ** PAPER[base_name(method[0])][0]
   if predicted > args.max_seconds:
     return f"predicted {predicted:.0f}s > --max_seconds"
   return None
@@ -240,6 +250,10 @@ def parse_args(argv):
                       help="sizes for OK's step breakdown ('none': skip)")
   parser.add_argument("--core", action="store_true",
                       help="also time the estimator's tangent step alone")
+  parser.add_argument("--generic", action="store_true",
+                      help="also time the generic autodiff path (rtrl, uoro, "
+                      "snap1 on the cell wrapped by cells.as_custom) beside "
+                      "each analytic one")
   parser.add_argument("--json", default=None, help="write all results here")
   parser.add_argument("--cache_dir", default=None,
                       help="persistent XLA compilation cache: a rerun skips "
@@ -297,7 +311,7 @@ def main(argv=None):
     jax.config.update("jax_compilation_cache_dir", args.cache_dir)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   sizes = sorted(args.sizes)
-  todo = methods(args.names, args.ranks)
+  todo = methods(args.names, args.ranks, args.generic)
   tags = [label(m, args.truncation) for m in todo]
   gflops = matmul_gflops()
   print(f"cell={args.cell} batch={args.batch_size} steps={args.steps} "
@@ -312,6 +326,8 @@ def main(argv=None):
     all_results = measure_sizes(sizes, todo, args, skipped)
   fits = report(all_results, dict(zip(tags, [m[0] for m in todo])), sizes,
                 skipped, gflops)
+  if args.generic:
+    report_generic(all_results, tags, sizes)
   overhead = report_overhead(all_results, sizes, args, gflops)
   print(f"\ntotal {time.perf_counter() - start:.0f}s; {load_average()}")
   if args.json:

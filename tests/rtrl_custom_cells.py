@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rtrl.cells import CustomCell
+from rtrl.cells import CustomCell, as_custom
 
 N = 3
 
@@ -82,8 +82,7 @@ def diagonal_rnn():
 
 def wrapped(cell):
   """A built-in Lemma-1 cell seen only through its step function."""
-  return CustomCell(step=cell.step, init=cell.init,
-                    initial_state=cell.initial_state, output=cell.output)
+  return as_custom(cell)
 
 
 def cho_gru_pattern(params):

@@ -201,7 +201,8 @@ def plot_curves(results: list[CurveResult], metric: str, ylabel: str,
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, ax = plt.subplots(figsize=(6, 4))
+  many = len(results) > 5   # then the legend goes beside the axes
+  fig, ax = plt.subplots(figsize=(8.5 if many else 6, 4))
   for result in results:
     steps, values = series(result.records, metric, result.best_runs,
                            len(result.runs))
@@ -217,7 +218,10 @@ def plot_curves(results: list[CurveResult], metric: str, ylabel: str,
   ax.set_title(title, fontsize="medium")  # Long titles fit the figure.
   if log_y:
     ax.set_yscale("log")
-  ax.legend()
+  if many:
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="small")
+  else:
+    ax.legend()
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)

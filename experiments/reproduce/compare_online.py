@@ -72,9 +72,9 @@ def compare_cosine(scale: str, workdir: str) -> common.Result:
   text (new networks per repetition, resets of probability 0.01) and on the
   same cells trained on Copy by 8-OK (T capped, then frozen). Outside
   reference (another task: chaotic time series, n=64): sketched-rtrl reports
-  SnAp-1 0.505, KF-RTRL 0.512, RFLO 0.288, UORO 0.056. Small: n=32, Copy
-  training 10k steps with T capped at 10, 200 steps x 5 repetitions. Paper:
-  untrained n=64 (sketched-rtrl's size), Copy n=128 (the OK paper's) trained
+  SnAp-1 0.505, KF-RTRL 0.512, RFLO 0.288, UORO 0.056. Small: untrained
+  n=64 (sketched-rtrl's size), Copy n=32 trained 10k steps with T capped at
+  10, 200 steps x 5 repetitions. Paper: untrained n=64, Copy n=128 (the OK paper's) trained
   4M steps at lr 10^-3.5 with T capped at 40 as ok_fig7_8, 1000 steps x 20
   repetitions; exact RTRL at n=128 wants a GPU."""
   out = os.path.join(workdir, "compare_cosine")
@@ -83,7 +83,7 @@ def compare_cosine(scale: str, workdir: str) -> common.Result:
     train = dict(hidden_size=128, max_length=40, num_steps=4_000_000,
                  learning_rate=10 ** -3.5, **estimator("ok", 8))
   else:
-    untrained, trained_size = 32, 32
+    untrained, trained_size = 64, 32
     train = dict(hidden_size=32, max_length=10, num_steps=10_000,
                  **estimator("ok", 8))
   size = cosine_size(scale)
@@ -111,8 +111,9 @@ def compare_cosine(scale: str, workdir: str) -> common.Result:
 def compare_copy(scale: str, workdir: str) -> common.Result:
   """Copy-task curriculum length against steps for SnAp-1, RFLO, UORO,
   KF-RTRL, 2/8-KF-AVG, 2/8-OK and TBPTT on an RHN, batch 16 (the OK paper's
-  Figure 1 setting; its 16-OK reaches T 42, TBPTT-50 33). Small: RHN-32, 2
-  seeds, 20k steps, TBPTT-20 and ONE learning rate, 10^-2.5, for every
+  Figure 1 setting; its 16-OK reaches T 42, TBPTT-50 33). Small: RHN-64, 2
+  seeds, 60k steps (at RHN-32 and 20k steps every method but UORO and TBPTT
+  ends within T 8-10), TBPTT-20 and ONE learning rate, 10^-2.5, for every
   method (a method that diverges there shows in the table's `diverged`
   column; rerun it at a lower rate). Paper: the `official` preset's RHN-128,
   5 seeds, 4M steps, TBPTT-50, the best of {10^-2.5, 10^-3, 10^-3.5, 10^-4}
@@ -120,7 +121,8 @@ def compare_copy(scale: str, workdir: str) -> common.Result:
   base = online_curves.copy_base(scale, 16)
   truncation = 50 if scale == "paper" else 20
   if scale != "paper":
-    base["learning_rates"] = (SMALL_LEARNING_RATE,)
+    base.update(learning_rates=(SMALL_LEARNING_RATE,), hidden_size=64,
+                num_steps=60_000, log_every=4000, checkpoint_every=12_000)
   curves = [online_curves.copy_curve(label, scale, {**base, **fields})
             for label, fields in _methods(truncation)]
   config = common.make_config(curves[0])  # What runs (with --set).

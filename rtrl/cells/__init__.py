@@ -13,7 +13,7 @@ Any other cell, written as a pure one-step function, is a `CustomCell`
 from __future__ import annotations
 
 from rtrl.cells.builtin import GRU, LSTM, RHN, RNN
-from rtrl.cells.custom import CustomCell
+from rtrl.cells.custom import CustomCell, as_custom
 from rtrl.cells.lemma1 import Cell, Params, StepJacobians
 
 CELLS = {"rnn": RNN, "rhn": RHN, "lstm": LSTM, "gru": GRU}
@@ -28,4 +28,4 @@ def make(name: str, hidden_size: int, **kwargs) -> Cell:
 
 
 __all__ = ["CELLS", "Cell", "CustomCell", "GRU", "LSTM", "Params", "RHN",
-           "RNN", "StepJacobians", "make"]
+           "RNN", "StepJacobians", "as_custom", "make"]

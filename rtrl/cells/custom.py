@@ -192,3 +192,12 @@ class CustomCell:
         f"cannot tell which input_size params were built for: they are not "
         f"what {self!r}'s init returns for any input size, or init's shapes "
         f"do not depend on it; got {_describe(params)}")
+
+
+def as_custom(cell) -> CustomCell:
+  """Any cell seen only through its step function: the generic autodiff
+  path (`rtrl.estimators.generic`) on a built-in cell, to time it against
+  the analytic path or to check a `Cell` subclass's Jacobians against it."""
+  return CustomCell(step=cell.step, init=cell.init,
+                    initial_state=cell.initial_state, output=cell.output,
+                    name=f"custom({cell!r})")

@@ -8,8 +8,9 @@ influence on exactly that pattern, one `(S, P, K)` block per unit,
 
     J[s, p, k, j] ≈ d state[s, j] / d W[p, k n + j],
 
-stored `(S, P, K, n)` (so the gradient `Σ_s g[s, j] J[s, :, :, j]` is `W`'s
-layout with no transpose), and differ only in the `(S, S)` per-unit block
+stored as a tuple of `S` arrays `(P, K, n)`, one per state row (so the
+gradient `Σ_s g[s, j] J[s][:, :, j]` is `W`'s layout with no transpose), and
+differ only in the `(S, S)` per-unit block
 `A_j` that propagates it, `J'[:, :, :, j] = A_j J[:, :, :, j] + hhat ⊗ D_j`:
 
   * SnAp-1 (Menick et al. 2021): `A_j` is unit `j`'s diagonal block of the
@@ -76,23 +77,22 @@ def _unit_diagonal(name: str, cell: Cell,
 
   def zeros(params):
     p, k, s, n = base.sizes(cell, params)
-    return jnp.zeros((s, p, k, n), params["W"].dtype)
+    return tuple(jnp.zeros((p, k, n), params["W"].dtype) for _ in range(s))
 
   def update(influence, jac, key):
     del key  # deterministic
     blocks = unit_jacobian(jac, cell.hidden_row)                 # (n, S, S)
     gates = jnp.transpose(jac.D, (1, 2, 0))                      # (S, K, n)
-    # Σ_t A[j, s, t] J[t, ..., j] as S^2 (at most 4) elementwise products:
-    # a sum over a leading axis of the broadcast product lowers on XLA:CPU
-    # to a reduction ~15x slower than the products (LSTM-128, batch 16).
-    rows = range(influence.shape[0])
-    return jnp.stack([
-        sum(blocks[:, s, t] * influence[t] for t in rows)
-        + jac.hhat[:, None, None] * gates[s] for s in rows])
+    # One `(P, K, n)` array per state row, each new row S (at most 2)
+    # elementwise products: stacking the rows into one array made XLA:CPU
+    # transpose the whole influence inside the step (LSTM-128, batch 16).
+    rows = range(len(influence))
+    return tuple(sum(blocks[:, s, t] * influence[t] for t in rows)
+                 + jac.hhat[:, None, None] * gates[s] for s in rows)
 
   def readout(influence, g):
     per_unit = sum(g[s] * influence[s]                          # (P, K, n)
-                   for s in range(influence.shape[0]))
+                   for s in range(len(influence)))
     return per_unit.reshape(per_unit.shape[0], -1)
 
   return base.build(name, cell, zeros, update, readout)

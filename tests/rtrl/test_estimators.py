@@ -367,8 +367,8 @@ def _cancelling_tangent(name, tangent, rng):
   if name == "uoro":
     s, p = tangent
     return jnp.zeros_like(s), rand_like(p)
-  if name in ("snap1", "rflo"):  # one deterministic array: nothing to cancel
-    return jnp.zeros_like(tangent)
+  if name in ("snap1", "rflo"):  # deterministic arrays: nothing to cancel
+    return jax.tree_util.tree_map(jnp.zeros_like, tangent)
   raise AssertionError(name)
 
 

@@ -117,9 +117,9 @@ def test_update_is_exact_update_on_the_pattern(cell_name, x64):
           recurrent_weights=jnp.zeros_like(jac.recurrent_weights))))]:
     est = estimators.make(name, cell)
     tstate = est.init(params, state, jax.random.PRNGKey(0))
-    new, _ = est.step(params)(tstate._replace(tangent=influence), state,
-                              xs[0])
-    np.testing.assert_allclose(new.tangent, expected, rtol=1e-12,
+    new, _ = est.step(params)(tstate._replace(tangent=tuple(influence)),
+                              state, xs[0])
+    np.testing.assert_allclose(jnp.stack(new.tangent), expected, rtol=1e-12,
                                atol=1e-14)
 
 
@@ -141,12 +141,13 @@ def test_unit_jacobians_are_blocks_of_H(x64):
 
 @pytest.mark.parametrize("name", ["snap1", "rflo"])
 def test_memory_is_unit_diagonal(name):
-  """The influence has `S P K n` entries, not exact RTRL's `S n P K n`."""
+  """The influence has `S P K n` entries, not exact RTRL's `S n P K n`: one
+  `(P, K, n)` array per state row."""
   cell = cells.make("lstm", 6)
   params = cell.init(jax.random.PRNGKey(0), INPUT)
   est = estimators.make(name, cell)
   tstate = est.init(params, cell.initial_state(), jax.random.PRNGKey(1))
-  assert tstate.tangent.shape == (2, INPUT + 6 + 1, 4, 6)
+  assert [a.shape for a in tstate.tangent] == [(INPUT + 6 + 1, 4, 6)] * 2
 
 
 def _unit_pattern(cell):
@@ -166,9 +167,7 @@ def test_lemma1_snap1_equals_generic_snap1(cell_name, x64):
   (whose one-step pattern is smaller: the output gate does not reach `c`
   in one step, so the strict pattern drops what the unit pattern keeps)."""
   cell = cells.make(cell_name, N)
-  wrapped = cells.CustomCell(step=cell.step, init=cell.init,
-                             initial_state=cell.initial_state,
-                             output=cell.output)
+  wrapped = cells.as_custom(cell)
   params, chunk = _problem(cell, seed=5)
   pattern = _unit_pattern(cell) if cell_name == "lstm" else None
   generic, _ = online.frozen_gradients(

@@ -72,3 +72,21 @@ def test_smoke_tiny_run(tmp_path, capsys):
 def test_bad_estimator_name_is_rejected():
   with pytest.raises(SystemExit):
     bench.main(["--estimators", "nope"])
+
+
+def test_generic_twins_follow_their_estimators():
+  from _bench_costs import methods  # pylint: disable=import-outside-toplevel
+  assert methods(["uoro", "ok", "snap1"], [2], generic=True) == [
+      ("uoro", None), ("generic-uoro", None), ("ok", 2), ("snap1", None),
+      ("generic-snap1", None)]
+  assert methods(["uoro"], [2]) == [("uoro", None)]
+
+
+@pytest.mark.slow
+def test_smoke_generic_run(capsys):
+  bench.main(["--sizes", "4", "--estimators", "uoro,snap1", "--generic",
+              "--cell", "gru", "--steps", "2", "--repeats", "1",
+              "--breakdown_sizes", "none"])
+  printed = capsys.readouterr().out
+  assert "generic-snap1" in printed
+  assert "generic (CustomCell, autodiff) / analytic full step" in printed

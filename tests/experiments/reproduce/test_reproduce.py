@@ -303,7 +303,7 @@ def test_compare_cosine_settings_figure_and_table(tmp_path, monkeypatch):
 
   monkeypatch.setattr(cosine_figures, "run_cosine", fake_cosine)
   monkeypatch.setattr(compare_online, "train_single", fake_train)
-  for scale, untrained, size in (("paper", 64, 128), ("small", 32, 32)):
+  for scale, untrained, size in (("paper", 64, 128), ("small", 64, 32)):
     settings.clear()
     trained.clear()
     result = reproduce.targets()["compare_cosine"][1](scale, str(tmp_path))
