@@ -15,7 +15,8 @@ Modules
               `RHN`, `LSTM`, `GRU`, `Cell`: cells in the Lemma-1 form
               `z = [x, h, 1] @ W`, then a per-unit map.
               `CustomCell(step, init, initial_state, output)`: any cell as a
-              pure one-step function ('rtrl', 'uoro', 'snap1', BPTT).
+              pure one-step function ('rtrl', 'uoro', 'snap1', BPTT);
+              `as_custom(cell)`: any cell seen through its step only.
   estimators  `make(name, cell, **hparams)`, `names()`,
               `hyperparameters(name)`, `register`, `Estimator`: exact RTRL and
               its approximations (UORO, KF, KF-AVG, KF-APPROX, OK, B-OK, KTP,

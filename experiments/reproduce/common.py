@@ -218,7 +218,9 @@ def plot_curves(results: list[CurveResult], metric: str, ylabel: str,
   ax.set_title(title, fontsize="medium")  # Long titles fit the figure.
   if log_y:
     ax.set_yscale("log")
-  if many:
+  if not ax.get_legend_handles_labels()[0]:
+    pass  # Nothing recorded yet (e.g. --plan): no legend to draw.
+  elif many:
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="small")
   else:
     ax.legend()
