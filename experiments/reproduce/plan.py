@@ -99,9 +99,12 @@ def _short_config(experiment: str, config) -> tuple[Any, int, int]:
     chunk = short.truncation * max(1, MEASURE_CHUNK_STEPS // short.truncation)
   short.chunk_steps = chunk
   short.num_steps = chunk * (1 + MEASURED_CHUNKS)
-  for field in ("log_every", "checkpoint_every"):
-    if field in short:
-      short[field] = chunk
+  if "log_every" in short:
+    short.log_every = chunk   # A record (its steps/s) per chunk.
+  if "checkpoint_every" in short:
+    # Only after the measured chunks: a real run checkpoints every
+    # thousands of steps, so a save per short chunk would inflate its cost.
+    short.checkpoint_every = short.num_steps
   if "eval_every" in short:
     short.eval_every = 10 ** 9 // chunk * chunk  # Not within the short run.
   if "checkpoint_dir" in short:
