@@ -8,6 +8,8 @@ add one, subclass `Cell` with `num_gates`, `num_state_rows` and `_unit_map`
 
 Any other cell, written as a pure one-step function, is a `CustomCell`
 (`custom.py`): exact RTRL, UORO, SnAp-1 and BPTT serve it by autodiff.
+`LRU(state_size)` (`lru.py`) is the Linear Recurrent Unit's complex
+diagonal recurrence, whose exact RTRL is element-wise.
 """
 
 from __future__ import annotations
@@ -15,17 +17,23 @@ from __future__ import annotations
 from rtrl.cells.builtin import GRU, LSTM, RHN, RNN
 from rtrl.cells.custom import CustomCell, as_custom
 from rtrl.cells.lemma1 import Cell, Params, StepJacobians
+from rtrl.cells.lru import LRU
 
 CELLS = {"rnn": RNN, "rhn": RHN, "lstm": LSTM, "gru": GRU}
 
 
-def make(name: str, hidden_size: int, **kwargs) -> Cell:
-  """Builds a cell by name: one of `CELLS` ('rnn', 'rhn', 'lstm', 'gru')."""
+def make(name: str, hidden_size: int, **kwargs) -> Cell | LRU:
+  """Builds a cell by name: one of `CELLS` ('rnn', 'rhn', 'lstm', 'gru'), or
+  'lru' with `hidden_size` complex units (`LRU(state_size=hidden_size)`,
+  whose readout sees the `2 hidden_size` vector `[Re h, Im h]`)."""
   key = str(name).lower()
+  if key == "lru":
+    return LRU(state_size=hidden_size, **kwargs)
   if key not in CELLS:
-    raise ValueError(f"cell must be one of {sorted(CELLS)}, got {name!r}")
+    raise ValueError(f"cell must be one of {sorted(CELLS) + ['lru']}, got "
+                     f"{name!r}")
   return CELLS[key](hidden_size=hidden_size, **kwargs)
 
 
-__all__ = ["CELLS", "Cell", "CustomCell", "GRU", "LSTM", "Params", "RHN",
-           "RNN", "StepJacobians", "as_custom", "make"]
+__all__ = ["CELLS", "Cell", "CustomCell", "GRU", "LRU", "LSTM", "Params",
+           "RHN", "RNN", "StepJacobians", "as_custom", "make"]

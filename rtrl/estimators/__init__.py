@@ -8,7 +8,9 @@ an `Estimator` (see `base.Estimator`); `hyperparameters(name)` says which
 keyword arguments it takes (`('rank',)` or none), read from the registry.
 
 For a `rtrl.cells.CustomCell` (any step function), `make` takes 'rtrl',
-'uoro' and 'snap1' and builds them by autodiff (`generic.py`).
+'uoro' and 'snap1' and builds them by autodiff (`generic.py`); for an
+`rtrl.cells.LRU`, 'rtrl' (= 'snap1') is the exact element-wise RTRL of its
+diagonal recurrence (`diagonal.py`) and 'uoro' the autodiff one.
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ from __future__ import annotations
 import inspect
 from typing import Callable
 
-from rtrl.cells import Cell, CustomCell
+from rtrl.cells import LRU, Cell, CustomCell
 from rtrl.estimators.base import Estimator, TangentState
-from rtrl.estimators import generic
+from rtrl.estimators import diagonal, generic
 from rtrl.estimators.exact import exact_rtrl
 from rtrl.estimators.kronecker_sum import kf, kf_approx, kf_avg, ok, ok_biased
 from rtrl.estimators.ktp import ktp
@@ -74,6 +76,8 @@ def make(name: str, cell: Cell, **hparams) -> Estimator:
   """
   if isinstance(cell, CustomCell):
     return generic.for_custom_cell(name, cell, **hparams)
+  if isinstance(cell, LRU):
+    return diagonal.for_lru(name, cell, **hparams)
   accepted = hyperparameters(name)
   if not isinstance(cell, Cell):
     raise ValueError("cell must be an rtrl.cells cell (RNN, RHN, LSTM, GRU, "

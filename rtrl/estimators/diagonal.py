@@ -1,0 +1,121 @@
+"""Exact RTRL for the LRU's diagonal recurrence, element-wise (Zucchet et
+al. 2023): memory of the order of the recurrence's parameters, not `m^3`.
+
+With `h' = λ ⊙ h + γ ⊙ (B x)` (`rtrl.cells.lru`), unit `j`'s state depends
+only on `λ_j`, `γ_j` and row `j` of `B`, so its influence has one entry per
+such parameter and each obeys a one-term recursion (complex, per example):
+
+    e_λ' = λ e_λ + h            (d h' / d λ, holomorphic in λ; h before the step)
+    e_γ' = λ e_γ + B x          (d h' / d γ)
+    e_B' = λ e_B + γ xᵀ         (d h'_j / d B_re[j, k]; d h' / d B_im = i e_B)
+
+A real parameter `p` with complex sensitivity `s = dh/dp` gets `dL/dp =
+Re(conj(g) s)`, `g = dL/dRe h + i dL/dIm h` (the readout's error on the
+state pair); the logs chain through `dλ/dν_log = -exp(ν_log) λ`, `dλ/dθ_log
+= i exp(θ_log) λ` and `dγ/dγ_log = γ`. Nothing is approximated: the gradient
+equals BPTT's (`tests/rtrl/test_lru.py`, float64). SnAp-1 is this same
+estimator here (a diagonal recurrence drops nothing), so 'snap1' builds it
+too; UORO comes from the generic autodiff path.
+
+Per example and step: `m (input_size + 2)` complex multiply-adds, as many as
+the step's own `B x`, so an online step costs a small multiple of the
+forward step.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from rtrl.cells.lru import LRU
+from rtrl.estimators.base import Estimator, TangentState
+
+
+class LRUInfluence(NamedTuple):
+  """Per example: `lam (m,)`, `gamma (m,)`, `B (m, input_size)`, complex."""
+  lam: jax.Array
+  gamma: jax.Array
+  B: jax.Array
+
+
+def _complex_dtype(dtype):
+  return jnp.result_type(dtype, jnp.complex64)
+
+
+def exact_diagonal(cell: LRU) -> Estimator:
+  """Exact element-wise RTRL for an `rtrl.cells.LRU` (`make('rtrl', lru)`)."""
+  if not isinstance(cell, LRU):
+    raise ValueError(f"exact_diagonal needs an rtrl.cells.LRU, got {cell!r}")
+
+  def init(params, state, key):
+    cell.check_params(params)
+    cell.check_state(state)
+    cell.check_stable(params)
+    dtype = _complex_dtype(params["B_re"].dtype)
+    m, input_size = params["B_re"].shape
+    zeros = jnp.zeros((m,), dtype)
+    return TangentState(
+        tangent=LRUInfluence(zeros, zeros,
+                             jnp.zeros((m, input_size), dtype)), key=key)
+
+  def step(params):
+    lam, gamma = cell.coefficients(params)
+
+    def step_fn(tstate: TangentState, state, x):
+      drive = cell.drive(params, x)
+      h = state[0] + 1j * state[1]
+      influence = tstate.tangent
+      dtype = influence.lam.dtype
+      new_influence = LRUInfluence(
+          lam=(lam * influence.lam + h).astype(dtype),
+          gamma=(lam * influence.gamma + drive).astype(dtype),
+          B=(lam[:, None] * influence.B
+             + gamma[:, None] * x.astype(params["B_re"].dtype)[None, :]
+             ).astype(dtype))
+      return (TangentState(tangent=new_influence, key=tstate.key),
+              cell.step(params, state, x))
+    return step_fn
+
+  def gradient(params, tstate: TangentState, dloss_dstate):
+    lam, gamma = cell.coefficients(params)
+    g_conj = dloss_dstate[0] - 1j * dloss_dstate[1]
+    influence = tstate.tangent
+    through_lam = g_conj * influence.lam * lam
+    real = params["B_re"].dtype
+    return {
+        "nu_log": (-jnp.exp(params["nu_log"]) * through_lam.real
+                   ).astype(real),
+        "theta_log": (jnp.exp(params["theta_log"]) * (1j * through_lam).real
+                      ).astype(real),
+        "gamma_log": (gamma * (g_conj * influence.gamma).real).astype(real),
+        "B_re": (g_conj[:, None] * influence.B).real.astype(real),
+        "B_im": (1j * g_conj[:, None] * influence.B).real.astype(real),
+    }
+
+  def reset(tstate: TangentState) -> TangentState:
+    return tstate._replace(
+        tangent=jax.tree_util.tree_map(jnp.zeros_like, tstate.tangent))
+
+  return Estimator(init=init, step=step, gradient=gradient, reset=reset,
+                   name="rtrl")
+
+
+def for_lru(name: str, cell: LRU, **hparams) -> Estimator:
+  """`estimators.make(name, cell)` for an LRU: 'rtrl' and 'snap1' (the same
+  exact element-wise estimator), 'uoro' by autodiff; the rest refuse."""
+  from rtrl.cells.custom import as_custom  # pylint: disable=g-import-not-at-top
+  from rtrl.estimators import generic  # pylint: disable=g-import-not-at-top
+  if hparams:
+    raise ValueError(f"estimator {name!r} for an LRU takes no "
+                     f"hyper-parameters, got {sorted(hparams)}")
+  if name in ("rtrl", "snap1"):
+    return exact_diagonal(cell)
+  if name == "uoro":
+    return generic.generic_uoro(as_custom(cell))
+  raise ValueError(
+      f"estimator {name!r} does not serve an LRU: use 'rtrl' (exact and "
+      f"element-wise, as cheap as the forward step; 'snap1' is the same), "
+      f"or 'uoro'. The Kronecker family and RFLO need the Lemma-1 form "
+      f"z = [x, h, 1] @ W, which a complex diagonal recurrence is not")
