@@ -17,6 +17,9 @@ Modules
               `CustomCell(step, init, initial_state, output)`: any cell as a
               pure one-step function ('rtrl', 'uoro', 'snap1', BPTT);
               `as_custom(cell)`: any cell seen through its step only.
+              `LRU(state_size, r_min, r_max, max_phase)`: the Linear
+              Recurrent Unit's complex diagonal recurrence ('rtrl' is its
+              exact element-wise RTRL; also `make('lru', m)`).
   estimators  `make(name, cell, **hparams)`, `names()`,
               `hyperparameters(name)`, `register`, `Estimator`: exact RTRL and
               its approximations (UORO, KF, KF-AVG, KF-APPROX, OK, B-OK, KTP,
@@ -34,6 +37,13 @@ Modules
               `squared_error` (½‖·‖², regression),
               `sigmoid_binary_cross_entropy`; `Loss`, `check`.
   online      the online trainer and its types (below).
+  stack       `Layer(cell, estimator, head)`, `make_stacked_online_trainer`,
+              `init_params`, `stacked_frozen_gradients`,
+              `stacked_bptt_gradient`: stacks of recurrent layers trained
+              online, each by its own estimator, the error passed down
+              through the step's spatial Jacobians (Zucchet et al. 2023).
+  heads       `Head`, `identity()`, `lru_block(model_size)`: a layer's
+              position-wise map to the next layer's input.
   optim       `tf1_adam`, `scale_by_tf1_adam`: TF1's Adam (epsilon added to
               the uncorrected sqrt(v)), as the official OK code steps.
   bptt        full-BPTT and TBPTT references (below).
@@ -81,6 +91,8 @@ from rtrl import losses
 from rtrl import online
 from rtrl import optim
 from rtrl import readout
+from rtrl import heads
+from rtrl import stack
 from rtrl.bptt import TBPTTState
 from rtrl.bptt import bptt_gradient
 from rtrl.bptt import make_tbptt_trainer
@@ -94,7 +106,7 @@ from rtrl.online import make_online_trainer
 
 __all__ = [
     "bptt", "cells", "estimators", "kronecker", "losses", "online", "optim",
-    "readout",
+    "readout", "heads", "stack",
     "make_online_trainer", "make_tbptt_trainer", "Trainer", "StepBatch",
     "StepMetrics", "OnlineState", "TBPTTState", "frozen_gradients",
     "bptt_gradient", "tbptt_gradients",

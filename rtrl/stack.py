@@ -1,0 +1,240 @@
+"""Stacks of recurrent layers trained online, each layer by its own
+estimator, the error passed down through the layers' instantaneous Jacobians
+(Zucchet et al. 2023).
+
+A stack is a sequence of `Layer(cell, estimator, head)`: at step `t`, layer
+`l` steps its cell on its input `u_l`, and its head maps the cell's output
+(and `u_l`) to `u_{l+1}`; the task readout reads the last head's output.
+Any cell with an estimator works: LRU layers under exact element-wise RTRL,
+RHN layers under OK, GRU layers under SnAp-1, in any mix.
+
+Online, the loss `L_t` is differentiated at step `t` only ("spatially"):
+with every layer's previous state held fixed, `e_l = dL_t/ds_l,t` is the
+total derivative through the heads and the upper layers' current steps (a
+perturbation added to each layer's new state, differentiated at zero), and
+layer `l`'s estimator turns `e_l` into its recurrent parameters' gradient.
+Heads and the readout take `L_t`'s immediate gradient. For one layer this is
+exactly BPTT's gradient (with an exact estimator); below the top layer it
+drops the paths by which `s_l,t` reaches `L_{t+k}` through upper layers'
+later states: an approximation, measured against BPTT
+(`stacked_bptt_gradient`) rather than assumed small.
+
+References:
+  Zucchet, Meier, Schug, Mujika, Sacramento, "Online learning of long-range
+  dependencies", NeurIPS 2023.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from rtrl import losses as losses_lib
+from rtrl import validation
+from rtrl.estimators import Estimator
+from rtrl.heads import Head
+from rtrl.online import (OnlineState, StepBatch, StepMetrics, Trainer,
+                         broadcast_state, readout_and_loss, sum_over_batch,
+                         where_reset)
+
+
+class Layer(NamedTuple):
+  """One recurrent layer: a cell, its estimator, and its head."""
+  cell: Any
+  estimator: Estimator
+  head: Head
+
+
+def check_layers(layers: Sequence[Layer]) -> tuple[Layer, ...]:
+  """The layers as a tuple; a ValueError for an empty stack or a bad layer."""
+  layers = tuple(layers) if isinstance(layers, (list, tuple)) else layers
+  if not isinstance(layers, tuple) or len(layers) < 1:
+    raise ValueError(f"layers must be a non-empty sequence of "
+                     f"rtrl.stack.Layer (a stack depth >= 1), got {layers!r}")
+  for i, layer in enumerate(layers):
+    if not isinstance(layer, Layer):
+      raise ValueError(f"layers[{i}] must be an rtrl.stack.Layer(cell, "
+                       f"estimator, head), got {layer!r}")
+  return layers
+
+
+def init_params(layers: Sequence[Layer], key: jax.Array, input_size: int,
+                num_outputs: int, readout=None) -> dict:
+  """`{'layers': ({'cell', 'head'}, ...), 'readout'}`, each part's own
+  initialisation; layer `l`'s input size is the previous head's output."""
+  layers = check_layers(layers)
+  readout, _ = readout_and_loss(readout, None)
+  size = validation.positive_int("input_size", input_size)
+  keys = jax.random.split(key, 2 * len(layers) + 1)
+  out = []
+  for i, layer in enumerate(layers):
+    features = layer.cell.hidden_size
+    out.append({"cell": layer.cell.init(keys[2 * i], size),
+                "head": layer.head.init(keys[2 * i + 1], features, size)})
+    size = layer.head.output_size(features, size)
+  return {"layers": tuple(out),
+          "readout": readout.init(keys[-1], size, num_outputs)}
+
+
+def _forward(layers, params, previous, x, perturbations):
+  """One example, one step: `(last head's output, layer inputs, new
+  states)`, each new state plus its perturbation."""
+  u, inputs, states = x, [], []
+  for layer, layer_params, state, delta in zip(layers, params["layers"],
+                                               previous, perturbations):
+    inputs.append(u)
+    new = layer.cell.step(layer_params["cell"], state, u)
+    new = jax.tree_util.tree_map(jnp.add, new, delta)
+    states.append(new)
+    u = layer.head.apply(layer_params["head"], layer.cell.output(new), u)
+  return u, tuple(inputs), tuple(states)
+
+
+def estimate_step(layers, params, tstates, cell_states, batch: StepBatch, *,
+                  readout=None, loss=None):
+  """One batched step of the stack with gradient estimates, parameters
+  fixed: `(tstates, cell_states, mean loss, grads)`, `grads` with the
+  params' structure (cells by their estimators, heads and readout by the
+  step's immediate gradient)."""
+  readout, loss = readout_and_loss(readout, loss)
+  batch_size = batch.targets.shape[0]
+  cell_states = tuple(
+      where_reset(batch.resets,
+                  broadcast_state(layer.cell.initial_state(), batch_size), s)
+      for layer, s in zip(layers, cell_states))
+  tstates = tuple(
+      where_reset(batch.resets, jax.vmap(layer.estimator.reset)(t), t)
+      for layer, t in zip(layers, tstates))
+  zeros = jax.tree_util.tree_map(jnp.zeros_like, cell_states)
+
+  def mean_loss(perturbations, heads, readout_params):
+    local = {"layers": tuple({"cell": p["cell"], "head": h}
+                             for p, h in zip(params["layers"], heads)),
+             "readout": readout_params}
+    top, inputs, _ = jax.vmap(
+        lambda s, x, d: _forward(layers, local, s, x, d))(
+            cell_states, batch.inputs, perturbations)
+    prediction = jax.eval_shape(readout.apply, readout_params,
+                                jax.ShapeDtypeStruct(top.shape[1:], top.dtype))
+    losses_lib.check(loss, prediction, jax.ShapeDtypeStruct(
+        batch.targets.shape[1:], batch.targets.dtype))
+    per_example = jax.vmap(
+        lambda h, y, w: loss(readout.apply(readout_params, h), y) * w)(
+            top, batch.targets, batch.weights)
+    return per_example.sum() / batch_size, inputs
+
+  heads = tuple(p["head"] for p in params["layers"])
+  (value, inputs), (errors, head_grads, readout_grads) = jax.value_and_grad(
+      mean_loss, argnums=(0, 1, 2), has_aux=True)(zeros, heads,
+                                                  params["readout"])
+  new_tstates, new_states, layer_grads = [], [], []
+  for layer, layer_params, tstate, state, x, error, head_grad in zip(
+      layers, params["layers"], tstates, cell_states, inputs, errors,
+      head_grads):
+    tstate, state = jax.vmap(layer.estimator.step(layer_params["cell"]))(
+        tstate, state, x)
+    per_example = jax.vmap(layer.estimator.gradient, in_axes=(None, 0, 0))(
+        layer_params["cell"], tstate, error)
+    new_tstates.append(tstate)
+    new_states.append(state)
+    layer_grads.append({"cell": jax.tree_util.tree_map(sum_over_batch,
+                                                       per_example),
+                        "head": head_grad})
+  return (tuple(new_tstates), tuple(new_states), value,
+          {"layers": tuple(layer_grads), "readout": readout_grads})
+
+
+def _init_states(layers, params, key, batch_size):
+  keys = jax.random.split(key, len(layers))
+  tstates, states = [], []
+  for layer, layer_params, layer_key in zip(layers, params["layers"], keys):
+    state0 = layer.cell.initial_state()
+    tstates.append(jax.vmap(layer.estimator.init, in_axes=(None, None, 0))(
+        layer_params["cell"], state0, jax.random.split(layer_key, batch_size)))
+    states.append(broadcast_state(state0, batch_size))
+  return tuple(tstates), tuple(states)
+
+
+def make_stacked_online_trainer(layers: Sequence[Layer],
+                                optimizer: optax.GradientTransformation, *,
+                                readout=None, loss=None) -> Trainer:
+  """The online trainer of a stack (cf. `rtrl.make_online_trainer`): an
+  optax update of every parameter at every step. `run` is jitted."""
+  layers = check_layers(layers)
+  readout, loss = readout_and_loss(readout, loss)
+
+  def init(params, key, batch_size):
+    tstates, states = _init_states(layers, params, key, batch_size)
+    return OnlineState(params=params, opt_state=optimizer.init(params),
+                       cell_state=states, tstate=tstates,
+                       step=jnp.zeros((), jnp.int32))
+
+  def step(state: OnlineState, batch: StepBatch):
+    tstates, cell_states, mean_loss, grads = estimate_step(
+        layers, state.params, state.tstate, state.cell_state, batch,
+        readout=readout, loss=loss)
+    updates, opt_state = optimizer.update(grads, state.opt_state,
+                                          state.params)
+    params = optax.apply_updates(state.params, updates)
+    metrics = StepMetrics(loss_sum=mean_loss * batch.targets.shape[0],
+                          weight_sum=batch.weights.sum())
+    return OnlineState(params, opt_state, cell_states, tstates,
+                       state.step + 1), metrics
+
+  @jax.jit
+  def run(state: OnlineState, chunk: StepBatch):
+    return jax.lax.scan(step, state, chunk)
+
+  return Trainer(init=init, step=step, run=run)
+
+
+def stacked_frozen_gradients(layers: Sequence[Layer], params: dict,
+                             chunk: StepBatch, key: jax.Array, *,
+                             readout=None, loss=None):
+  """Per-step gradient estimates of the stack with the parameters held
+  fixed: leaves `(T,) + shape`, and the per-step `StepMetrics`."""
+  layers = check_layers(layers)
+  batch_size = chunk.targets.shape[1]
+  tstates, states = _init_states(layers, params, key, batch_size)
+
+  def body(carry, batch):
+    tstates, states, mean_loss, grads = estimate_step(
+        layers, params, *carry, batch, readout=readout, loss=loss)
+    return (tstates, states), (grads, StepMetrics(mean_loss * batch_size,
+                                                  batch.weights.sum()))
+
+  _, (grads, metrics) = jax.lax.scan(body, (tstates, states), chunk)
+  return grads, metrics
+
+
+def stacked_bptt_gradient(layers: Sequence[Layer], params: dict,
+                          chunk: StepBatch, *, readout=None, loss=None):
+  """Full-BPTT gradient of `Σ_t` (batch-mean `L_t`) over the chunk from the
+  initial states: the exact reference for the online stack."""
+  layers = check_layers(layers)
+  readout, loss = readout_and_loss(readout, loss)
+  batch_size = chunk.targets.shape[1]
+
+  def total_loss(params):
+    def body(states, batch):
+      states = tuple(
+          where_reset(batch.resets, broadcast_state(
+              layer.cell.initial_state(), batch_size), s)
+          for layer, s in zip(layers, states))
+      zeros = jax.tree_util.tree_map(jnp.zeros_like, states)
+      top, _, states = jax.vmap(
+          lambda s, x, d: _forward(layers, params, s, x, d))(
+              states, batch.inputs, zeros)
+      per_example = jax.vmap(
+          lambda h, y, w: loss(readout.apply(params["readout"], h), y) * w)(
+              top, batch.targets, batch.weights)
+      return states, per_example.sum() / batch_size
+
+    states0 = tuple(broadcast_state(layer.cell.initial_state(), batch_size)
+                    for layer in layers)
+    return jax.lax.scan(body, states0, chunk)[1].sum()
+
+  return jax.grad(total_loss)(params)
