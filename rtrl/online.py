@@ -183,22 +183,44 @@ def make_online_trainer(cell: Cell, estimator: Estimator,
     optimizer = optax.MultiSteps(optimizer, every_k_schedule=accumulate_steps,
                                  accumulator_dtype=None)
 
-  def init(params, key, batch_size):
+  def initial_states(params, key, batch_size):
     keys = jax.random.split(key, batch_size)
     state0 = cell.initial_state()
     tstate = jax.vmap(estimator.init, in_axes=(None, None, 0))(
         params["cell"], state0, keys)
+    return tstate, broadcast_state(state0, batch_size)
+
+  def estimate(params, tstate, cell_state, batch):
+    return estimate_step(cell, estimator, params, tstate, cell_state, batch,
+                         readout=readout, loss=loss)
+
+  return trainer_from_estimate(initial_states, estimate, optimizer)
+
+
+def trainer_from_estimate(initial_states: Callable, estimate: Callable,
+                          optimizer: optax.GradientTransformation) -> Trainer:
+  """The online `Trainer` around a batched gradient estimate, written once
+  for a single cell and for stacks (`rtrl.stack`).
+
+  Args:
+    initial_states: `(params, key, batch_size) -> (tstate, cell_state)`.
+    estimate: `(params, tstate, cell_state, batch) -> (tstate, cell_state,
+      batch-mean loss, grads)`, parameters fixed.
+    optimizer: applied to `grads` at every step.
+  """
+
+  def init(params, key, batch_size):
+    tstate, cell_state = initial_states(params, key, batch_size)
     return OnlineState(params=params, opt_state=optimizer.init(params),
-                       cell_state=broadcast_state(state0, batch_size),
-                       tstate=tstate, step=jnp.zeros((), jnp.int32))
+                       cell_state=cell_state, tstate=tstate,
+                       step=jnp.zeros((), jnp.int32))
 
   def step(state: OnlineState, batch: StepBatch):
-    params = state.params
-    tstate, cell_state, mean_loss, grads = estimate_step(
-        cell, estimator, params, state.tstate, state.cell_state, batch,
-        readout=readout, loss=loss)
-    updates, opt_state = optimizer.update(grads, state.opt_state, params)
-    params = optax.apply_updates(params, updates)
+    tstate, cell_state, mean_loss, grads = estimate(
+        state.params, state.tstate, state.cell_state, batch)
+    updates, opt_state = optimizer.update(grads, state.opt_state,
+                                          state.params)
+    params = optax.apply_updates(state.params, updates)
     metrics = StepMetrics(loss_sum=mean_loss * batch.targets.shape[0],
                           weight_sum=batch.weights.sum())
     return OnlineState(params, opt_state, cell_state, tstate,

@@ -36,9 +36,9 @@ from rtrl import losses as losses_lib
 from rtrl import validation
 from rtrl.estimators import Estimator
 from rtrl.heads import Head
-from rtrl.online import (OnlineState, StepBatch, StepMetrics, Trainer,
-                         broadcast_state, readout_and_loss, sum_over_batch,
-                         where_reset)
+from rtrl.online import (StepBatch, StepMetrics, Trainer, broadcast_state,
+                         readout_and_loss, sum_over_batch,
+                         trainer_from_estimate, where_reset)
 
 
 class Layer(NamedTuple):
@@ -166,29 +166,14 @@ def make_stacked_online_trainer(layers: Sequence[Layer],
   layers = check_layers(layers)
   readout, loss = readout_and_loss(readout, loss)
 
-  def init(params, key, batch_size):
-    tstates, states = _init_states(layers, params, key, batch_size)
-    return OnlineState(params=params, opt_state=optimizer.init(params),
-                       cell_state=states, tstate=tstates,
-                       step=jnp.zeros((), jnp.int32))
+  def initial_states(params, key, batch_size):
+    return _init_states(layers, params, key, batch_size)
 
-  def step(state: OnlineState, batch: StepBatch):
-    tstates, cell_states, mean_loss, grads = estimate_step(
-        layers, state.params, state.tstate, state.cell_state, batch,
-        readout=readout, loss=loss)
-    updates, opt_state = optimizer.update(grads, state.opt_state,
-                                          state.params)
-    params = optax.apply_updates(state.params, updates)
-    metrics = StepMetrics(loss_sum=mean_loss * batch.targets.shape[0],
-                          weight_sum=batch.weights.sum())
-    return OnlineState(params, opt_state, cell_states, tstates,
-                       state.step + 1), metrics
+  def estimate(params, tstates, cell_states, batch):
+    return estimate_step(layers, params, tstates, cell_states, batch,
+                         readout=readout, loss=loss)
 
-  @jax.jit
-  def run(state: OnlineState, chunk: StepBatch):
-    return jax.lax.scan(step, state, chunk)
-
-  return Trainer(init=init, step=step, run=run)
+  return trainer_from_estimate(initial_states, estimate, optimizer)
 
 
 def stacked_frozen_gradients(layers: Sequence[Layer], params: dict,
