@@ -87,3 +87,16 @@ def make_example_problem(cell, input_size: int, steps: int, seed: int = 0):
   gs = jnp.asarray(rng.standard_normal((steps, cell.num_state_rows,
                                         cell.hidden_size)))
   return {"W": w}, xs, gs
+
+
+def cell_problem(cell, seed: int, steps: int, batch: int, input_size: int,
+                 num_outputs: int, resets) -> tuple[dict, online.StepBatch]:
+  """`{'cell', 'readout'}` params (the cell's and the linear readout's own
+  initialisation) and a chunk with resets and a 0.75-Bernoulli loss mask."""
+  rng = np.random.default_rng(seed)
+  kc, kr = jax.random.split(jax.random.PRNGKey(seed))
+  params = {"cell": cell.init(kc, input_size),
+            "readout": readout.init(kr, cell.hidden_size, num_outputs)}
+  chunk = make_chunk(rng, steps, batch, input_size, num_outputs, resets,
+                     keep_probability=0.75)
+  return params, chunk

@@ -36,13 +36,7 @@ USER_CELLS = {"cho_gru": cho_gru, "peephole_lstm": peephole_lstm}
 
 def make_problem(cell, seed=0):
   """`{'cell', 'readout'}` params and a chunk with resets (float64)."""
-  rng = np.random.default_rng(seed)
-  kc, kr = jax.random.split(jax.random.PRNGKey(seed))
-  params = {"cell": cell.init(kc, INPUT),
-            "readout": readout.init(kr, cell.hidden_size, OUTPUTS)}
-  chunk = rtrl_problems.make_chunk(rng, T, B, INPUT, OUTPUTS, RESETS,
-                                   keep_probability=0.75)
-  return params, chunk
+  return rtrl_problems.cell_problem(cell, seed, T, B, INPUT, OUTPUTS, RESETS)
 
 
 def assert_trees_close(a, b, tol, what):

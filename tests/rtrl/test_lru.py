@@ -20,13 +20,7 @@ RESETS = [(5, 1), (9, None)]
 
 
 def make_problem(cell, seed=0):
-  rng = np.random.default_rng(seed)
-  kc, kr = jax.random.split(jax.random.PRNGKey(seed))
-  params = {"cell": cell.init(kc, INPUT),
-            "readout": readout.init(kr, cell.hidden_size, OUTPUTS)}
-  chunk = rtrl_problems.make_chunk(rng, T, B, INPUT, OUTPUTS, RESETS,
-                                   keep_probability=0.75)
-  return params, chunk
+  return rtrl_problems.cell_problem(cell, seed, T, B, INPUT, OUTPUTS, RESETS)
 
 
 def test_step_is_the_complex_recurrence(x64):
