@@ -100,3 +100,22 @@ def cell_problem(cell, seed: int, steps: int, batch: int, input_size: int,
   chunk = make_chunk(rng, steps, batch, input_size, num_outputs, resets,
                      keep_probability=0.75)
   return params, chunk
+
+
+def summed_online_and_bptt(cell, estimator, params: dict,
+                           chunk: online.StepBatch) -> tuple:
+  """`(Σ_t of the estimator's per-step cell gradients, full BPTT's cell
+  gradient)` over `chunk` from the initial state, parameters fixed (jitted):
+  equal for an exact estimator."""
+  import rtrl  # pylint: disable=g-import-not-at-top
+  batch = chunk.targets.shape[1]
+  state0 = online.broadcast_state(cell.initial_state(), batch)
+
+  @jax.jit
+  def compute(params, chunk):
+    steps, _ = rtrl.frozen_gradients(cell, estimator, params, chunk,
+                                     jax.random.PRNGKey(1))
+    total = jax.tree_util.tree_map(lambda a: a.sum(0), steps)
+    return total, rtrl.bptt_gradient(cell, params, state0, chunk)["cell"]
+
+  return compute(params, chunk)

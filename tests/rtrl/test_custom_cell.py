@@ -58,17 +58,8 @@ def test_generic_rtrl_equals_bptt(cell_name, x64):
   steps with per-example resets."""
   cell = USER_CELLS[cell_name]()
   params, chunk = make_problem(cell)
-  state0 = online.broadcast_state(cell.initial_state(), B)
-  est = estimators.make("rtrl", cell)
-
-  @jax.jit
-  def compute(params, chunk):
-    steps, _ = rtrl.frozen_gradients(cell, est, params, chunk,
-                                     jax.random.PRNGKey(1))
-    return steps, rtrl.bptt_gradient(cell, params, state0, chunk)["cell"]
-
-  steps, full = compute(params, chunk)
-  total = jax.tree_util.tree_map(lambda a: a.sum(0), steps)
+  total, full = rtrl_problems.summed_online_and_bptt(
+      cell, estimators.make("rtrl", cell), params, chunk)
   assert_trees_close(total, full, 1e-12, cell_name)
   assert min(np.abs(a).max() for a in jax.tree_util.tree_leaves(full)) > 1e-3
 

@@ -12,7 +12,7 @@ import pytest
 
 import rtrl
 import rtrl_problems
-from rtrl import cells, estimators, online, readout
+from rtrl import cells, estimators, readout
 from rtrl_problems import rel_err
 
 M, INPUT, OUTPUTS, T, B = 5, 3, 4, 12, 3
@@ -68,17 +68,8 @@ def test_exact_rtrl_equals_bptt(name, x64):
   ring (|λ| up to 0.99) so that long-lived sensitivities matter."""
   cell = cells.LRU(M, r_min=0.8, r_max=0.99)
   params, chunk = make_problem(cell)
-  state0 = online.broadcast_state(cell.initial_state(), B)
-  est = estimators.make(name, cell)
-
-  @jax.jit
-  def compute(params, chunk):
-    steps, _ = rtrl.frozen_gradients(cell, est, params, chunk,
-                                     jax.random.PRNGKey(1))
-    return steps, rtrl.bptt_gradient(cell, params, state0, chunk)["cell"]
-
-  steps, full = compute(params, chunk)
-  total = jax.tree_util.tree_map(lambda a: a.sum(0), steps)
+  total, full = rtrl_problems.summed_online_and_bptt(
+      cell, estimators.make(name, cell), params, chunk)
   assert set(total) == set(full) == set(cells.lru.PARAM_NAMES)
   for key in full:
     assert rel_err(total[key], full[key]) < 1e-12, key
