@@ -11,7 +11,8 @@ steps/s):
 
 `official` preset: exactly the official code's logged run (the default, with
 its fixed reset rule: a stream resets where its position in the text is a
-multiple of 100), evaluated every 10,000 steps as its logs are:
+multiple of 100; its text layout; its streams starting at linspace(0, N-1,
+B)), evaluated every 10,000 steps as its logs are:
 
   python -m experiments.ptb --config configs/ptb.py:official --workdir runs/ptb_official
 
@@ -76,6 +77,9 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   # both ends of every line (2 near-free symbols a line: BPC ~1.7% lower for
   # the same model; the paper's numbers are on it). See rtrl/tasks/ptb.py.
   config.text_layout = "standard"
+  # even | official: where the B training streams start (rtrl/tasks/ptb.py,
+  # `stream_offsets`); "official" is the official code's linspace(0, N-1, B).
+  config.stream_offsets = "even"
   # Run-loop fields (resume, NaN policy, devices): experiments/loop/run_config.py.
   run_config.add_run_fields(config)
   if preset == "small":
@@ -93,6 +97,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
         init_stddev=official.INIT_STDDEV,
         cell_clip_norm=official.batch_mean_clip(official.PTB_CELL_CLIP, 32),
         clip_norm=0.0, reset_probability=0.0, text_layout="official",
+        stream_offsets="official",
         reset_every=official.PTB_RESET_EVERY, num_steps=1_000_000,
         log_every=1000, eval_every=10_000))
   elif preset:

@@ -39,7 +39,7 @@ BOOKKEEPING_FIELDS = frozenset({
 # change, so runs saved before the field existed resume.
 ADDED_FIELD_DEFAULTS = {
     "optimizer": "adam", "init_stddev": 0.0, "cell_clip_norm": 0.0,
-    "text_layout": "standard", "readout": "linear",
+    "text_layout": "standard", "readout": "linear", "stream_offsets": "even",
 }
 
 

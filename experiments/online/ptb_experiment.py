@@ -50,6 +50,9 @@ def validate(config) -> None:
   if config.text_layout not in ptb.LAYOUTS:
     raise ValueError(f"config.text_layout must be one of {ptb.LAYOUTS}, got "
                      f"{config.text_layout!r}")
+  if config.stream_offsets not in ptb.STREAM_OFFSETS:
+    raise ValueError(f"config.stream_offsets must be one of "
+                     f"{ptb.STREAM_OFFSETS}, got {config.stream_offsets!r}")
   if not 0.0 <= config.reset_probability <= 1.0:
     raise ValueError(f"config.reset_probability must be in [0, 1], got "
                      f"{config.reset_probability!r}")
@@ -104,7 +107,8 @@ def make_init(config, cell, num_symbols: int):
     trainer = online_setup.make_trainer(config, cell, **hparams)
     return {
         "trainer": trainer.init(params, trainer_key, config.batch_size),
-        "stream": ptb.stream_init(data_key, num_symbols, config.batch_size),
+        "stream": ptb.stream_init(data_key, num_symbols, config.batch_size,
+                                  config.stream_offsets),
         "step": jnp.zeros((), jnp.int32),
         "best_params": params,
         "best_valid_bpc": jnp.full((), jnp.inf, dtype),

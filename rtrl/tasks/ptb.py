@@ -121,14 +121,36 @@ class StreamState(NamedTuple):
   key: jax.Array
 
 
-def stream_init(key: jax.Array, num_symbols: int, batch_size: int
-                ) -> StreamState:
-  """Streams at the evenly spaced offsets `b * num_symbols // batch_size`."""
+STREAM_OFFSETS = ("even", "official")
+
+
+def stream_offsets(num_symbols: int, batch_size: int, rule: str = "even"
+                   ) -> np.ndarray:
+  """`(B,)` start positions of the training streams.
+
+  "even": `b * N // B`, every stream the same distance apart (the text
+  wraps). "official": the official OK code's `linspace(0, N - 1, B)`
+  truncated to integers, whose first and last stream start at the two ends
+  of the text. Which text each stream reads when matters to the training
+  loss's moving average (some passages are harder): "official" makes ours
+  read the official runs' text at every step.
+  """
   if batch_size < 1 or num_symbols < 2:
     raise ValueError(f"need batch_size >= 1 and a text of >= 2 symbols, got "
                      f"batch_size={batch_size}, num_symbols={num_symbols}")
-  offsets = (np.arange(batch_size, dtype=np.int64) * num_symbols) // batch_size
-  return StreamState(position=jnp.asarray(offsets, jnp.int32), key=key)
+  if rule == "even":
+    return (np.arange(batch_size, dtype=np.int64) * num_symbols) // batch_size
+  if rule == "official":
+    return np.linspace(0, num_symbols - 1, batch_size).astype(np.int64)
+  raise ValueError(f"stream offsets must be one of {STREAM_OFFSETS}, got "
+                   f"{rule!r}")
+
+
+def stream_init(key: jax.Array, num_symbols: int, batch_size: int,
+                offsets: str = "even") -> StreamState:
+  """Streams at `stream_offsets(num_symbols, batch_size, offsets)`."""
+  start = stream_offsets(num_symbols, batch_size, offsets)
+  return StreamState(position=jnp.asarray(start, jnp.int32), key=key)
 
 
 def stream_chunk(text: jax.Array, state: StreamState, num_steps: int,

@@ -66,6 +66,19 @@ def test_streams_are_contiguous_text_with_next_symbol_targets():
                                                  for o in (0, 5, 10)])
 
 
+def test_stream_offsets_even_and_official():
+  """"even": b N // B; "official": the official code's linspace(0, N-1, B)
+  truncated (first stream at 0, last at N-1); anything else is named."""
+  np.testing.assert_array_equal(ptb.stream_offsets(1000, 4), [0, 250, 500, 750])
+  np.testing.assert_array_equal(ptb.stream_offsets(1000, 4, "official"),
+                                [0, 333, 666, 999])
+  state = ptb.stream_init(jax.random.PRNGKey(0), 5_101_618, 32, "official")
+  assert int(state.position[-1]) == 5_101_617
+  assert int(state.position[1]) == 164_568   # int(5_101_617 / 31)
+  with pytest.raises(ValueError, match="'even', 'official'.*'random'"):
+    ptb.stream_offsets(1000, 4, "random")
+
+
 def test_resets_every_period_and_with_probability():
   text = jnp.asarray(np.arange(1000) % 50, jnp.uint8)
   state = ptb.stream_init(jax.random.PRNGKey(1), 1000, 4)   # 0,250,500,750

@@ -28,7 +28,8 @@ OFFICIAL = {
     "ptb": dict(estimator="ok", rank=8, cell="rhn", hidden_size=256,
                 batch_size=32, init_stddev=0.01, cell_clip_norm=3200.0,
                 clip_norm=0.0, optimizer="tf1_adam", reset_every=100,
-                reset_probability=0.0, text_layout="official", log_every=1000,
+                reset_probability=0.0, text_layout="official",
+                stream_offsets="official", log_every=1000,
                 eval_every=10_000),
 }
 
