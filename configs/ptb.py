@@ -29,6 +29,7 @@ import ml_collections
 
 from experiments.loop import run_config
 from experiments.online import official
+from experiments.online import setup as online_setup
 
 
 def get_config(preset: str = "") -> ml_collections.ConfigDict:
@@ -42,6 +43,11 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   # linear | feedback_alignment (RFLO's random feedback: the error reaches
   # the cell through a fixed random matrix, not the readout's transpose)
   config.readout = "linear"
+  # num_layers, head, model_size: a stack of online-trained layers
+  # (experiments/online/setup.py, add_stack_fields); e.g. the online LRU of
+  # Zucchet et al.: --config.cell=lru --config.estimator=rtrl
+  # --config.num_layers=4 --config.head=lru_block
+  online_setup.add_stack_fields(config)
   config.hidden_size = 256
   config.batch_size = 32
   config.learning_rate = 10 ** -3.5

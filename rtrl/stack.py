@@ -33,6 +33,7 @@ import jax.numpy as jnp
 import optax
 
 from rtrl import losses as losses_lib
+from rtrl.bptt import bptt_gradient
 from rtrl import validation
 from rtrl.estimators import Estimator
 from rtrl.heads import Head
@@ -61,30 +62,79 @@ def check_layers(layers: Sequence[Layer]) -> tuple[Layer, ...]:
   return layers
 
 
+class StackedCell:
+  """The stack's forward pass as one cell (`init`, `initial_state`, `step`,
+  `output`, `hidden_size`), so that everything written for a cell (BPTT,
+  TBPTT, evaluation) runs a stack unchanged.
+
+  Params: a tuple of `{'cell', 'head'}`, one per layer. State: `(layer
+  states, top output)`; the top head's output is carried in the state
+  because it reads the head's parameters, which `output` does not see.
+  The online estimators are per layer (`estimate_step`), not through this.
+  """
+
+  def __init__(self, layers: Sequence[Layer]):
+    self.layers = check_layers(layers)
+
+  def __repr__(self):
+    return f"StackedCell({len(self.layers)} layers)"
+
+  @property
+  def hidden_size(self) -> int:
+    """The top head's output size (what the readout reads); a head's
+    output size is taken not to depend on the raw input size."""
+    size = None
+    for layer in self.layers:
+      size = layer.head.output_size(layer.cell.hidden_size, size)
+    return size
+
+  def init(self, key: jax.Array, input_size: int) -> tuple:
+    """Each layer's cell and head by their own initialisation; layer `l`'s
+    input size is the previous head's output."""
+    size = validation.positive_int("input_size", input_size)
+    keys = jax.random.split(key, 2 * len(self.layers))
+    out = []
+    for i, layer in enumerate(self.layers):
+      features = layer.cell.hidden_size
+      out.append({"cell": layer.cell.init(keys[2 * i], size),
+                  "head": layer.head.init(keys[2 * i + 1], features, size)})
+      size = layer.head.output_size(features, size)
+    return tuple(out)
+
+  def initial_state(self):
+    states = tuple(layer.cell.initial_state() for layer in self.layers)
+    dtype = jax.tree_util.tree_leaves(states)[0].dtype
+    return states, jnp.zeros((self.hidden_size,), dtype)
+
+  def step(self, params: tuple, state, x: jax.Array):
+    states, _ = state
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, states)
+    top, _, states = _forward(self.layers, params, states, x, zeros)
+    return states, top
+
+  def output(self, state) -> jax.Array:
+    return state[1]
+
+
 def init_params(layers: Sequence[Layer], key: jax.Array, input_size: int,
                 num_outputs: int, readout=None) -> dict:
-  """`{'layers': ({'cell', 'head'}, ...), 'readout'}`, each part's own
-  initialisation; layer `l`'s input size is the previous head's output."""
-  layers = check_layers(layers)
+  """`{'cell': ({'cell', 'head'}, ...) one per layer, 'readout'}` (the
+  layout of a single cell's params, `StackedCell` as the cell)."""
+  stacked = StackedCell(layers)
   readout, _ = readout_and_loss(readout, None)
-  size = validation.positive_int("input_size", input_size)
-  keys = jax.random.split(key, 2 * len(layers) + 1)
-  out = []
-  for i, layer in enumerate(layers):
-    features = layer.cell.hidden_size
-    out.append({"cell": layer.cell.init(keys[2 * i], size),
-                "head": layer.head.init(keys[2 * i + 1], features, size)})
-    size = layer.head.output_size(features, size)
-  return {"layers": tuple(out),
-          "readout": readout.init(keys[-1], size, num_outputs)}
+  cell_key, readout_key = jax.random.split(key)
+  return {"cell": stacked.init(cell_key, input_size),
+          "readout": readout.init(readout_key, stacked.hidden_size,
+                                  num_outputs)}
 
 
-def _forward(layers, params, previous, x, perturbations):
-  """One example, one step: `(last head's output, layer inputs, new
-  states)`, each new state plus its perturbation."""
+def _forward(layers, params: tuple, previous, x, perturbations):
+  """One example, one step (`params`: the layers' `{'cell', 'head'}`):
+  `(last head's output, layer inputs, new states)`, each new state plus its
+  perturbation."""
   u, inputs, states = x, [], []
-  for layer, layer_params, state, delta in zip(layers, params["layers"],
-                                               previous, perturbations):
+  for layer, layer_params, state, delta in zip(layers, params, previous,
+                                               perturbations):
     inputs.append(u)
     new = layer.cell.step(layer_params["cell"], state, u)
     new = jax.tree_util.tree_map(jnp.add, new, delta)
@@ -93,27 +143,27 @@ def _forward(layers, params, previous, x, perturbations):
   return u, tuple(inputs), tuple(states)
 
 
-def estimate_step(layers, params, tstates, cell_states, batch: StepBatch, *,
-                  readout=None, loss=None):
+def estimate_step(layers, params, tstates, stacked_state, batch: StepBatch,
+                  *, readout=None, loss=None):
   """One batched step of the stack with gradient estimates, parameters
-  fixed: `(tstates, cell_states, mean loss, grads)`, `grads` with the
-  params' structure (cells by their estimators, heads and readout by the
-  step's immediate gradient)."""
+  fixed: `(tstates, stacked_state, mean loss, grads)`; `stacked_state` is
+  the batched `StackedCell` state `(layer states, top output)`, `grads` has
+  the params' structure (cells by their estimators, heads and readout by
+  the step's immediate gradient)."""
   readout, loss = readout_and_loss(readout, loss)
   batch_size = batch.targets.shape[0]
   cell_states = tuple(
       where_reset(batch.resets,
                   broadcast_state(layer.cell.initial_state(), batch_size), s)
-      for layer, s in zip(layers, cell_states))
+      for layer, s in zip(layers, stacked_state[0]))
   tstates = tuple(
       where_reset(batch.resets, jax.vmap(layer.estimator.reset)(t), t)
       for layer, t in zip(layers, tstates))
   zeros = jax.tree_util.tree_map(jnp.zeros_like, cell_states)
 
   def mean_loss(perturbations, heads, readout_params):
-    local = {"layers": tuple({"cell": p["cell"], "head": h}
-                             for p, h in zip(params["layers"], heads)),
-             "readout": readout_params}
+    local = tuple({"cell": p["cell"], "head": h}
+                  for p, h in zip(params["cell"], heads))
     top, inputs, _ = jax.vmap(
         lambda s, x, d: _forward(layers, local, s, x, d))(
             cell_states, batch.inputs, perturbations)
@@ -124,15 +174,15 @@ def estimate_step(layers, params, tstates, cell_states, batch: StepBatch, *,
     per_example = jax.vmap(
         lambda h, y, w: loss(readout.apply(readout_params, h), y) * w)(
             top, batch.targets, batch.weights)
-    return per_example.sum() / batch_size, inputs
+    return per_example.sum() / batch_size, (inputs, top)
 
-  heads = tuple(p["head"] for p in params["layers"])
-  (value, inputs), (errors, head_grads, readout_grads) = jax.value_and_grad(
-      mean_loss, argnums=(0, 1, 2), has_aux=True)(zeros, heads,
-                                                  params["readout"])
+  heads = tuple(p["head"] for p in params["cell"])
+  (value, (inputs, top)), (errors, head_grads, readout_grads) = \
+      jax.value_and_grad(mean_loss, argnums=(0, 1, 2), has_aux=True)(
+          zeros, heads, params["readout"])
   new_tstates, new_states, layer_grads = [], [], []
   for layer, layer_params, tstate, state, x, error, head_grad in zip(
-      layers, params["layers"], tstates, cell_states, inputs, errors,
+      layers, params["cell"], tstates, cell_states, inputs, errors,
       head_grads):
     tstate, state = jax.vmap(layer.estimator.step(layer_params["cell"]))(
         tstate, state, x)
@@ -143,19 +193,20 @@ def estimate_step(layers, params, tstates, cell_states, batch: StepBatch, *,
     layer_grads.append({"cell": jax.tree_util.tree_map(sum_over_batch,
                                                        per_example),
                         "head": head_grad})
-  return (tuple(new_tstates), tuple(new_states), value,
-          {"layers": tuple(layer_grads), "readout": readout_grads})
+  return (tuple(new_tstates), (tuple(new_states), top), value,
+          {"cell": tuple(layer_grads), "readout": readout_grads})
 
 
 def _init_states(layers, params, key, batch_size):
+  """`(per-layer tangent states, batched StackedCell state)`."""
   keys = jax.random.split(key, len(layers))
-  tstates, states = [], []
-  for layer, layer_params, layer_key in zip(layers, params["layers"], keys):
-    state0 = layer.cell.initial_state()
-    tstates.append(jax.vmap(layer.estimator.init, in_axes=(None, None, 0))(
-        layer_params["cell"], state0, jax.random.split(layer_key, batch_size)))
-    states.append(broadcast_state(state0, batch_size))
-  return tuple(tstates), tuple(states)
+  tstates = tuple(
+      jax.vmap(layer.estimator.init, in_axes=(None, None, 0))(
+          layer_params["cell"], layer.cell.initial_state(),
+          jax.random.split(layer_key, batch_size))
+      for layer, layer_params, layer_key in zip(layers, params["cell"], keys))
+  return tstates, broadcast_state(StackedCell(layers).initial_state(),
+                                  batch_size)
 
 
 def make_stacked_online_trainer(layers: Sequence[Layer],
@@ -199,27 +250,8 @@ def stacked_bptt_gradient(layers: Sequence[Layer], params: dict,
                           chunk: StepBatch, *, readout=None, loss=None):
   """Full-BPTT gradient of `Σ_t` (batch-mean `L_t`) over the chunk from the
   initial states: the exact reference for the online stack."""
-  layers = check_layers(layers)
-  readout, loss = readout_and_loss(readout, loss)
+  stacked = StackedCell(layers)
   batch_size = chunk.targets.shape[1]
-
-  def total_loss(params):
-    def body(states, batch):
-      states = tuple(
-          where_reset(batch.resets, broadcast_state(
-              layer.cell.initial_state(), batch_size), s)
-          for layer, s in zip(layers, states))
-      zeros = jax.tree_util.tree_map(jnp.zeros_like, states)
-      top, _, states = jax.vmap(
-          lambda s, x, d: _forward(layers, params, s, x, d))(
-              states, batch.inputs, zeros)
-      per_example = jax.vmap(
-          lambda h, y, w: loss(readout.apply(params["readout"], h), y) * w)(
-              top, batch.targets, batch.weights)
-      return states, per_example.sum() / batch_size
-
-    states0 = tuple(broadcast_state(layer.cell.initial_state(), batch_size)
-                    for layer in layers)
-    return jax.lax.scan(body, states0, chunk)[1].sum()
-
-  return jax.grad(total_loss)(params)
+  return bptt_gradient(stacked, params,
+                       broadcast_state(stacked.initial_state(), batch_size),
+                       chunk, readout=readout, loss=loss)

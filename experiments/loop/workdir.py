@@ -40,6 +40,7 @@ BOOKKEEPING_FIELDS = frozenset({
 ADDED_FIELD_DEFAULTS = {
     "optimizer": "adam", "init_stddev": 0.0, "cell_clip_norm": 0.0,
     "text_layout": "standard", "readout": "linear", "stream_offsets": "even",
+    "num_layers": 1, "head": "identity", "model_size": 0,
 }
 
 

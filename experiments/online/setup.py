@@ -10,7 +10,24 @@ import jax
 import optax
 
 from experiments.loop import checks
-from rtrl import bptt, cells, estimators, online, optim, readout, validation
+from rtrl import (bptt, cells, estimators, heads, online, optim, readout,
+                  stack, validation)
+
+HEADS = ("identity", "lru_block")
+
+
+def add_stack_fields(config) -> None:
+  """The architecture fields every online experiment shares: a stack of
+  `num_layers` recurrent layers (`rtrl.stack`), each `config.cell` under
+  `config.estimator` (trained by its own estimator, the error passed down
+  through the layers' instantaneous Jacobians; TBPTT backpropagates through
+  the whole stack), and the position-wise `head` after each: identity (a
+  classic stacked RNN) or lru_block (the LRU block: `Re(C h) + D u`, GELU,
+  GLU, residual, layer norm, with `model_size` outputs; 0: the cell's
+  output size). One layer with the identity head is the plain cell."""
+  config.num_layers = 1
+  config.head = "identity"
+  config.model_size = 0
 
 def validate_trainer(config) -> None:
   """`config.estimator` (a registered estimator, trained online, or
@@ -33,15 +50,47 @@ def validate_trainer(config) -> None:
   if config.get("optimizer", "adam") not in OPTIMIZERS:
     raise ValueError(f"config.optimizer must be one of {OPTIMIZERS}, got "
                      f"{config.optimizer!r}")
+  if "num_layers" in config:
+    checks.positive_ints(config, "num_layers")
+    checks.nonnegative_ints(config, "model_size", zero_means="the cell's "
+                            "output size")
+  if config.get("head", "identity") not in HEADS:
+    raise ValueError(f"config.head must be one of {HEADS}, got "
+                     f"{config.head!r}")
+  if is_stacked(config) and config.get("accumulate_steps", 1) != 1:
+    raise ValueError("config.accumulate_steps must be 1 for a stack "
+                     f"(num_layers={config.num_layers}, head={config.head!r})")
   for field in ("init_stddev", "clip_norm", "cell_clip_norm"):
     if config.get(field, 0.0) < 0:
       raise ValueError(f"config.{field} must be >= 0 (0: off), got "
                        f"{config[field]!r}")
 
 
-def make_cell(config) -> cells.Cell:
-  """`config.cell` with `config.hidden_size` units."""
-  return cells.make(config.cell, config.hidden_size)
+def is_stacked(config) -> bool:
+  """More than one layer, or a head other than the identity."""
+  return (config.get("num_layers", 1) > 1
+          or config.get("head", "identity") != "identity")
+
+
+def make_head(config, cell) -> heads.Head:
+  if config.get("head", "identity") == "identity":
+    return heads.identity()
+  return heads.lru_block(config.get("model_size", 0) or cell.hidden_size)
+
+
+def make_cell(config):
+  """`config.cell` with `config.hidden_size` units, or, for a stack, the
+  `rtrl.stack.StackedCell` of `config.num_layers` such layers, each with
+  its estimator (none for TBPTT) and head."""
+  if not is_stacked(config):
+    return cells.make(config.cell, config.hidden_size)
+  layers = []
+  for _ in range(config.num_layers):
+    cell = cells.make(config.cell, config.hidden_size)
+    estimator = (None if config.estimator == "tbptt"
+                 else make_estimator(config, cell))
+    layers.append(stack.Layer(cell, estimator, make_head(config, cell)))
+  return stack.StackedCell(layers)
 
 
 READOUTS = {"linear": readout.linear,
@@ -90,6 +139,8 @@ def make_estimator(config, cell) -> estimators.Estimator:
 
 
 OPTIMIZERS = ("adam", "tf1_adam")
+# The cell's parameters (a stack's: every layer's cell and head), not the
+# readout's.
 CELL_ONLY = {"cell": True, "readout": False}
 
 
@@ -139,6 +190,9 @@ def make_trainer(config, cell: cells.Cell,
   if config.estimator == "tbptt":
     return bptt.make_tbptt_trainer(cell, optimizer, config.truncation,
                                    readout=make_readout(config))
+  if isinstance(cell, stack.StackedCell):
+    return stack.make_stacked_online_trainer(cell.layers, optimizer,
+                                             readout=make_readout(config))
   return online.make_online_trainer(
       cell, make_estimator(config, cell), optimizer,
       accumulate_steps=config.get("accumulate_steps", 1),
@@ -148,10 +202,14 @@ def make_trainer(config, cell: cells.Cell,
 def describe(config) -> str:
   """A short name like '16-ok', 'tbptt-50' or 'rtrl' for logs and legends."""
   if config.estimator == "tbptt":
-    return f"tbptt-{config.truncation}"
-  if "rank" in estimators.hyperparameters(config.estimator):
-    return f"{config.rank}-{config.estimator}"
-  return config.estimator
+    name = f"tbptt-{config.truncation}"
+  elif "rank" in estimators.hyperparameters(config.estimator):
+    name = f"{config.rank}-{config.estimator}"
+  else:
+    name = config.estimator
+  if is_stacked(config):
+    name += f" x {config.num_layers} layers ({config.head})"
+  return name
 
 
 def batch_axes(state: dict) -> dict:

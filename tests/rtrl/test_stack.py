@@ -73,15 +73,15 @@ def test_two_layers_top_exact_bottom_approximate(x64):
   params, chunk = _problem(layers, seed=2)
   online, full = _online_and_bptt(layers, params, chunk)
   for part in ("cell", "head"):
-    for key in online["layers"][1][part]:
-      assert rel_err(online["layers"][1][part][key],
-                     full["layers"][1][part][key]) < 1e-11, (part, key)
+    for key in online["cell"][1][part]:
+      assert rel_err(online["cell"][1][part][key],
+                     full["cell"][1][part][key]) < 1e-11, (part, key)
   for key in online["readout"]:
     assert rel_err(online["readout"][key], full["readout"][key]) < 1e-11
   bottom = jnp.concatenate([a.ravel() for a in jax.tree_util.tree_leaves(
-      online["layers"][0]["cell"])])
+      online["cell"][0]["cell"])])
   exact = jnp.concatenate([a.ravel() for a in jax.tree_util.tree_leaves(
-      full["layers"][0]["cell"])])
+      full["cell"][0]["cell"])])
   assert rel_err(bottom, exact) > 1e-3
   assert float(bottom @ exact / jnp.linalg.norm(bottom)
                / jnp.linalg.norm(exact)) > 0.5
@@ -96,9 +96,9 @@ def test_single_layer_stack_matches_the_online_trainer(x64):
                                             jax.random.PRNGKey(0))
   plain, _ = rtrl.frozen_gradients(
       layer.cell, layer.estimator,
-      {"cell": params["layers"][0]["cell"], "readout": params["readout"]},
+      {"cell": params["cell"][0]["cell"], "readout": params["readout"]},
       chunk, jax.random.PRNGKey(0))
-  assert rel_err(steps["layers"][0]["cell"]["W"], plain["W"]) < 1e-12
+  assert rel_err(steps["cell"][0]["cell"]["W"], plain["W"]) < 1e-12
 
 
 def test_mixed_stack_learns_a_delayed_echo():
