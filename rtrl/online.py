@@ -176,12 +176,7 @@ def make_online_trainer(cell: Cell, estimator: Estimator,
   Returns:
     A `Trainer`. `run` is jitted; `step` is pure and jittable.
   """
-  validation.positive_int("accumulate_steps", accumulate_steps)
   readout, loss = readout_and_loss(readout, loss)
-  if accumulate_steps > 1:
-    # accumulator_dtype=None keeps the gradients' dtype (float64 under x64).
-    optimizer = optax.MultiSteps(optimizer, every_k_schedule=accumulate_steps,
-                                 accumulator_dtype=None)
 
   def initial_states(params, key, batch_size):
     keys = jax.random.split(key, batch_size)
@@ -194,11 +189,13 @@ def make_online_trainer(cell: Cell, estimator: Estimator,
     return estimate_step(cell, estimator, params, tstate, cell_state, batch,
                          readout=readout, loss=loss)
 
-  return trainer_from_estimate(initial_states, estimate, optimizer)
+  return trainer_from_estimate(initial_states, estimate, optimizer,
+                               accumulate_steps)
 
 
 def trainer_from_estimate(initial_states: Callable, estimate: Callable,
-                          optimizer: optax.GradientTransformation) -> Trainer:
+                          optimizer: optax.GradientTransformation,
+                          accumulate_steps: int = 1) -> Trainer:
   """The online `Trainer` around a batched gradient estimate, written once
   for a single cell and for stacks (`rtrl.stack`).
 
@@ -206,8 +203,14 @@ def trainer_from_estimate(initial_states: Callable, estimate: Callable,
     initial_states: `(params, key, batch_size) -> (tstate, cell_state)`.
     estimate: `(params, tstate, cell_state, batch) -> (tstate, cell_state,
       batch-mean loss, grads)`, parameters fixed.
-    optimizer: applied to `grads` at every step.
+    optimizer: applied to `grads` at every step, or to their mean every
+      `accumulate_steps` steps (`optax.MultiSteps`).
   """
+  validation.positive_int("accumulate_steps", accumulate_steps)
+  if accumulate_steps > 1:
+    # accumulator_dtype=None keeps the gradients' dtype (float64 under x64).
+    optimizer = optax.MultiSteps(optimizer, every_k_schedule=accumulate_steps,
+                                 accumulator_dtype=None)
 
   def init(params, key, batch_size):
     tstate, cell_state = initial_states(params, key, batch_size)

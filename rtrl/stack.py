@@ -210,10 +210,13 @@ def _init_states(layers, params, key, batch_size):
 
 
 def make_stacked_online_trainer(layers: Sequence[Layer],
-                                optimizer: optax.GradientTransformation, *,
+                                optimizer: optax.GradientTransformation,
+                                accumulate_steps: int = 1, *,
                                 readout=None, loss=None) -> Trainer:
   """The online trainer of a stack (cf. `rtrl.make_online_trainer`): an
-  optax update of every parameter at every step. `run` is jitted."""
+  optax update of every parameter at every step, or of the mean gradient
+  every `accumulate_steps` steps (Zucchet et al. update once per sequence).
+  `run` is jitted."""
   layers = check_layers(layers)
   readout, loss = readout_and_loss(readout, loss)
 
@@ -224,7 +227,8 @@ def make_stacked_online_trainer(layers: Sequence[Layer],
     return estimate_step(layers, params, tstates, cell_states, batch,
                          readout=readout, loss=loss)
 
-  return trainer_from_estimate(initial_states, estimate, optimizer)
+  return trainer_from_estimate(initial_states, estimate, optimizer,
+                               accumulate_steps)
 
 
 def stacked_frozen_gradients(layers: Sequence[Layer], params: dict,
@@ -255,3 +259,34 @@ def stacked_bptt_gradient(layers: Sequence[Layer], params: dict,
   return bptt_gradient(stacked, params,
                        broadcast_state(stacked.initial_state(), batch_size),
                        chunk, readout=readout, loss=loss)
+
+
+def cosines_to_bptt(layers: Sequence[Layer], params: dict, chunk: StepBatch,
+                    key: jax.Array, *, readout=None, loss=None) -> dict:
+  """How far the online stack's gradient is from BPTT's over one chunk.
+
+  The online per-step gradients (parameters fixed) summed over the chunk
+  against the full-BPTT gradient of the same summed loss, both from the
+  initial states: `{'all': cosine over every parameter, 'layer_l': cosine
+  over layer l's cell and head parameters (l = 0 at the bottom),
+  'readout': ...}`. Exact estimators and one layer give 1 (up to rounding);
+  below the top layer the online errors drop the paths through upper
+  layers' later states.
+  """
+  layers = check_layers(layers)
+  steps, _ = stacked_frozen_gradients(layers, params, chunk, key,
+                                      readout=readout, loss=loss)
+  online = jax.tree_util.tree_map(lambda a: a.sum(0), steps)
+  full = stacked_bptt_gradient(layers, params, chunk, readout=readout,
+                               loss=loss)
+
+  def cosine(a, b):
+    a = jnp.concatenate([x.ravel() for x in jax.tree_util.tree_leaves(a)])
+    b = jnp.concatenate([x.ravel() for x in jax.tree_util.tree_leaves(b)])
+    return a @ b / (jnp.linalg.norm(a) * jnp.linalg.norm(b))
+
+  out = {"all": cosine(online, full),
+         "readout": cosine(online["readout"], full["readout"])}
+  for i in range(len(layers)):
+    out[f"layer_{i}"] = cosine(online["cell"][i], full["cell"][i])
+  return out

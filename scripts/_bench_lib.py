@@ -16,7 +16,9 @@ import numpy as np
 
 
 def count_floats(tree) -> int:
-  return int(sum(np.prod(leaf.shape) for leaf in jax.tree_util.tree_leaves(tree)))
+  """Real numbers held by `tree` (a complex entry counts two)."""
+  return int(sum(np.prod(leaf.shape) * (2 if jnp.iscomplexobj(leaf) else 1)
+                 for leaf in jax.tree_util.tree_leaves(tree)))
 
 
 def fit_exponent(ns, values) -> float:

@@ -57,9 +57,6 @@ def validate_trainer(config) -> None:
   if config.get("head", "identity") not in HEADS:
     raise ValueError(f"config.head must be one of {HEADS}, got "
                      f"{config.head!r}")
-  if is_stacked(config) and config.get("accumulate_steps", 1) != 1:
-    raise ValueError("config.accumulate_steps must be 1 for a stack "
-                     f"(num_layers={config.num_layers}, head={config.head!r})")
   for field in ("init_stddev", "clip_norm", "cell_clip_norm"):
     if config.get(field, 0.0) < 0:
       raise ValueError(f"config.{field} must be >= 0 (0: off), got "
@@ -191,8 +188,10 @@ def make_trainer(config, cell: cells.Cell,
     return bptt.make_tbptt_trainer(cell, optimizer, config.truncation,
                                    readout=make_readout(config))
   if isinstance(cell, stack.StackedCell):
-    return stack.make_stacked_online_trainer(cell.layers, optimizer,
-                                             readout=make_readout(config))
+    return stack.make_stacked_online_trainer(
+        cell.layers, optimizer,
+        accumulate_steps=config.get("accumulate_steps", 1),
+        readout=make_readout(config))
   return online.make_online_trainer(
       cell, make_estimator(config, cell), optimizer,
       accumulate_steps=config.get("accumulate_steps", 1),

@@ -133,3 +133,43 @@ def test_bad_stacks_are_named():
     stack.make_stacked_online_trainer((), optax.sgd(0.1))
   with pytest.raises(ValueError, match=r"layers\[0\]"):
     stack.init_params(("rhn",), jax.random.PRNGKey(0), 3, 4)
+
+
+def test_update_once_per_chunk_is_sgd_on_the_mean_frozen_gradient(x64):
+  """`accumulate_steps=T`: the T steps of a chunk compute their gradients
+  at fixed parameters and one SGD update applies their mean: the result ==
+  `params - lr * mean_t(stacked_frozen_gradients)` (rel. error < 1e-12),
+  for a 2-layer LRU stack."""
+  layers = (_lru_layer(4, 5), _lru_layer(3, 5))
+  params, chunk = _problem(layers)
+  learning_rate = 0.1
+  trainer = stack.make_stacked_online_trainer(
+      layers, optax.sgd(learning_rate), accumulate_steps=T)
+  state = trainer.init(params, jax.random.PRNGKey(1), B)
+  state, _ = trainer.run(state, chunk)
+  steps, _ = jax.jit(lambda p, c: stack.stacked_frozen_gradients(
+      layers, p, c, jax.random.PRNGKey(1)))(params, chunk)
+  expected = jax.tree_util.tree_map(
+      lambda p, g: p - learning_rate * g.mean(0), params, steps)
+  for got, want in zip(jax.tree_util.tree_leaves(state.params),
+                       jax.tree_util.tree_leaves(expected)):
+    assert rel_err(got, want) < 1e-12
+  moved = [rel_err(a, b) for a, b in zip(jax.tree_util.tree_leaves(params),
+                                         jax.tree_util.tree_leaves(expected))]
+  assert max(moved) > 1e-3   # the update is not vacuous
+
+
+def test_cosines_to_bptt_is_one_for_one_layer_and_measures_two(x64):
+  """One exact layer: every cosine is 1 to 1e-10; two layers: the top layer
+  and the readout stay at 1, the bottom layer's is below 1 (the dropped
+  paths) but far from 0."""
+  one = stack.cosines_to_bptt((_lru_layer(4, 5),),
+                              *_problem((_lru_layer(4, 5),)),
+                              jax.random.PRNGKey(0))
+  assert all(abs(float(c) - 1) < 1e-10 for c in one.values()), one
+  layers = (_lru_layer(4, 5), _lru_layer(3, 5))
+  two = stack.cosines_to_bptt(layers, *_problem(layers),
+                              jax.random.PRNGKey(0))
+  assert abs(float(two["layer_1"]) - 1) < 1e-10
+  assert abs(float(two["readout"]) - 1) < 1e-10
+  assert 0.3 < float(two["layer_0"]) < 1 - 1e-8, two

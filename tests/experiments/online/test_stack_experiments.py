@@ -64,11 +64,6 @@ def test_kronecker_estimator_on_lru_layers_is_refused():
     online_setup.make_cell(copy_config(**{**LRU_STACK, "estimator": "ok"}))
 
 
-def test_accumulate_steps_is_refused_for_stacks():
-  with pytest.raises(ValueError, match="accumulate_steps"):
-    copy_experiment.validate(copy_config(**LRU_STACK, accumulate_steps=2))
-
-
 def test_ptb_config_has_the_stack_fields():
   config = load_config("ptb", "small")
   assert (config.num_layers, config.head, config.model_size) == (
