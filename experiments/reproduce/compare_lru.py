@@ -17,6 +17,7 @@ TBPTT: the states it stores over its window).
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Callable
 
@@ -26,10 +27,12 @@ import ml_collections
 import numpy as np
 
 from experiments.data import load_ptb_split
+from experiments.loop import workdir as workdir_lib
 from experiments.online import cosine_tasks
 from experiments.online import setup as online_setup
 from experiments.reproduce import common
 from experiments.reproduce import online_curves
+from experiments.reproduce import plan
 from experiments.reproduce.common import Curve
 from experiments.reproduce.cosine_figures import train_single
 from experiments.reproduce.online_curves import estimator
@@ -71,9 +74,12 @@ def memory_per_example(config, vocab: int) -> int:
       cell, k, vocab, vocab), jax.random.PRNGKey(0))
   state = jax.eval_shape(lambda p, k: trainer.init(p, k, 1), params,
                          jax.random.PRNGKey(0))
-  count = lambda tree: int(sum(   # a complex entry is two floats
-      np.prod(x.shape) * (2 if jnp.issubdtype(x.dtype, jnp.complexfloating)
-                          else 1) for x in jax.tree_util.tree_leaves(tree)))
+  def count(tree):  # floats only (not PRNG keys); a complex entry is two
+    return int(sum(
+        np.prod(x.shape) * (2 if jnp.issubdtype(x.dtype, jnp.complexfloating)
+                            else 1)
+        for x in jax.tree_util.tree_leaves(tree)
+        if jnp.issubdtype(x.dtype, jnp.inexact)))
   if config.estimator == "tbptt":
     return count(state.cell_state) * config.truncation
   return count(state.tstate)
@@ -170,8 +176,12 @@ def compare_lru_cosine(scale: str, workdir: str) -> common.Result:
         fields, learning_rate=SMALL_LEARNING_RATE, num_steps=train_steps,
         chunk_steps=100, log_every=1000, eval_every=train_steps,
         checkpoint_every=train_steps), "small")
-    layers = online_setup.make_cell(ml_collections.ConfigDict(
-        fields | {"rank": 0})).layers
+    if plan.active() is not None:
+      continue  # `--plan` prices the training; the cosines take seconds.
+    # The trained run's own config (what `--set` changed included).
+    with open(os.path.join(trained, workdir_lib.CONFIG_FILE)) as f:
+      layers = online_setup.make_cell(
+          ml_collections.ConfigDict(json.load(f))).layers
     fresh = stack.init_params(layers, jax.random.PRNGKey(0), ptb.VOCAB_SIZE,
                               ptb.VOCAB_SIZE)
     measure = jax.jit(lambda p, c: stack.cosines_to_bptt(
