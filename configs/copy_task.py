@@ -77,6 +77,10 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   config.learning_rates = ()   # e.g. (10**-2.5, 1e-3); empty: learning_rate
   config.num_steps = 20000
   config.curriculum = "official"  # official | output_only (see above)
+  # How a sequence's length is drawn from T: uniform on max(1, T-4)..T, or
+  # clipped, max(1, T - k) with k uniform on 0..4 (the official script's;
+  # more length-1 sequences while T < 5). rtrl/tasks/copy_task.py.
+  config.length_rule = "uniform"
   config.chunk_steps = 100     # steps per jitted chunk (output_only: the
                                # curriculum's check period)
   config.log_every = 500       # steps between progress lines (multiple of chunk_steps)
@@ -97,12 +101,13 @@ def _official(config: ml_collections.ConfigDict) -> None:
   16-OK, RHN-128, batch 16, TF1's Adam at 10^-3.5 on its gradient units,
   every weight normal(0, 0.01), the
   cell gradient clipped at 1.0 in its units (16 on our batch-mean gradient),
-  its curriculum, logged every 1000 steps as its logs are."""
+  its curriculum and its length draw, logged every 1000 steps as its logs
+  are."""
   config.update(dict(
       estimator="ok", rank=16, cell="rhn", hidden_size=128, batch_size=16,
       learning_rate=official.LEARNING_RATE, optimizer="tf1_adam",
       init_stddev=official.INIT_STDDEV,
       cell_clip_norm=official.batch_mean_clip(official.COPY_CELL_CLIP, 16),
-      clip_norm=0.0, curriculum="official", error_threshold=0.15,
-      num_steps=4_000_000, chunk_steps=1000, log_every=1000,
+      clip_norm=0.0, curriculum="official", length_rule="clipped",
+      error_threshold=0.15, num_steps=4_000_000, chunk_steps=1000, log_every=1000,
       checkpoint_every=50_000))

@@ -41,6 +41,7 @@ ADDED_FIELD_DEFAULTS = {
     "optimizer": "adam", "init_stddev": 0.0, "cell_clip_norm": 0.0,
     "text_layout": "standard", "readout": "linear", "stream_offsets": "even",
     "num_layers": 1, "head": "identity", "model_size": 0,
+    "length_rule": "uniform",
 }
 
 

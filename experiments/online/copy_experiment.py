@@ -46,6 +46,9 @@ def validate(config) -> None:
   checks.positive_ints(config, "hidden_size", "batch_size", "chunk_steps",
                        "max_length")
   online_setup.validate_trainer(config)
+  if config.get("length_rule", "uniform") not in copy_task.LENGTH_RULES:
+    raise ValueError(f"config.length_rule must be one of "
+                     f"{copy_task.LENGTH_RULES}, got {config.length_rule!r}")
   if config.get("curriculum") not in copy_task.CURRICULA:
     raise ValueError(f"config.curriculum must be one of "
                      f"{copy_task.CURRICULA}, got {config.get('curriculum')!r}")
@@ -78,7 +81,8 @@ def make_online_chunk(config, cell, trainer):
   def chunk(trainer_state, stream, curriculum):
     carry, outputs = copy_task.run_chunk(
         train_step, trainer_state, stream, curriculum, config.chunk_steps,
-        curriculum=config.curriculum, threshold=config.error_threshold)
+        curriculum=config.curriculum, threshold=config.error_threshold,
+        length_rule=config.get("length_rule", "uniform"))
     return carry, outputs.metrics
 
   return chunk
@@ -113,7 +117,8 @@ def make_official_tbptt_chunk(config, cell, trainer):
     (_, stream, curriculum), outputs = copy_task.run_chunk(
         forward_step, trainer_state.cell_state, stream, curriculum,
         config.truncation, curriculum="official",
-        threshold=config.error_threshold)
+        threshold=config.error_threshold,
+        length_rule=config.get("length_rule", "uniform"))
     trainer_state, _ = trainer.step(trainer_state, outputs.batches)
     return (trainer_state, stream, curriculum), outputs.metrics
 

@@ -21,9 +21,11 @@ Two curriculum protocols (`curriculum=`), both starting at T = 1:
   1 bit) of the per-step batch-mean cross-entropy in bits over all positions,
   updated after every training step. It is checked whenever a sequence starts,
   before that sequence's length is drawn: below 0.15, T += 1 and the average
-  is set to 0.3. Lengths are uniform on max(1, T - 4) .. T (the spec; the
-  official script draws max(1, T - k), k uniform on 0..4, which differs only
-  while T < 5: there it puts the clipped mass on length 1).
+  is set to 0.3. Lengths (`length_rule`): "uniform" on max(1, T - 4) .. T,
+  or "clipped", the official script's max(1, T - k) with k uniform on 0..4,
+  which differs while T < 5: there it puts the clipped mass on length 1
+  (at T = 2, length 1 with probability 4/5, not 1/2), so the early
+  curriculum climbs faster (the `official` Copy preset uses it).
   Within a step the official code checks at each starting example in turn
   (example index order) against the same average. `check_at_starts` computes
   that sequential rule in closed form: the first starting example fires iff
@@ -58,6 +60,7 @@ VOCAB_SIZE = 4
 ERROR_THRESHOLD = 0.15  # bits/char
 LENGTH_WINDOW = 5       # output_only: lengths are drawn from T - 5 .. T
 CURRICULA = ("official", "output_only")
+LENGTH_RULES = ("uniform", "clipped")
 LENGTH_WINDOWS = {"official": 4, "output_only": 5}
 EMA_DECAY = 0.999       # official: decay of the error's moving average
 EMA_INITIAL_BITS = 1.0  # official: its starting value
@@ -172,22 +175,35 @@ def stream_init(key: jax.Array, batch_size: int, max_length: int) -> CopyStream:
 
 
 def sample_length(key: jax.Array, curriculum_length,
-                  window: int = LENGTH_WINDOW) -> jax.Array:
-  """Uniform on `max(1, T - window) .. T`."""
+                  window: int = LENGTH_WINDOW,
+                  length_rule: str = "uniform") -> jax.Array:
+  """"uniform": uniform on `max(1, T - window) .. T`; "clipped": `max(1, T -
+  k)`, `k` uniform on `0 .. window` (the official script's draw)."""
+  if length_rule == "clipped":
+    k = jax.random.randint(key, (), 0, window + 1, dtype=jnp.int32)
+    return jnp.maximum(1, curriculum_length - k).astype(jnp.int32)
   low = jnp.maximum(1, curriculum_length - window)
   return jax.random.randint(key, (), low, curriculum_length + 1,
                             dtype=jnp.int32)
 
 
+def check_length_rule(length_rule: str) -> str:
+  if length_rule not in LENGTH_RULES:
+    raise ValueError(f"length_rule must be one of {LENGTH_RULES}, got "
+                     f"{length_rule!r}")
+  return length_rule
+
+
 def _example_step(stream: CopyStream, curriculum_length, window: int,
-                  all_positions: bool):
+                  all_positions: bool, length_rule: str):
   """One step of one example's stream (a new sequence of length drawn from
   `curriculum_length` starts if the last one has finished)."""
   max_length = stream.bits.shape[0]
   finished = stream.position >= 2 * stream.length + 2
   key, length_key, bits_key = jax.random.split(stream.key, 3)
   new_length = sample_length(length_key, jnp.minimum(curriculum_length,
-                                                     max_length), window)
+                                                     max_length), window,
+                             length_rule)
   new_bits = jax.random.randint(bits_key, (max_length,), 0, 2, dtype=jnp.int32)
   bits = jnp.where(finished, new_bits, stream.bits)
   length = jnp.where(finished, new_length, stream.length)
@@ -208,13 +224,14 @@ def _example_step(stream: CopyStream, curriculum_length, window: int,
   return CopyStream(bits, length, position + 1, key), step
 
 
-def _batch_step(stream: CopyStream, lengths, curriculum: str, dtype):
+def _batch_step(stream: CopyStream, lengths, curriculum: str, dtype,
+                length_rule: str = "uniform"):
   """All examples' step with per-example (or shared) curriculum lengths."""
-  in_axes = (0, 0 if jnp.ndim(lengths) else None, None, None)
+  in_axes = (0, 0 if jnp.ndim(lengths) else None)
   stream, (inputs, targets, weights, output_weights, resets) = jax.vmap(
-      _example_step, in_axes=in_axes)(stream, lengths,
-                                      LENGTH_WINDOWS[curriculum],
-                                      curriculum == "official")
+      lambda s, t: _example_step(s, t, LENGTH_WINDOWS[curriculum],
+                                 curriculum == "official", length_rule),
+      in_axes=in_axes)(stream, lengths)
   batch = StepBatch(inputs.astype(dtype), targets, weights.astype(dtype),
                     resets)
   return stream, batch, output_weights.astype(dtype)
@@ -222,7 +239,8 @@ def _batch_step(stream: CopyStream, lengths, curriculum: str, dtype):
 
 def stream_step(stream: CopyStream, state: CurriculumState, curriculum: str,
                 threshold: float = ERROR_THRESHOLD,
-                reset_bits: float = EMA_RESET_BITS, dtype=None):
+                reset_bits: float = EMA_RESET_BITS, dtype=None,
+                length_rule: str = "uniform"):
   """One step of the batched streams under a curriculum protocol.
 
   Under "official" the examples that start a sequence here are first checked
@@ -235,6 +253,7 @@ def stream_step(stream: CopyStream, state: CurriculumState, curriculum: str,
     (B,) the output-phase mask (for the output-phase error under both).
   """
   check_curriculum(curriculum)
+  check_length_rule(length_rule)
   dtype = dtype or jnp.asarray(0.0).dtype
   lengths = state.length
   if curriculum == "official":
@@ -242,12 +261,13 @@ def stream_step(stream: CopyStream, state: CurriculumState, curriculum: str,
     state, lengths = check_at_starts(state, starts, stream.bits.shape[-1],
                                      threshold, reset_bits)
   stream, batch, output_weights = _batch_step(stream, lengths, curriculum,
-                                              dtype)
+                                              dtype, length_rule)
   return stream, state, batch, output_weights
 
 
 def generate(stream: CopyStream, curriculum_length, num_steps: int,
-             dtype=None, curriculum: str = "output_only"):
+             dtype=None, curriculum: str = "output_only",
+             length_rule: str = "uniform"):
   """`num_steps` time-major steps of the batched streams at a fixed T (no
   curriculum checks; weights and length window follow `curriculum`).
 
@@ -259,7 +279,7 @@ def generate(stream: CopyStream, curriculum_length, num_steps: int,
 
   def body(stream, _):
     stream, batch, _ = _batch_step(stream, curriculum_length, curriculum,
-                                   dtype)
+                                   dtype, check_length_rule(length_rule))
     return stream, batch
 
   return jax.lax.scan(body, stream, None, length=num_steps)
@@ -285,7 +305,7 @@ def run_chunk(train_step: Callable[..., Any], train_state: Any,
               stream: CopyStream, state: CurriculumState, num_steps: int,
               curriculum: str, threshold: float = ERROR_THRESHOLD,
               decay: float = EMA_DECAY, reset_bits: float = EMA_RESET_BITS,
-              dtype=None):
+              dtype=None, length_rule: str = "uniform"):
   """`num_steps` interleaved steps: stream step, training step, curriculum.
 
   Args:
@@ -297,6 +317,8 @@ def run_chunk(train_step: Callable[..., Any], train_state: Any,
       with `loss_sum / weight_sum` in bits after every step) or "output_only"
       (T += 1 at the end if the chunk's output-phase error is below
       `threshold`; within the chunk T is fixed).
+    length_rule: how a new sequence's length is drawn from T: "uniform" or
+      "clipped" (the official script's; see the module docstring).
 
   Returns:
     `((train_state, stream, state), ChunkOutputs)`.
@@ -307,7 +329,7 @@ def run_chunk(train_step: Callable[..., Any], train_state: Any,
   def body(carry, _):
     train_state, stream, state = carry
     stream, state, batch, output_weights = stream_step(
-        stream, state, curriculum, threshold, reset_bits, dtype)
+        stream, state, curriculum, threshold, reset_bits, dtype, length_rule)
     train_state, metrics = train_step(train_state, batch, output_weights)
     if official:
       state = ema_update(

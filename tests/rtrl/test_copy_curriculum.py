@@ -206,6 +206,34 @@ def test_sample_length_uniform(curriculum, T):
     assert stat < stats.chi2.isf(CHI2_P, df), (stat, df)
 
 
+@pytest.mark.parametrize("T", [1, 2, 3, 5, 12])
+def test_sample_length_clipped_is_the_official_draw(T):
+  """"clipped": max(1, T - k), k uniform on 0..4 (the official script): at
+  T = 2 length 1 has probability 4/5; 20000 draws pass the chi-square
+  bound against those exact probabilities."""
+  keys = jax.random.split(jax.random.PRNGKey(T), 20000)
+  values = np.asarray(jax.vmap(lambda k: copy_task.sample_length(
+      k, T, 4, "clipped"))(keys))
+  probabilities = {}
+  for k in range(5):
+    length = max(1, T - k)
+    probabilities[length] = probabilities.get(length, 0) + 0.2
+  support = sorted(probabilities)
+  assert sorted(set(values.tolist())) == support
+  if len(support) > 1:
+    counts = np.array([(values == v).sum() for v in support])
+    expected = np.array([probabilities[v] for v in support]) * values.size
+    stat = np.sum((counts - expected) ** 2 / expected)
+    assert stat < stats.chi2.isf(CHI2_P, len(support) - 1), stat
+
+
+def test_unknown_length_rule_is_named():
+  with pytest.raises(ValueError, match="length_rule.*'uniform', 'clipped'"):
+    copy_task.stream_step(copy_task.stream_init(jax.random.PRNGKey(0), 2, 4),
+                          copy_task.curriculum_init(), "official",
+                          length_rule="official")
+
+
 @pytest.mark.parametrize("curriculum", ["official", "output_only"])
 def test_stream_lengths_uniform(curriculum):
   """Through the stream at T = 9 held fixed (losses of 1 bit: the official

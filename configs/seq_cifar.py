@@ -1,0 +1,110 @@
+"""Sequential CIFAR-10: one pixel (3 channels) a step, 1024 steps an image,
+the class predicted at the last pixel (Zucchet et al. 2023; Orvieto et al.
+2023, the LRU). See experiments/online/seq_image_experiment.py.
+
+Default, paper-like: the online LRU of Zucchet et al., 4 layers of LRU-128
+(state size; the readout sees [Re h, Im h]) in LRU blocks of width 256, each
+layer trained by its exact element-wise RTRL, batch 32, Adam at 1e-3 with one
+update per batch of images (the gradient of an image's loss at its last
+pixel, as the papers' once-a-sequence update), evaluated on the test set
+once an epoch (50,000 images). Far too slow for a CPU:
+
+  python -m experiments.seq_cifar --config configs/seq_cifar.py --workdir runs/seq_cifar
+
+Not in this default (the papers' sCIFAR recipe has them): their r_min = 0.9,
+r_max = 0.999 ring for |λ| (ours is the cell's 0..0.99, which
+experiments/online/setup.py does not yet expose), mean pooling over time
+(ours: the last pixel), dropout, weight decay, a cosine schedule, 180 epochs
+at batch 100.
+
+The same network by full BPTT over each image (TBPTT with one window an
+image; `truncation` must divide 1024):
+  --config.estimator=tbptt --config.truncation=1024
+
+`small` preset: LRU-32, LRU blocks of 64, 2 layers, batch 16, 2 epochs of the
+4,000-image subset in ../shared/data (512,000 steps), test accuracy on its
+1,000 test images every 128,000 steps; a few minutes on a 2-core CPU:
+
+  DATA_DIR=../shared/data python -m experiments.seq_cifar \
+    --config configs/seq_cifar.py:small --workdir runs/seq_cifar_small
+  DATA_DIR=../shared/data python -m experiments.seq_cifar \
+    --config configs/seq_cifar.py:small --workdir runs/seq_cifar_small_bptt \
+    --config.estimator=tbptt --config.truncation=1024
+
+Other estimators: --config.estimator=snap1 (the same as rtrl on an LRU),
+uoro; a plain cell: --config.cell=gru --config.num_layers=1
+--config.head=identity --config.estimator=snap1.
+"""
+
+import ml_collections
+
+from experiments.loop import run_config
+from experiments.online import setup as online_setup
+
+PIXELS_PER_IMAGE = 32 * 32
+FULL_TRAIN_IMAGES = 50_000
+
+
+def steps_per_epoch(num_images: int, batch_size: int) -> int:
+  """Steps for `num_images` images read by `batch_size` streams (the last
+  batch of an epoch spills into the next one)."""
+  return -(-num_images // batch_size) * PIXELS_PER_IMAGE
+
+
+def get_config(preset: str = "") -> ml_collections.ConfigDict:
+  config = ml_collections.ConfigDict()
+  # rtrl | snap1 | uoro | ... (experiments/online/setup.py) | tbptt
+  config.estimator = "rtrl"
+  config.rank = 8                 # kf_avg, kf_approx, ok, ok_biased, ktp
+  # TBPTT horizon (estimator=tbptt), dividing 1024: windows are aligned to
+  # images; 1024 is full BPTT over each image.
+  config.truncation = PIXELS_PER_IMAGE
+  config.cell = "lru"             # lru | rnn | rhn | lstm | gru
+  config.readout = "linear"       # linear | feedback_alignment
+  # num_layers, head, model_size: the stack (experiments/online/setup.py).
+  online_setup.add_stack_fields(config)
+  config.num_layers = 4
+  config.head = "lru_block"
+  config.model_size = 256
+  config.hidden_size = 128        # the LRU's state size (complex units)
+  config.batch_size = 32
+  config.learning_rate = 1e-3
+  config.init_stddev = 0.0        # 0: the cells' default initialisation
+  config.clip_norm = 0.0          # global-norm clipping (0: off)
+  config.cell_clip_norm = 0.0     # the cell gradient only (0: off)
+  config.optimizer = "adam"       # adam | tf1_adam
+  # One (mean) update every this many steps. The loss comes only at an
+  # image's last pixel, so 1024 is one Adam step per batch of images, as
+  # TBPTT-1024 does; with an exact estimator on one layer the two are the
+  # same algorithm.
+  config.accumulate_steps = PIXELS_PER_IMAGE
+  # The GEMM precision the training chunk is traced under (rtrl.linalg):
+  # highest (true float32) | tensorfloat32 | bfloat16 (GPU/TPU only).
+  config.matmul_precision = "highest"
+  # channel: (x - mean) / std per channel, from the training images | none
+  config.normalization = "channel"
+  config.seed = 0
+  # Runs trained together as one vmapped program: run j of each learning
+  # rate equals the single run with seed + j (see experiments/loop/run_axes.py).
+  config.num_seeds = 1
+  config.learning_rates = ()      # e.g. (1e-3, 4e-3); empty: learning_rate
+  epoch = steps_per_epoch(FULL_TRAIN_IMAGES, config.batch_size)  # 1,600,512
+  config.num_steps = 50 * epoch
+  config.chunk_steps = PIXELS_PER_IMAGE  # steps per jitted chunk (whole images)
+  config.log_every = 100 * PIXELS_PER_IMAGE   # multiple of chunk_steps
+  config.eval_every = epoch       # test accuracy; multiple of chunk_steps
+  config.eval_images = 0          # the first this many test images (0: all)
+  config.eval_batch_size = 500    # test images evaluated at once
+  config.checkpoint_every = epoch
+  config.data_dir = ""            # "": $DATA_DIR/cifar10, or the download cache
+  # Run-loop fields (resume, NaN policy, devices): experiments/loop/run_config.py.
+  run_config.add_run_fields(config)
+  if preset == "small":
+    config.update(dict(
+        num_layers=2, hidden_size=32, model_size=64, batch_size=16,
+        learning_rate=3e-3, num_steps=2 * steps_per_epoch(4000, 16),
+        log_every=50 * PIXELS_PER_IMAGE, eval_every=125 * PIXELS_PER_IMAGE,
+        checkpoint_every=125 * PIXELS_PER_IMAGE, eval_batch_size=250))
+  elif preset:
+    raise ValueError(f"unknown preset {preset!r}; known: 'small'")
+  return config
