@@ -31,6 +31,10 @@ image; `truncation` must divide 1024):
     --config configs/seq_cifar.py:small --workdir runs/seq_cifar_small_bptt \
     --config.estimator=tbptt --config.truncation=1024
 
+Measured (seed 0, 2-core CPU): online, 224 s wall at ~2,500 steps/s, final
+test accuracy 0.189 (best eval 0.207); TBPTT-1024, 158 s at ~3,500 steps/s,
+0.195 (best 0.219); chance 0.10. The default runs at ~55 steps/s there.
+
 Other estimators: --config.estimator=snap1 (the same as rtrl on an LRU),
 uoro; a plain cell: --config.cell=gru --config.num_layers=1
 --config.head=identity --config.estimator=snap1.
