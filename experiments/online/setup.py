@@ -75,15 +75,24 @@ def make_head(config, cell) -> heads.Head:
   return heads.lru_block(config.get("model_size", 0) or cell.hidden_size)
 
 
+def _one_cell(config):
+  """`config.cell` with `config.hidden_size` units; an LRU's |λ| ring from
+  `config.lru_r_min` / `config.lru_r_max` where the config has them (the
+  LRU papers' sCIFAR ring is 0.9 .. 0.999)."""
+  ring = {name: config[f"lru_{name}"] for name in ("r_min", "r_max")
+          if config.cell == "lru" and f"lru_{name}" in config}
+  return cells.make(config.cell, config.hidden_size, **ring)
+
+
 def make_cell(config):
   """`config.cell` with `config.hidden_size` units, or, for a stack, the
   `rtrl.stack.StackedCell` of `config.num_layers` such layers, each with
   its estimator (none for TBPTT) and head."""
   if not is_stacked(config):
-    return cells.make(config.cell, config.hidden_size)
+    return _one_cell(config)
   layers = []
   for _ in range(config.num_layers):
-    cell = cells.make(config.cell, config.hidden_size)
+    cell = _one_cell(config)
     estimator = (None if config.estimator == "tbptt"
                  else make_estimator(config, cell))
     layers.append(stack.Layer(cell, estimator, make_head(config, cell)))

@@ -58,11 +58,12 @@ def test_memory_per_example_counts_each_methods_carry():
   assert compare_lru.memory_per_example(tbptt, vocab) == 20 * 64
 
 
-def test_stack_cosine_target_end_to_end(tmp_path):
-  """Shrunk (LRU-4, model 8, 100 training steps): one row per depth and
-  network state; one layer is exact, deeper stacks are below 1 below the
-  top and exact at the top."""
+def test_stack_cosine_target_end_to_end(tmp_path, monkeypatch):
+  """Shrunk (LRU-4, model 8, 100 training steps, depths 1 and 2): one row
+  per depth and network state; one layer is exact, deeper stacks are below
+  1 below the top and exact at the top."""
   dataset_dir_or_skip("ptb")
+  monkeypatch.setattr(compare_lru, "DEPTHS", (1, 2))
   with common.overriding(dict(hidden_size=4, model_size=8, num_steps=100,
                               eval_every=100, checkpoint_every=100,
                               log_every=100, eval_batch_size=64)):
