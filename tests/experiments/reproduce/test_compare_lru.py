@@ -62,7 +62,8 @@ def test_stack_cosine_target_end_to_end(tmp_path, monkeypatch):
   """Shrunk (LRU-4, model 8, 100 training steps, depths 1 and 2): one row
   per depth and network state; one layer is exact, deeper stacks are below
   1 below the top and exact at the top."""
-  dataset_dir_or_skip("ptb")
+  # The target reads char-PTB the way a user's run does, through $DATA_DIR.
+  monkeypatch.setenv("DATA_DIR", str(dataset_dir_or_skip("ptb").parent))
   monkeypatch.setattr(compare_lru, "DEPTHS", (1, 2))
   with common.overriding(dict(hidden_size=4, model_size=8, num_steps=100,
                               eval_every=100, checkpoint_every=100,
