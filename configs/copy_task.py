@@ -41,20 +41,10 @@ from experiments.online import setup as online_setup
 
 def get_config(preset: str = "") -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
-  # rtrl | uoro | kf | kf_avg | kf_approx | ok | ok_biased | ktp | snap1 | rflo
-  # | tbptt
-  config.estimator = "ok"
-  config.rank = 8              # kf_avg, kf_approx, ok, ok_biased, ktp
-  config.truncation = 20       # TBPTT horizon (estimator=tbptt)
-  config.cell = "rhn"          # rnn | rhn | lstm | gru
-  # linear | feedback_alignment (RFLO's random feedback: the error reaches
-  # the cell through a fixed random matrix, not the readout's transpose)
-  config.readout = "linear"
-  # num_layers, head, model_size: a stack of online-trained layers
-  # (experiments/online/setup.py, add_stack_fields); e.g. the online LRU of
-  # Zucchet et al.: --config.cell=lru --config.estimator=rtrl
-  # --config.num_layers=4 --config.head=lru_block
-  online_setup.add_stack_fields(config)
+  # estimator, rank, truncation, cell, readout and the stack's fields
+  # (experiments/online/setup.py: add_trainer_fields).
+  online_setup.add_trainer_fields(config, estimator="ok", truncation=20,
+                                  cell="rhn")
   config.hidden_size = 32
   config.batch_size = 16
   config.learning_rate = 10 ** -2.5

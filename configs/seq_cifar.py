@@ -56,16 +56,11 @@ def steps_per_epoch(num_images: int, batch_size: int) -> int:
 
 def get_config(preset: str = "") -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
-  # rtrl | snap1 | uoro | ... (experiments/online/setup.py) | tbptt
-  config.estimator = "rtrl"
-  config.rank = 8                 # kf_avg, kf_approx, ok, ok_biased, ktp
-  # TBPTT horizon (estimator=tbptt), dividing 1024: windows are aligned to
-  # images; 1024 is full BPTT over each image.
-  config.truncation = PIXELS_PER_IMAGE
-  config.cell = "lru"             # lru | rnn | rhn | lstm | gru
-  config.readout = "linear"       # linear | feedback_alignment
-  # num_layers, head, model_size: the stack (experiments/online/setup.py).
-  online_setup.add_stack_fields(config)
+  # estimator, rank, truncation, cell, readout and the stack's fields
+  # (experiments/online/setup.py: add_trainer_fields). The TBPTT horizon
+  # divides 1024: windows are aligned to images; 1024 is full BPTT over each.
+  online_setup.add_trainer_fields(config, estimator="rtrl",
+                                  truncation=PIXELS_PER_IMAGE, cell="lru")
   config.num_layers = 4
   config.head = "lru_block"
   config.model_size = 256

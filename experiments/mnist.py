@@ -12,6 +12,10 @@ from experiments.classifier import experiment
 from experiments.classifier import tasks
 from experiments.loop import cli
 
+# `train(config, workdir)`, as every experiment module has (the reproduce
+# targets call it).
+train = functools.partial(experiment.train, tasks.MNIST)
+
 if __name__ == "__main__":
-  cli.run(functools.partial(experiment.train, tasks.MNIST), None,
+  cli.run(train, None,
           "Config file, e.g. configs/mnist.py:rls.")

@@ -50,6 +50,7 @@ ValueError naming them; route them to another optimiser with
 """
 
 from rls import layers
+from rls import second_moment
 from rls.alias import RLSDirectionState
 from rls.alias import rls
 from rls.alias import scale_by_rls_with_momentum_and_l1
@@ -59,7 +60,9 @@ from rls.capture import record_layer_input
 from rls.layers import LSTM
 from rls.layers import RNN
 from rls.transform import LayerInput
+from rls.transform import ScaleByRLSSquareRootState
 from rls.transform import ScaleByRLSState
+from rls.transform import inverse_correlation
 from rls.transform import scale_by_rls
 
 __all__ = [
@@ -68,11 +71,14 @@ __all__ = [
     'RLSDirectionState',
     'RLS_INPUTS',
     'RNN',
+    'ScaleByRLSSquareRootState',
     'ScaleByRLSState',
+    'inverse_correlation',
     'layer_inputs',
     'layers',
     'record_layer_input',
     'rls',
     'scale_by_rls',
+    'second_moment',
     'scale_by_rls_with_momentum_and_l1',
 ]

@@ -20,11 +20,12 @@ class RLSDirectionState(NamedTuple):
   """State of `scale_by_rls_with_momentum_and_l1`.
 
   Attributes:
-    rls: the `rls.ScaleByRLSState` holding every layer's ``P``.
+    rls: the `rls.ScaleByRLSState` holding every layer's ``P`` (or, with
+      ``square_root``, the `rls.ScaleByRLSSquareRootState` holding ``S``).
     velocity: `optax.TraceState` (minus the paper's ``Ω``, eq. 99) when
       ``momentum`` is set, else `optax.EmptyState`.
   """
-  rls: rls_transform.ScaleByRLSState
+  rls: Any
   velocity: Any
 
 
@@ -39,11 +40,11 @@ def _check_momentum_and_l1(momentum, l1) -> None:
       raise ValueError(f'l1 must be >= 0 (γ of eq. 98), got {l1!r}.')
 
 
-def _add_l1(direction, params, inverse_correlation, l1):
+def _add_l1(direction, params, rls_state, l1):
   """``direction + γ P_s sgn(Θ)`` on RLS layers (eq. 98), in the direction's
   dtype."""
   signs = jax.tree.map(jnp.sign, params)
-  penalty = rls_transform.precondition_by(inverse_correlation, signs)
+  penalty = rls_transform.precondition_by(rls_state, signs)
   return jax.tree.map(
       lambda d, p: (d + jnp.asarray(l1, p.dtype) * p).astype(d.dtype),
       direction, penalty)
@@ -57,6 +58,9 @@ def scale_by_rls_with_momentum_and_l1(
     momentum: Optional[float] = None,
     l1: Optional[float] = None,
     passthrough: bool = False,
+    square_root: bool = False,
+    input_statistics: str = 'mean',
+    second_moment_direction: str = 'eq63',
 ) -> optax.GradientTransformationExtraArgs:
   r"""The RLS descent direction with the paper's momentum and L1 options.
 
@@ -82,6 +86,9 @@ def scale_by_rls_with_momentum_and_l1(
     momentum: ``α`` (eq. 99), or None for no momentum buffer.
     l1: ``γ`` (eq. 98), or None for no L1 term. Needs ``params`` in update.
     passthrough: see `scale_by_rls`.
+    square_root: see `scale_by_rls` (``P = S Sᵀ``, PSD by construction).
+    input_statistics, second_moment_direction: see `scale_by_rls` (the
+      second-moment RLS of `rls.second_moment`).
 
   Returns:
     An `optax.GradientTransformationExtraArgs` taking ``layer_inputs=``.
@@ -92,7 +99,9 @@ def scale_by_rls_with_momentum_and_l1(
   core = rls_transform.scale_by_rls(
       forgetting_factor=forgetting_factor, ratio=ratio,
       gradient_scale=gradient_scale, init_scale=init_scale,
-      passthrough=passthrough)
+      passthrough=passthrough, square_root=square_root,
+      input_statistics=input_statistics,
+      second_moment_direction=second_moment_direction)
   _check_momentum_and_l1(momentum, l1)
   trace = (optax.trace(decay=momentum, nesterov=False)
            if momentum is not None else None)
@@ -111,8 +120,7 @@ def scale_by_rls_with_momentum_and_l1(
     if trace is not None:
       direction, velocity = trace.update(direction, velocity, params)
     if l1 is not None:
-      direction = _add_l1(direction, params, rls_state.inverse_correlation,
-                          l1)
+      direction = _add_l1(direction, params, rls_state, l1)
     return direction, RLSDirectionState(rls_state, velocity)
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)
@@ -128,6 +136,9 @@ def rls(
     l1: Optional[float] = None,
     *,
     passthrough: bool = False,
+    square_root: bool = False,
+    input_statistics: str = 'mean',
+    second_moment_direction: str = 'eq63',
 ) -> optax.GradientTransformationExtraArgs:
   """The RLS optimiser of Zhang et al. (2021) as an optax chain.
 
@@ -156,6 +167,11 @@ def rls(
     passthrough: let parameters with no layer input (embeddings, norms)
       through with their raw gradient (times ``-learning_rate``) instead of
       raising a ValueError that names them.
+    square_root: keep ``S`` with ``P = S Sᵀ`` (positive semi-definite by
+      construction in float32; see `scale_by_rls`).
+    input_statistics: ``'mean'`` (the paper) or ``'second_moment'`` (``P``
+      from sampled input rows; `rls.second_moment`); see `scale_by_rls`.
+    second_moment_direction: ``'eq63'`` or ``'updated'`` (second moment).
 
   Returns:
     An `optax.GradientTransformationExtraArgs`.
@@ -167,6 +183,8 @@ def rls(
       scale_by_rls_with_momentum_and_l1(
           forgetting_factor=forgetting_factor, ratio=ratio,
           gradient_scale=gradient_scale, init_scale=init_scale,
-          momentum=momentum, l1=l1, passthrough=passthrough),
+          momentum=momentum, l1=l1, passthrough=passthrough,
+          square_root=square_root, input_statistics=input_statistics,
+          second_moment_direction=second_moment_direction),
       optax.scale_by_learning_rate(learning_rate),
   )

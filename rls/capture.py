@@ -23,6 +23,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from rls import second_moment
 from rls.transform import LayerInput
 
 RLS_INPUTS = 'rls_inputs'
@@ -33,15 +34,64 @@ _RECORD = '__rls_input__'
 # True only while `layer_inputs` runs the model: `model.init` makes every
 # collection mutable, and must not record inputs.
 _CAPTURING = contextvars.ContextVar('rls_capturing', default=False)
+# `layer_inputs(time_axes=...)` while it runs: (module path -> time axis,
+# the set of paths whose T it has set).
+_TIME_AXES = contextvars.ContextVar('rls_time_axes', default=None)
+# `layer_inputs(samples=S)` while it runs: S, the input rows (dense) or
+# patches (conv) to record per layer for `rls.second_moment`; 0: means only.
+_SAMPLES = contextvars.ContextVar('rls_samples', default=0)
 
 
 @contextlib.contextmanager
-def _capturing():
+def _capturing(time_axes: Mapping[tuple, int], applied: set):
   token = _CAPTURING.set(True)
+  axes_token = _TIME_AXES.set((time_axes, applied))
   try:
     yield
   finally:
+    _TIME_AXES.reset(axes_token)
     _CAPTURING.reset(token)
+
+
+def _time_axes_by_path(time_axes: Mapping | None) -> dict[tuple, int]:
+  """`{'output': 1}` or `{'a/b': 1}` or `{('a', 'b'): 1}` -> path tuples."""
+  out = {}
+  for key, axis in (time_axes or {}).items():
+    path = (tuple(key) if isinstance(key, (tuple, list))
+            else tuple(str(key).split('/')))
+    if not isinstance(axis, int) or isinstance(axis, bool):
+      raise ValueError(f'time_axes[{key!r}] must be an int (the axis of the '
+                       f"layer's input that is time), got {axis!r}.")
+    out[path] = axis
+  return out
+
+
+def _steps_of(module: nn.Module, inputs: jax.Array) -> int:
+  """``T`` of a Dense / Conv call: 1, or the length of its time axis when
+  `layer_inputs(time_axes=...)` names the module (eqs. 80-86)."""
+  time_axes, applied = _TIME_AXES.get() or ({}, set())
+  axis = time_axes.get(tuple(module.path))
+  if axis is None:
+    return 1
+  applied.add(tuple(module.path))
+  name = '/'.join(module.path)
+  # A time axis is neither the first (batch) nor the feature axes.
+  example_ndim = 1 if isinstance(module, nn.Dense) else len(
+      _kernel_size(module)) + 1
+  ndim = inputs.ndim
+  if ndim < example_ndim + 2 or not 1 <= axis % ndim < ndim - example_ndim:
+    raise ValueError(
+        f'time_axes[{name!r}] = {axis}, but layer {name!r} got an input of '
+        f'shape {tuple(inputs.shape)}, which has no time axis there: the '
+        'time axis must lie between the batch axis (0) and the '
+        f'{"feature" if example_ndim == 1 else "image"} axes, e.g. 1 for a '
+        'Dense applied to (batch, time, features).')
+  return int(inputs.shape[axis])
+
+
+def _kernel_size(conv: nn.Conv) -> tuple[int, ...]:
+  return ((conv.kernel_size,) if isinstance(conv.kernel_size, int)
+          else tuple(conv.kernel_size))
 
 
 def is_capturing(module: nn.Module) -> bool:
@@ -50,8 +100,14 @@ def is_capturing(module: nn.Module) -> bool:
           and module.is_mutable_collection(RLS_INPUTS))
 
 
+def num_samples_wanted() -> int:
+  """``S`` of the running `layer_inputs(..., samples=S)`, else 0: a custom
+  layer records ``samples=`` only when this is positive."""
+  return _SAMPLES.get()
+
+
 def record_layer_input(module: nn.Module, mean: jax.Array,
-                       steps: int = 1) -> None:
+                       steps: int = 1, samples=None) -> None:
   """Records the mean input of the layer whose params `module` holds.
 
   Call it from a custom layer to make it usable with `rls.scale_by_rls`: the
@@ -63,13 +119,20 @@ def record_layer_input(module: nn.Module, mean: jax.Array,
     mean: ``x̄``, shape ``(fan_in,)``, averaged over batch (and positions or
       time steps), without the bias 1.
     steps: ``T``, the number of time steps averaged into ``mean`` (eq. 92).
+    samples: optional ``(S, fan_in)`` input rows (for
+      `rls.second_moment`, e.g. ``second_moment.sample_rows(rows,
+      num_samples_wanted())``); recorded only under ``layer_inputs(...,
+      samples=S)``, as a `rls.second_moment.LayerInputSamples`.
   """
   if not is_capturing(module):
     return
   mean = jax.lax.stop_gradient(mean)
   dtype = jnp.promote_types(mean.dtype, jnp.float32)
-  module.sow(RLS_INPUTS, _RECORD,
-             LayerInput(mean.astype(dtype), jnp.asarray(steps, jnp.int32)))
+  entry = LayerInput(mean.astype(dtype), jnp.asarray(steps, jnp.int32))
+  if samples is not None and num_samples_wanted():
+    entry = second_moment.LayerInputSamples(
+        *entry, jax.lax.stop_gradient(samples).astype(dtype))
+  module.sow(RLS_INPUTS, _RECORD, entry)
 
 
 def mean_over_leading_axes(inputs: jax.Array) -> jax.Array:
@@ -99,8 +162,7 @@ def conv_mean_patch(conv: nn.Conv, inputs: jax.Array) -> jax.Array:
   Returns:
     ``x̄``, shape ``(prod(kernel_size) * in_features,)``.
   """
-  kernel_size = ((conv.kernel_size,) if isinstance(conv.kernel_size, int)
-                 else tuple(conv.kernel_size))
+  kernel_size = _kernel_size(conv)
   example_ndim = len(kernel_size) + 1
   dtype = jnp.promote_types(inputs.dtype, jnp.float32)
   examples = jnp.reshape(inputs, (-1,) + inputs.shape[-example_ndim:])
@@ -126,12 +188,20 @@ def _interceptor(next_fun, args, kwargs, context):
   if context.method_name != '__call__' or not is_capturing(module):
     return outputs
   inputs = args[0] if args else kwargs.get('inputs')
+  num_samples = num_samples_wanted()
   if isinstance(module, nn.Dense):
-    record_layer_input(module, mean_over_leading_axes(inputs))
+    record_layer_input(module, mean_over_leading_axes(inputs),
+                       _steps_of(module, inputs),
+                       second_moment.sample_rows(inputs, num_samples)
+                       if num_samples else None)
   elif isinstance(module, nn.Conv) and module.feature_group_count == 1:
     # Grouped convolutions have one input per group, hence no single P; they
     # get no entry and scale_by_rls reports them by name.
-    record_layer_input(module, conv_mean_patch(module, inputs))
+    record_layer_input(module, conv_mean_patch(module, inputs),
+                       _steps_of(module, inputs),
+                       second_moment.conv_sampled_patches(
+                           module, inputs, outputs, num_samples)
+                       if num_samples else None)
   return outputs
 
 
@@ -148,7 +218,12 @@ def _combine(records: tuple[LayerInput, ...]) -> LayerInput:
   means = jnp.stack([r.mean for r in records])
   total = jnp.sum(steps)
   weights = (steps / total).astype(means.dtype)
-  return LayerInput(jnp.einsum('c,cf->f', weights, means), total)
+  combined = LayerInput(jnp.einsum('c,cf->f', weights, means), total)
+  if all(isinstance(r, second_moment.LayerInputSamples) for r in records):
+    # Every call's rows are rows of the same layer: pool them.
+    return second_moment.LayerInputSamples(
+        *combined, jnp.concatenate([r.samples for r in records]))
+  return combined
 
 
 def _to_layer_inputs(recorded: Mapping, path=()) -> dict:
@@ -167,7 +242,19 @@ def _to_layer_inputs(recorded: Mapping, path=()) -> dict:
   return out
 
 
+def _check_time_axes_applied(axes_by_path: Mapping[tuple, int],
+                             applied: set) -> None:
+  for path in axes_by_path:
+    if path not in applied:
+      raise ValueError(
+          f'time_axes names layer {"/".join(path)!r}, which is not a Dense '
+          'or Conv module called by the model (rls.layers.RNN / LSTM set '
+          'their own T): give its path as in the params tree, e.g. '
+          "{'output': 1}.")
+
+
 def layer_inputs(apply_fn: Callable[..., Any], variables: Mapping, *args,
+                 time_axes: Mapping | None = None, samples: int = 0,
                  **kwargs) -> tuple[Any, dict]:
   """Runs a Flax model and returns its outputs and every layer's mean input.
 
@@ -188,6 +275,20 @@ def layer_inputs(apply_fn: Callable[..., Any], variables: Mapping, *args,
     variables: the variables, e.g. ``{'params': params}``; an existing
       ``'rls_inputs'`` collection is ignored.
     *args: positional arguments of ``apply_fn`` (the model's inputs).
+    time_axes: ``T_L`` of a ``Dense`` (or ``Conv``) applied over time, as an
+      output layer of sequence prediction is (eqs. 80-86): a mapping from the
+      layer's path (``'output'``, ``'block/Dense_0'`` or a tuple of names) to
+      the axis of its input that is time, e.g. ``{'output': 1}`` for inputs
+      ``(batch, time, features)``. That layer's ``x̄`` is still the mean over
+      batch and time, and its ``T`` becomes the length of that axis (else 1).
+      A path that records no Dense / Conv input, or whose input has no such
+      axis, is a ValueError naming it. `rls.layers.RNN` / `LSTM` set their
+      own ``T``.
+    samples: ``S > 0`` to also record, for `rls.second_moment`, up to ``S``
+      input rows of every Dense (its input rows) and Conv (unfolded patches
+      at sampled output positions, `second_moment.conv_sampled_patches`)
+      layer: entries are then `rls.second_moment.LayerInputSamples`. 0 (the
+      default): means only. `rls.layers.RNN` / `LSTM` record means only.
     **kwargs: keyword arguments of ``apply_fn``. If ``mutable`` is given the
       first result is ``(outputs, mutated_variables)``, as ``apply`` returns.
 
@@ -208,11 +309,21 @@ def layer_inputs(apply_fn: Callable[..., Any], variables: Mapping, *args,
   else:
     mutable = list(user_mutable) + [RLS_INPUTS]
   variables = {k: v for k, v in variables.items() if k != RLS_INPUTS}
-  with _capturing(), nn.intercept_methods(_interceptor):
-    outputs, mutated = apply_fn(variables, *args, mutable=mutable, **kwargs)
+  axes_by_path, applied = _time_axes_by_path(time_axes), set()
+  if isinstance(samples, bool) or not isinstance(samples, int) or samples < 0:
+    raise ValueError(f'samples must be an int >= 0 (input rows to record per '
+                     f'layer), got {samples!r}.')
+  samples_token = _SAMPLES.set(samples)
+  try:
+    with (_capturing(axes_by_path, applied),
+          nn.intercept_methods(_interceptor)):
+      outputs, mutated = apply_fn(variables, *args, mutable=mutable, **kwargs)
+  finally:
+    _SAMPLES.reset(samples_token)
   mutated = dict(mutated)
   recorded = mutated.pop(RLS_INPUTS, {})
   inputs_tree = _to_layer_inputs(recorded)
+  _check_time_axes_applied(axes_by_path, applied)
   if user_mutable:
     return (outputs, mutated), inputs_tree
   return outputs, inputs_tree

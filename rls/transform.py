@@ -62,6 +62,25 @@ class ScaleByRLSState(NamedTuple):
   inverse_correlation: Any
 
 
+class ScaleByRLSSquareRootState(NamedTuple):
+  """State of `scale_by_rls(square_root=True)`.
+
+  Attributes:
+    inverse_correlation_factor: ``S`` with ``P = S Sᵀ`` for every layer, in
+      the layout of `ScaleByRLSState.inverse_correlation` (same shapes).
+      ``P`` is positive semi-definite by construction, whatever the rounding;
+      `inverse_correlation` forms it.
+  """
+  inverse_correlation_factor: Any
+
+
+def inverse_correlation(state: Any) -> Any:
+  """Every layer's ``P`` from a `scale_by_rls` state (either form)."""
+  if isinstance(state, ScaleByRLSSquareRootState):
+    return jax.tree.map(lambda s: s @ s.T, state.inverse_correlation_factor)
+  return state.inverse_correlation
+
+
 def is_layer_input_entry(node: Any) -> bool:
   """Whether `node` is one layer's entry of `layer_inputs` (not a sub-tree)."""
   return isinstance(node, LayerInput) or (
@@ -126,6 +145,23 @@ def _gradient_scale_for(gradient_scale: ScalarOrTree, path: _tree.Path):
   return node
 
 
+def _check_gradient_scale_names_layers(gradient_scale: ScalarOrTree,
+                                       layer_paths: list[_tree.Path],
+                                       path: _tree.Path = ()) -> None:
+  """Every key of a per-layer η dict leads to a layer of the params (a typo
+  would otherwise be ignored silently)."""
+  if not isinstance(gradient_scale, Mapping):
+    return
+  for key, child in gradient_scale.items():
+    child_path = path + (key,)
+    if not any(p[:len(child_path)] == child_path for p in layer_paths):
+      raise ValueError(
+          f'gradient_scale names {_tree.format_path(child_path)!r}, which is '
+          'not a layer (or a sub-tree holding layers) of the params; the '
+          f'layers are {sorted(_tree.format_path(p) for p in layer_paths)}.')
+    _check_gradient_scale_names_layers(child, layer_paths, child_path)
+
+
 def _augmented_input(layer: _tree.Layer, entry: Any, dtype) -> tuple:
   """``(x̄ with the bias 1 appended if the layer has a bias, T)``."""
   mean, steps = _entry_mean_and_steps(entry)
@@ -171,28 +207,39 @@ def split_augmented(layer: _tree.Layer, matrix: jax.Array, kernel_like,
   return out
 
 
-def precondition_by(inverse_correlation: Mapping, tree: Any) -> Any:
+def precondition_by(inverse_correlation: Any, tree: Any) -> Any:
   """Left-multiplies each layer's augmented matrix in `tree` by its ``P``.
 
   Used for the L1 term ``γ P_s sgn(Θ_{s-1})`` of eq. (98).
 
   Args:
-    inverse_correlation: ``ScaleByRLSState.inverse_correlation``.
+    inverse_correlation: a `scale_by_rls` state (`ScaleByRLSState` or
+      `ScaleByRLSSquareRootState`, whose ``P = S Sᵀ`` is applied as
+      ``S (Sᵀ M)``), or ``ScaleByRLSState.inverse_correlation`` itself.
     tree: a params-shaped tree (masked leaves allowed).
 
   Returns:
     A tree like `tree`: ``P [kernel; bias]`` split back for layers that have a
     ``P``, zeros for every other leaf.
   """
+  square_root = isinstance(inverse_correlation, ScaleByRLSSquareRootState)
+  if square_root:
+    matrices = inverse_correlation.inverse_correlation_factor
+  elif hasattr(inverse_correlation, 'inverse_correlation'):
+    # `ScaleByRLSState`, or the second-moment form's state (same layout).
+    matrices = inverse_correlation.inverse_correlation
+  else:
+    matrices = inverse_correlation
   layers, _, _ = _tree.scan_layers(tree)
   new_leaves = {}
   for layer in layers:
     try:
-      p = _tree.nested_get(inverse_correlation, layer.path)
+      p = _tree.nested_get(matrices, layer.path)
     except (KeyError, TypeError):
       continue
     matrix = augment(layer, layer.kernel, layer.bias, p.dtype)
-    new_leaves.update(split_augmented(layer, p @ matrix, layer.kernel,
+    product = p @ (p.T @ matrix) if square_root else p @ matrix
+    new_leaves.update(split_augmented(layer, product, layer.kernel,
                                       layer.bias))
   return _tree.replace_leaves(tree, new_leaves, jnp.zeros_like)
 
@@ -229,6 +276,44 @@ def rls_layer_step(p: jax.Array, x: jax.Array, steps: jax.Array,
   return direction, new_p
 
 
+def rls_square_root_layer_step(
+    factor: jax.Array, x: jax.Array, steps: jax.Array, grad: jax.Array,
+    forgetting_factor, ratio, gradient_scale
+) -> tuple[jax.Array, jax.Array]:
+  r"""`rls_layer_step` on a square root ``S`` of ``P = S Sᵀ``: ``(direction,
+  S_s)``.
+
+  Potter's square-root form of the same recursion. With ``f = Sᵀ x``,
+  ``u = S f = P x`` and ``h = λ + k T fᵀf``:
+
+  .. math::
+    	ext{direction} = rac{η}{h} S (S^T 
+abla_Θ),\quad
+    S_s = rac{1}{\sqrt{λ}}ig(S - β\, u f^Tig),\quad
+    β = rac{k T}{h\,(1 + \sqrt{λ / h})}
+
+  Then ``S_s S_sᵀ = (P - (k T / h) u uᵀ) / λ``, eqs. (53), (94), because
+  ``2β - β² fᵀf = k T / h``; ``β`` is written without ``1 - sqrt(λ/h)`` so
+  that no cancellation occurs when ``k T fᵀf`` is small. Whatever the
+  rounding, ``P = S Sᵀ`` stays symmetric positive semi-definite, which the
+  full form loses in float32 on ill-conditioned input streams (a large
+  common offset, a nearly collinear bias column). Cost: ``P ∇`` becomes two
+  products, ``S (Sᵀ ∇)``.
+  """
+  dtype = factor.dtype
+  lam = jnp.asarray(forgetting_factor, dtype)
+  k_t = jnp.asarray(ratio, dtype) * steps
+  eta = jnp.asarray(gradient_scale, dtype)
+  highest = jax.lax.Precision.HIGHEST
+  f = jnp.matmul(factor.T, x, precision=highest)
+  u = jnp.matmul(factor, f, precision=highest)
+  h = lam + k_t * jnp.dot(f, f, precision=highest)
+  direction = (eta / h) * (factor @ (factor.T @ grad))
+  beta = k_t / (h * (1 + jnp.sqrt(lam / h)))
+  new_factor = (factor - beta * jnp.outer(u, f)) / jnp.sqrt(lam)
+  return direction, new_factor
+
+
 def _check_hyperparameters(forgetting_factor, ratio, gradient_scale,
                            init_scale) -> None:
   _check_range('forgetting_factor', forgetting_factor, upper=1.0,
@@ -239,19 +324,27 @@ def _check_hyperparameters(forgetting_factor, ratio, gradient_scale,
 
 
 def _initial_inverse_correlation(layer: _tree.Layer, init_scale,
-                                 preconditioner_dtype) -> jax.Array:
-  """``P_0 = init_scale · I``, by default in the kernel's dtype promoted to at
-  least float32."""
+                                 preconditioner_dtype,
+                                 square_root: bool = False) -> jax.Array:
+  """``P_0 = init_scale · I`` (or its square root ``√init_scale · I``), by
+  default in the kernel's dtype promoted to at least float32."""
   dtype = preconditioner_dtype or jnp.promote_types(layer.kernel.dtype,
                                                     jnp.float32)
-  return jnp.asarray(init_scale, dtype) * jnp.eye(layer.augmented_size,
-                                                  dtype=dtype)
+  scale = jnp.asarray(init_scale, dtype)
+  if square_root:
+    scale = jnp.sqrt(scale)
+  return scale * jnp.eye(layer.augmented_size, dtype=dtype)
 
 
-def _inverse_correlation_of(state: ScaleByRLSState,
-                            layer: _tree.Layer) -> jax.Array:
+def _matrices_of(state: Any) -> Any:
+  if isinstance(state, ScaleByRLSSquareRootState):
+    return state.inverse_correlation_factor
+  return state.inverse_correlation
+
+
+def _inverse_correlation_of(state: Any, layer: _tree.Layer) -> jax.Array:
   try:
-    return _tree.nested_get(state.inverse_correlation, layer.path)
+    return _tree.nested_get(_matrices_of(state), layer.path)
   except (KeyError, TypeError):
     raise ValueError(
         f'The RLS state has no P for layer '
@@ -266,6 +359,9 @@ def scale_by_rls(
     init_scale: float = 1.0,
     passthrough: bool = False,
     preconditioner_dtype: Optional[Any] = None,
+    square_root: bool = False,
+    input_statistics: str = 'mean',
+    second_moment_direction: str = 'eq63',
 ) -> optax.GradientTransformationExtraArgs:
   r"""Preconditions each layer's gradient by its RLS inverse autocorrelation.
 
@@ -294,6 +390,20 @@ def scale_by_rls(
       instead of raising.
     preconditioner_dtype: dtype of ``P``; by default the kernel's dtype
       promoted to at least float32 (``P`` of bfloat16 params is float32).
+    square_root: keep a square root ``S`` of ``P = S Sᵀ`` instead of ``P``
+      (`rls_square_root_layer_step`): the same recursion, equal in exact
+      arithmetic, and ``P`` positive semi-definite by construction in any
+      precision. The state is then a `ScaleByRLSSquareRootState`. Costs one
+      more ``(fan_in + 1)² · out`` product per layer and step
+      (`scripts/bench_rls.py`).
+    input_statistics: ``'mean'`` (the paper: ``P`` accumulates ``k x̄ x̄ᵀ``
+      of the minibatch mean, eq. 33) or ``'second_moment'``: ``P``
+      accumulates ``(k T / S) Xᵀ X`` of ``S`` sampled input rows by a rank-S
+      Woodbury update (`rls.second_moment.scale_by_rls_second_moment`; dense
+      and conv layers; capture with ``rls.layer_inputs(..., samples=S)``).
+      Not combined with ``square_root``.
+    second_moment_direction: with ``'second_moment'``, ``'eq63'`` (``(η/h)
+      P_{s-1} ∇``) or ``'updated'`` (``η P_s ∇``); see `rls.second_moment`.
 
   Returns:
     An `optax.GradientTransformationExtraArgs` whose ``update(updates, state,
@@ -303,17 +413,34 @@ def scale_by_rls(
   References:
     Zhang et al., 2021, eqs. (51)-(55), (63), (72)-(75), (92)-(97).
   """
+  if input_statistics == 'second_moment':
+    if square_root:
+      raise ValueError("input_statistics='second_moment' keeps the full P; "
+                       'it has no square_root form.')
+    from rls import second_moment  # pylint: disable=g-import-not-at-top
+    return second_moment.scale_by_rls_second_moment(
+        forgetting_factor=forgetting_factor, ratio=ratio,
+        gradient_scale=gradient_scale, init_scale=init_scale,
+        passthrough=passthrough, preconditioner_dtype=preconditioner_dtype,
+        direction=second_moment_direction)
+  if input_statistics != 'mean':
+    raise ValueError(f'input_statistics must be "mean" or "second_moment", '
+                     f'got {input_statistics!r}.')
   _check_hyperparameters(forgetting_factor, ratio, gradient_scale, init_scale)
+  state_type = ScaleByRLSSquareRootState if square_root else ScaleByRLSState
+  layer_step = rls_square_root_layer_step if square_root else rls_layer_step
 
   def init_fn(params):
-    layers, _ = _tree.layers_to_precondition(params, passthrough)
+    layers, masked = _tree.layers_to_precondition(params, passthrough)
+    _check_gradient_scale_names_layers(
+        gradient_scale, [layer.path for layer in layers] + masked)
     inverse_correlation: Any = {}
     for layer in layers:
       inverse_correlation = _tree.nested_set(
           inverse_correlation, layer.path,
           _initial_inverse_correlation(layer, init_scale,
-                                       preconditioner_dtype))
-    return ScaleByRLSState(inverse_correlation)
+                                       preconditioner_dtype, square_root))
+    return state_type(inverse_correlation)
 
   def update_fn(updates, state, params=None, *, layer_inputs=None,
                 **extra_args):
@@ -327,7 +454,7 @@ def scale_by_rls(
       if layer.path in entries:  # Else passthrough: keep the gradient and P.
         x, steps = _augmented_input(layer, entries[layer.path], p.dtype)
         grad = augment(layer, layer.kernel, layer.bias, p.dtype)
-        direction, p = rls_layer_step(
+        direction, p = layer_step(
             p, x, steps, grad, forgetting_factor, ratio,
             _gradient_scale_for(gradient_scale, layer.path))
         directions.update(split_augmented(layer, direction, layer.kernel,
@@ -335,6 +462,6 @@ def scale_by_rls(
       new_inverse_correlation = _tree.nested_set(new_inverse_correlation,
                                                  layer.path, p)
     return (_tree.replace_leaves(updates, directions, lambda g: g),
-            ScaleByRLSState(new_inverse_correlation))
+            state_type(new_inverse_correlation))
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)

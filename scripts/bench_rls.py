@@ -36,15 +36,17 @@ _STEPS = flags.DEFINE_integer("steps", 50, "Training steps per timed call.")
 _REPEATS = flags.DEFINE_integer("repeats", 7, "Timed calls; the median counts.")
 _HIDDEN = flags.DEFINE_integer("hidden_size", 512, "Hidden units.")
 
-# name -> configs/mnist.py preset; each RLS variant is paired with Adam on
-# its loss.
+# name -> (configs/mnist.py preset, overrides); each RLS variant is paired
+# with Adam on its loss, the square-root form with the full form.
 RUNS = {
-    "adam (mse)": "adam_mse",
-    "rls (mse)": "rls",
-    "adam (cross-entropy)": "adam_ce",
-    "rls_hybrid (cross-entropy)": "rls_hybrid",
+    "adam (mse)": ("adam_mse", {}),
+    "rls (mse)": ("rls", {}),
+    "rls square-root P (mse)": ("rls", {"square_root": True}),
+    "adam (cross-entropy)": ("adam_ce", {}),
+    "rls_hybrid (cross-entropy)": ("rls_hybrid", {}),
 }
 PAIRS = {"rls (mse)": "adam (mse)",
+         "rls square-root P (mse)": "rls (mse)",
          "rls_hybrid (cross-entropy)": "adam (cross-entropy)"}
 
 
@@ -66,7 +68,7 @@ def print_predictions(seconds: dict[str, float], config) -> None:
   print(f"  {'paper, measured (PyTorch, 1080Ti GPU)':50s} "
         f"{timing.PAPER_RATIOS['mnist']:6.2f}x")
   for rls_name, adam_name in PAIRS.items():
-    label = f"here, measured {RUNS[rls_name]} / {adam_name}"
+    label = f"here, measured {rls_name} / {adam_name}"
     print(f"  {label:50s} {seconds[rls_name] / seconds[adam_name]:6.2f}x")
 
 
@@ -81,7 +83,8 @@ def main(argv):
   del argv
   configs = {name: config_files.load_config(
       "mnist", preset, hidden_size=_HIDDEN.value,
-      batch_size=_BATCH_SIZE.value) for name, preset in RUNS.items()}
+      batch_size=_BATCH_SIZE.value, **overrides)
+      for name, (preset, overrides) in RUNS.items()}
   print(f"MNIST FNN 784-{_HIDDEN.value}-10, batch {_BATCH_SIZE.value}, "
         f"{jax.devices()[0].platform} ({jax.device_count()} device), "
         f"median of {_REPEATS.value} x {_STEPS.value} scanned steps")

@@ -3,8 +3,10 @@ IMDB): a dataset's `tasks.Task` and the training step of `training.py` made
 into the shared run loop's pieces (`experiments/loop/runner.py`: config check,
 checkpoints, resume, progress lines).
 
-One runner chunk is one epoch: a `lax.scan` over the shuffled minibatches
-(the last ``n % batch_size`` examples of each permutation are left out).
+One runner chunk is one epoch: a `lax.scan` over the shuffled minibatches,
+then, with `config.keep_partial_batch` (the default, as PyTorch's
+``DataLoader``), one step on the last ``n % batch_size`` examples of the
+permutation (else they are left out of that epoch).
 Records, one per epoch: `epoch`, `step`, `train_loss` (epoch-mean minibatch
 loss), `train_loss_last_batch`, `train_loss_curve` (mean minibatch loss of
 each block of `config.loss_every` steps, for convergence speed), `test_loss`,
@@ -31,6 +33,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from experiments.classifier import models
 from experiments.classifier import presets
 from experiments.classifier import training
 from experiments.classifier import tasks
@@ -52,6 +55,9 @@ def validate(config) -> None:
                      f"{presets.LOSS_NAMES}")
   checks.positive_ints(config, "batch_size", "epochs", "eval_chunk_size",
                        "loss_every")
+  if config.get("param_init", "flax") not in models.PARAM_INITS:
+    raise ValueError(f"param_init={config.param_init!r}; expected one of "
+                     f"{models.PARAM_INITS}")
 
 
 def make_evaluate(model: nn.Module, loss_name: str, chunk_size: int,
@@ -95,12 +101,26 @@ def with_schedule(config, steps_per_epoch: int) -> ml_collections.ConfigDict:
   return config
 
 
-def steps_per_epoch(config, num_train: int) -> int:
+def full_batches(config, num_train: int) -> int:
+  """Full minibatches per epoch."""
   steps = num_train // config.batch_size
   if steps == 0:
     raise ValueError(f"{num_train} training examples < batch_size "
                      f"{config.batch_size}")
   return steps
+
+
+def partial_batch_size(config, num_train: int) -> int:
+  """Examples in the epoch's last, partial minibatch (0: none is taken)."""
+  if not config.get("keep_partial_batch", False):
+    return 0
+  return num_train % config.batch_size
+
+
+def steps_per_epoch(config, num_train: int) -> int:
+  """Training steps per epoch: the full minibatches and a partial one."""
+  return (full_batches(config, num_train)
+          + (partial_batch_size(config, num_train) > 0))
 
 
 def make_init(config, model: nn.Module, example_input: jax.Array) -> Callable:
@@ -110,6 +130,8 @@ def make_init(config, model: nn.Module, example_input: jax.Array) -> Callable:
   def init(key, hparams):
     init_key, shuffle_key = jax.random.split(key)
     params = model.init(init_key, example_input)["params"]
+    if config.get("param_init", "flax") == "pytorch":
+      params = models.pytorch_default_init(params, init_key)
     tx = training.make_optimizer(config, **hparams)
     return {"params": params, "opt_state": tx.init(params),
             "epoch": jnp.zeros((), jnp.int32), "shuffle_key": shuffle_key,
@@ -119,39 +141,51 @@ def make_init(config, model: nn.Module, example_input: jax.Array) -> Callable:
 
 
 def shuffled_batches(shuffle_key: jax.Array, epoch: jax.Array, num_train: int,
-                     num_batches: int, batch_size: int) -> jax.Array:
-  """`(num_batches, batch_size)` example indices of `epoch`'s permutation."""
+                     num_batches: int, batch_size: int,
+                     partial_size: int = 0) -> tuple[jax.Array, jax.Array]:
+  """`epoch`'s permutation as `(num_batches, batch_size)` example indices and
+  the `(partial_size,)` indices of the last, partial minibatch."""
   order = jax.random.permutation(jax.random.fold_in(shuffle_key, epoch),
                                  num_train)
-  return order[:num_batches * batch_size].reshape(num_batches, batch_size)
+  full = num_batches * batch_size
+  return (order[:full].reshape(num_batches, batch_size),
+          order[full:full + partial_size])
 
 
 def make_train_chunk(config, model: nn.Module, preprocess: Callable,
-                     num_batches: int) -> Callable:
+                     num_batches: int, partial_size: int = 0) -> Callable:
   """`train_chunk(state, data) -> (state, metrics)`: one epoch, a scan over
-  the minibatches of a fresh permutation."""
+  the minibatches of a fresh permutation, then the partial one (if
+  `partial_size`)."""
 
   def train_chunk(state, data):
     epoch = state["epoch"] + 1
-    batches = shuffled_batches(state["shuffle_key"], epoch,
-                               data["train_inputs"].shape[0], num_batches,
-                               config.batch_size)
+    batches, partial = shuffled_batches(
+        state["shuffle_key"], epoch, data["train_inputs"].shape[0],
+        num_batches, config.batch_size, partial_size)
     tx = training.make_optimizer(config, **state["hparams"])
     train_step = training.make_train_step(model, tx, config.loss,
-                                          training.uses_layer_inputs(config))
+                                          training.uses_layer_inputs(config),
+                                          training.input_samples(config))
 
-    def body(carry, indices):
-      # Split over the `data` mesh axis when there is one: the layer-input
-      # means and gradients are then global-batch means (all-reduced), so
-      # RLS's P updates equal the single-device ones.
-      inputs, labels = sharding.shard_batch(
-          (preprocess(data["train_inputs"][indices]),
-           data["train_labels"][indices]))
+    def body(carry, indices, shard=True):
+      inputs, labels = (preprocess(data["train_inputs"][indices]),
+                        data["train_labels"][indices])
+      if shard:
+        # Split over the `data` mesh axis when there is one: the layer-input
+        # means and gradients are then global-batch means (all-reduced), so
+        # RLS's P updates equal the single-device ones.
+        inputs, labels = sharding.shard_batch((inputs, labels))
       params, opt_state, loss = train_step(*carry, inputs, labels)
       return (params, opt_state), loss
 
-    (params, opt_state), losses = jax.lax.scan(
+    carry, losses = jax.lax.scan(
         body, (state["params"], state["opt_state"]), batches)
+    if partial_size:
+      # Its size need not divide over the devices; one step, unsplit.
+      carry, last_loss = body(carry, partial, shard=False)
+      losses = jnp.concatenate([losses, last_loss[None]])
+    params, opt_state = carry
     state = dict(state, params=params, opt_state=opt_state, epoch=epoch)
     return state, {"losses": losses, "epoch": epoch}
 
@@ -223,12 +257,14 @@ def make_experiment(config, model: nn.Module, data: dict, name: str,
     preprocess: jittable, applied to every minibatch before the model.
   """
   validate(config)
-  num_batches = steps_per_epoch(config, data["train_inputs"].shape[0])
+  num_train = data["train_inputs"].shape[0]
   training.make_optimizer(config)  # Checks the hyper-parameters before tracing.
   return runner.Experiment(
       name=name, init=make_init(config, model, example_input),
-      train_chunk=make_train_chunk(config, model, preprocess, num_batches),
-      chunk_steps=num_batches,
+      train_chunk=make_train_chunk(config, model, preprocess,
+                                   full_batches(config, num_train),
+                                   partial_batch_size(config, num_train)),
+      chunk_steps=steps_per_epoch(config, num_train),
       summarize=functools.partial(summarize, loss_every=config.loss_every),
       evaluate=make_evaluate_splits(config, model, preprocess),
       summarize_eval=summarize_eval, finish=finish,
@@ -259,7 +295,7 @@ def train(task: tasks.Task, config, workdir: str,
   data = {k: jnp.asarray(v) for k, v in arrays.items()}
   name = task.describe(config, arrays)
   config = with_schedule(
-      config, max(data["train_inputs"].shape[0] // config.batch_size, 1))
+      config, steps_per_epoch(config, data["train_inputs"].shape[0]))
   experiment = make_experiment(config, task.make_model(config), data, name,
                                tasks.example_input(task, config), preprocess)
   records = runner.run(config, workdir, experiment)

@@ -36,6 +36,7 @@ optimiser selects the output layer by name.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import flax.linen as nn
@@ -88,7 +89,13 @@ class PatchConv3x3(nn.Module):
     flat_kernel = kernel.reshape(9 * in_features, self.features)
     outputs = patches @ flat_kernel.astype(x.dtype) + bias.astype(x.dtype)
     if rls.capture.is_capturing(self):
-      rls.record_layer_input(self, jnp.mean(patches, axis=(0, 1, 2)))
+      # With layer_inputs(samples=S), also S patches for the second-moment
+      # RLS, spread over examples and positions (`sample_rows`).
+      num_samples = rls.capture.num_samples_wanted()
+      rls.record_layer_input(
+          self, jnp.mean(patches, axis=(0, 1, 2)),
+          samples=(rls.second_moment.sample_rows(patches, num_samples)
+                   if num_samples else None))
     return outputs
 
 
@@ -165,13 +172,68 @@ def optimizer_labels(params, hybrid: bool = False) -> dict:
   """`optax.multi_transform` labels for the top-level layers of `params`.
 
   'embedding' for the embedding table (always Adam: it has no RLS layer
-  input), 'adam' for the output layer when `hybrid`, 'rls' for the rest.
+  input); for the output layer 'adam' when `hybrid`, else 'rls_output' (RLS
+  with the output layer's own η^L); 'rls' for the rest.
   """
   def label(name):
     if name == EMBEDDING:
       return "embedding"
-    return "adam" if hybrid and name == OUTPUT_LAYER else "rls"
+    if name == OUTPUT_LAYER:
+      return "adam" if hybrid else "rls_output"
+    return "rls"
 
   return {name: jax.tree.map(lambda _, n=name: label(n), subtree)
           for name, subtree in params.items()}
+
+
+PARAM_INITS = ("flax", "pytorch")
+
+
+def pytorch_default_init(params: dict, key: jax.Array) -> dict:
+  """`params` re-drawn as PyTorch's default initialisers would draw them.
+
+  The RLS paper trains its networks from PyTorch's defaults (section VI):
+  ``nn.Linear`` and ``nn.Conv2d`` weights and biases uniform on
+  ``±1/sqrt(fan_in)`` (fan_in = inputs times kernel positions), ``nn.LSTM``
+  every weight and bias uniform on ``±1/sqrt(hidden_size)``, ``nn.Embedding``
+  standard normal. Flax's defaults (lecun_normal kernels, zero biases,
+  orthogonal recurrent kernels) are what `model.init` gives.
+
+  Args:
+    params: a `FNN`, `MiniVGG` or `SentimentLSTM` params tree (top-level
+      layers: Dense / conv ``{'kernel', 'bias'}``, `rls.LSTM` ``{'input',
+      'recurrent'}``, embedding ``{'embedding'}``).
+    key: PRNG key, split once per layer.
+
+  Returns:
+    A tree of the same structure, shapes and dtypes.
+  """
+  names = sorted(params)
+  keys = dict(zip(names, jax.random.split(key, len(names))))
+
+  def uniform(key, tree, bound):
+    leaves, treedef = jax.tree.flatten(tree)
+    subkeys = jax.random.split(key, len(leaves))
+    return treedef.unflatten([
+        jax.random.uniform(k, leaf.shape, leaf.dtype, -bound, bound)
+        for k, leaf in zip(subkeys, leaves)])
+
+  out = {}
+  for name in names:
+    layer = params[name]
+    if "recurrent" in layer and "input" in layer:
+      hidden_size = layer["recurrent"]["kernel"].shape[0]
+      out[name] = uniform(keys[name], layer, hidden_size ** -0.5)
+    elif "kernel" in layer:
+      fan_in = math.prod(layer["kernel"].shape[:-1])
+      out[name] = uniform(keys[name], layer, fan_in ** -0.5)
+    elif "embedding" in layer:
+      table = layer["embedding"]
+      out[name] = {"embedding": jax.random.normal(keys[name], table.shape,
+                                                  table.dtype)}
+    else:
+      raise ValueError(f"pytorch_default_init: layer {name!r} with params "
+                       f"{sorted(layer)} is not a Dense, conv, rls.LSTM or "
+                       "embedding layer.")
+  return out
 

@@ -10,7 +10,7 @@ from ml_collections import config_dict
 
 from experiments.loop import run_config
 
-OPTIMIZERS = ("rls", "rls_hybrid", "adam")
+OPTIMIZERS = ("rls", "rls_hybrid", "adam", "muon")
 LOSS_NAMES = ("mse", "mse_mean", "cross_entropy")
 
 
@@ -22,8 +22,14 @@ def base_config(optimizer: str, loss: str) -> ml_collections.ConfigDict:
   config.data_dir = config_dict.placeholder(str)
   config.train_limit = 0  # Use only the first N training examples (0: all).
   config.batch_size = 128
+  # Train on the last n % batch_size examples of each epoch's permutation too
+  # (PyTorch's DataLoader default, as in the paper).
+  config.keep_partial_batch = True
   config.epochs = 100
   config.seed = 0
+  # "flax" (model.init: lecun_normal, zero biases) or "pytorch" (the paper's
+  # PyTorch defaults, models.pytorch_default_init).
+  config.param_init = "flax"
   config.clip_norm = 5.0
   config.eval_chunk_size = 1000
   config.eval_train_set = False
@@ -36,9 +42,19 @@ def base_config(optimizer: str, loss: str) -> ml_collections.ConfigDict:
   # RLS (paper: P0 = I, lambda = 1, k = 0.1, eta = 1; +M: 0.5, +R: gamma).
   config.forgetting_factor = 1.0
   config.ratio = 0.1
-  config.gradient_scale = 1.0
+  config.gradient_scale = 1.0  # η of the hidden layers.
+  config.output_gradient_scale = 1.0  # η^L of the output layer (paper: 1).
   config.init_scale = 1.0
+  # Keep P as S Sᵀ (rls.scale_by_rls(square_root=True)): PSD in float32.
+  config.square_root = False
   config.momentum = config_dict.placeholder(float)  # None: off.
+  # What each RLS layer's P accumulates: "mean", the paper's k x̄x̄ᵀ of the
+  # minibatch-mean input (eq. 33); "second_moment", the second moment of
+  # `input_samples` input rows / conv patches (`rls.second_moment`; `ratio`
+  # is then its weight c, 1 = exact least squares).
+  config.input_statistics = "mean"
+  config.input_samples = 256
+  config.second_moment_direction = "eq63"  # Or "updated": η P_s ∇, no h.
   config.l1 = config_dict.placeholder(float)  # None: off.
   # Sweeps (vmapped runs, see experiments/loop/run_axes.py): a non-empty list
   # replaces the single value; runs = num_seeds x every combination.

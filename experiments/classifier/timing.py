@@ -79,7 +79,8 @@ def time_calls(calls: dict[str, Call], steps: int, repeats: int,
 def _train_steps_call(model, config, inputs, labels, steps: int) -> Call:
   tx = training.make_optimizer(config)
   train_step = training.make_train_step(model, tx, config.loss,
-                                        training.uses_layer_inputs(config))
+                                        training.uses_layer_inputs(config),
+                                        training.input_samples(config))
   params = jax.jit(model.init)(jax.random.PRNGKey(0), inputs[:1])["params"]
   step = lambda carry: train_step(*carry, inputs, labels)[:2]
   return repeated(step, steps), (params, tx.init(params))

@@ -56,21 +56,39 @@ LOSSES = {"mse": mse_loss, "mse_mean": mse_mean_loss,
 
 def uses_layer_inputs(config) -> bool:
   """Whether the optimiser needs every layer's mean input ``x̄``."""
-  return config.optimizer != "adam"
+  return config.optimizer not in ("adam", "muon")
 
 
-def _rls_and_adam(config, rls_opt, learning_rate):
+INPUT_STATISTICS = ("mean", "second_moment")
+
+
+def input_samples(config) -> int:
+  """Input rows to capture per layer: `config.input_samples` for the
+  second-moment RLS, else 0 (means only)."""
+  statistics = config.get("input_statistics", "mean")
+  if statistics not in INPUT_STATISTICS:
+    raise ValueError(f"input_statistics={statistics!r}; expected one of "
+                     f"{INPUT_STATISTICS}")
+  if statistics == "mean" or not uses_layer_inputs(config):
+    return 0
+  return int(config.get("input_samples", 256))
+
+
+def _rls_and_adam(config, rls_opt, learning_rate, output_rls_opt=None):
   """The optimiser of `config.optimizer` around `rls_opt`.
 
   The labels are functions of the params, so one construction serves every
   model: `models.optimizer_labels` sends a layer named `embedding` to Adam
-  (`config.embedding_learning_rate`) and, in the hybrid, the `output` layer
-  to Adam (`learning_rate`).
+  (`config.embedding_learning_rate`) and the `output` layer, in full RLS, to
+  `output_rls_opt` (RLS with the output layer's η^L) and, in the hybrid, to
+  Adam (`learning_rate`). Each layer's RLS state is its own, so splitting the
+  layers between two RLS instances changes nothing but their η.
   """
   embedding_adam = optax.adam(config.embedding_learning_rate)
   if config.optimizer == "rls":
     return optax.multi_transform(
-        {"rls": rls_opt, "embedding": embedding_adam},
+        {"rls": rls_opt, "rls_output": output_rls_opt or rls_opt,
+         "embedding": embedding_adam},
         models.optimizer_labels)
   if config.optimizer == "rls_hybrid":
     return optax.multi_transform(
@@ -79,6 +97,12 @@ def _rls_and_adam(config, rls_opt, learning_rate):
         functools.partial(models.optimizer_labels, hybrid=True))
   if config.optimizer == "adam":
     return optax.adam(learning_rate)
+  if config.optimizer == "muon":  # A second-order-style baseline.
+    # Muon takes the matrices; its AdamW part (biases, conv kernels) keeps
+    # Adam's usual rate, which diverged at Muon's.
+    return optax.contrib.muon(
+        learning_rate,
+        adam_learning_rate=config.get("muon_adam_learning_rate", 1e-3))
   raise ValueError(f"optimizer={config.optimizer!r}; expected one of "
                    f"{presets.OPTIMIZERS}")
 
@@ -89,34 +113,49 @@ def make_optimizer(
   """Clipping, then RLS (+ Adam for embeddings), the hybrid, or Adam.
 
   `learning_rate` (Adam), `ratio` (k) and `gradient_scale` (η) override the
-  config's values; they may be traced (one run of a vmapped sweep).
+  config's values; they may be traced (one run of a vmapped sweep). η scales
+  the hidden layers; the output layer keeps `config.output_gradient_scale`
+  (η^L = 1 in the paper, section III-D, eq. 63), also in an η sweep.
   """
   learning_rate = (config.learning_rate if learning_rate is None
                    else learning_rate)
-  rls_opt = rls.rls(
-      forgetting_factor=config.forgetting_factor,
-      ratio=config.ratio if ratio is None else ratio,
-      gradient_scale=(config.gradient_scale if gradient_scale is None
-                      else gradient_scale),
-      init_scale=config.init_scale, momentum=config.momentum, l1=config.l1)
-  inner = _rls_and_adam(config, rls_opt, learning_rate)
+
+  def rls_with_scale(eta):
+    return rls.rls(
+        forgetting_factor=config.forgetting_factor,
+        ratio=config.ratio if ratio is None else ratio, gradient_scale=eta,
+        init_scale=config.init_scale, momentum=config.momentum, l1=config.l1,
+        square_root=config.get("square_root", False),
+        input_statistics=("second_moment" if input_samples(config)
+                          else "mean"),
+        second_moment_direction=config.get("second_moment_direction",
+                                           "eq63"))
+
+  rls_opt = rls_with_scale(config.gradient_scale if gradient_scale is None
+                           else gradient_scale)
+  output_rls_opt = rls_with_scale(config.get("output_gradient_scale", 1.0))
+  inner = _rls_and_adam(config, rls_opt, learning_rate, output_rls_opt)
   if config.clip_norm:
     return optax.chain(optax.clip_by_global_norm(config.clip_norm), inner)
   return optax.chain(inner)
 
 
 def make_train_step(model: nn.Module, tx, loss_name: str,
-                    with_layer_inputs: bool) -> Callable:
+                    with_layer_inputs: bool,
+                    num_input_samples: int = 0) -> Callable:
   """`step(params, opt_state, inputs, labels) -> (params, opt_state, loss)`.
 
-  Gradients and every layer's mean input ``x̄`` come from one forward pass.
+  Gradients and every layer's mean input ``x̄`` (and, with
+  `num_input_samples`, that many input rows per layer: `input_samples`)
+  come from one forward pass.
   """
   loss_fn = LOSSES[loss_name]
 
   def loss_and_inputs(params, inputs, labels):
     variables = {"params": params}
     if with_layer_inputs:
-      outputs, layer_inputs = rls.layer_inputs(model.apply, variables, inputs)
+      outputs, layer_inputs = rls.layer_inputs(
+          model.apply, variables, inputs, samples=num_input_samples)
     else:
       outputs, layer_inputs = model.apply(variables, inputs), None
     return loss_fn(outputs, labels), layer_inputs

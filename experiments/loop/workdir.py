@@ -41,7 +41,10 @@ ADDED_FIELD_DEFAULTS = {
     "optimizer": "adam", "init_stddev": 0.0, "cell_clip_norm": 0.0,
     "text_layout": "standard", "readout": "linear", "stream_offsets": "even",
     "num_layers": 1, "head": "identity", "model_size": 0,
-    "length_rule": "uniform",
+    "length_rule": "uniform", "output_gradient_scale": 1.0,
+    "square_root": False, "param_init": "flax", "keep_partial_batch": False,
+    "input_statistics": "mean", "input_samples": 256,
+    "second_moment_direction": "eq63",
 }
 
 

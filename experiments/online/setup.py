@@ -16,6 +16,31 @@ from rtrl import (bptt, cells, estimators, heads, online, optim, readout,
 HEADS = ("identity", "lru_block")
 
 
+def add_trainer_fields(config, *, estimator: str, truncation: int,
+                       cell: str) -> None:
+  """The fields that pick what is trained and how, shared by every online
+  experiment's config:
+
+  * `estimator`: a registered estimator (rtrl, uoro, kf, kf_avg, kf_approx,
+    ok, ok_biased, ktp, snap1, rflo) trained online, or tbptt;
+  * `rank` (kf_avg, kf_approx, ok, ok_biased, ktp; default 8);
+  * `truncation`: the TBPTT horizon (estimator=tbptt);
+  * `cell`: rnn, rhn, lstm, gru or lru;
+  * `readout`: linear, or feedback_alignment (RFLO's random feedback: the
+    error reaches the cell through a fixed random matrix, not the readout's
+    transpose);
+  * the stack (`add_stack_fields`), e.g. the online LRU of Zucchet et al.:
+    --config.cell=lru --config.estimator=rtrl --config.num_layers=4
+    --config.head=lru_block.
+  """
+  config.estimator = estimator
+  config.rank = 8
+  config.truncation = truncation
+  config.cell = cell
+  config.readout = "linear"
+  add_stack_fields(config)
+
+
 def add_stack_fields(config) -> None:
   """The architecture fields every online experiment shares: a stack of
   `num_layers` recurrent layers (`rtrl.stack`), each `config.cell` under

@@ -44,7 +44,9 @@ TITLES = {"mnist": "FNN on MNIST", "cifar10": "CNN on CIFAR-10",
 def _scale_overrides(dataset: str, scale: str) -> tuple[str, dict]:
   """`(preset suffix, overrides)` of a dataset at a scale."""
   if scale == "paper":
-    return "", dict(epochs=100, num_seeds=5)
+    # The paper's PyTorch defaults: initialisation, and the partial batch
+    # (`keep_partial_batch`, on by default) of every epoch.
+    return "", dict(epochs=100, num_seeds=5, param_init="pytorch")
   small = {"mnist": dict(epochs=2, num_seeds=2),
            "cifar10": dict(epochs=3, num_seeds=1),
            "imdb": dict(epochs=2, num_seeds=1, train_limit=10_000)}

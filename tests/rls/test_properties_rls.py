@@ -22,10 +22,16 @@ Sherman-Morrison downdate ``P - (kT/h) u uᵀ`` cancels catastrophically and
 float32 ``P`` loses definiteness (observed from b ~ 1e8 on: an eigenvalue of
 -0.3 while the largest is 1e-7, fan_in 12, λ = 1, k = 0.1); the budget
 stops two decades below that. Float64 ``P`` (``preconditioner_dtype``) does
-not have the problem.
+not have the problem, nor does the square-root form (``square_root=True``,
+``P = S Sᵀ``), which the second property checks with the budget widened to
+1e12 and the input offset to 100 (a bias column nearly collinear with the
+inputs): ``S`` and the updates finite, ``P`` symmetric and positive
+semi-definite in float64 to rounding at every step.
 """
 
 from __future__ import annotations
+
+import functools
 
 from hypothesis import strategies as st
 import jax
@@ -40,11 +46,14 @@ FAST_FAN_INS = ((1, 1), (5, 3), (12, 6))   # (with bias, without bias)
 DEFAULT_STEPS = 2_000
 THOROUGH_STEPS = 20_000
 MAX_BUDGET_EXPONENT = 6    # b = k T init_scale E||x||^2 <= 1e6
+SQUARE_ROOT_MAX_BUDGET_EXPONENT = 12
+SQUARE_ROOT_MAX_OFFSET = 100.0
 SYMMETRY_TOLERANCE = 1e-6  # relative to max |P_ij|; float32 eps is 1.2e-7
 
 
 @st.composite
-def rls_cases(draw, fast=False, num_steps=DEFAULT_STEPS):
+def rls_cases(draw, fast=False, num_steps=DEFAULT_STEPS,
+              max_budget_exponent=MAX_BUDGET_EXPONENT, max_offset=3.0):
   if fast:
     fan_in_bias, fan_in_plain = draw(st.sampled_from(FAST_FAN_INS))
   else:
@@ -57,10 +66,10 @@ def rls_cases(draw, fast=False, num_steps=DEFAULT_STEPS):
       ratio=10.0 ** draw(st.floats(-3, 1)),
       init_scale=10.0 ** draw(st.floats(-2, 2)),
       steps=draw(st.integers(1, 50)),
-      offset=draw(st.floats(0, 3)),
+      offset=draw(st.floats(0, max_offset)),
       seed=draw(st.integers(0, 2**32 - 1)),
       num_steps=num_steps)
-  budget = 10.0 ** draw(st.floats(-4, MAX_BUDGET_EXPONENT))
+  budget = 10.0 ** draw(st.floats(-4, max_budget_exponent))
   # E||x||^2 <= input_scale^2 fan_in (1 + offset^2) + 1 for the bias layer.
   per_unit = (case["ratio"] * case["steps"] * case["init_scale"]
               * (fan_in_bias * (1 + case["offset"]**2) + 1))
@@ -74,13 +83,13 @@ def _params(fan_in_bias, fan_in_plain, outputs=3):
           "Dense_1": {"kernel": jnp.zeros((fan_in_plain, outputs))}}
 
 
-@jax.jit
+@functools.partial(jax.jit, static_argnames="square_root")
 def _run_stream(hyperparameters, params, inputs_bias, inputs_plain, grads,
-                steps):
+                steps, square_root=False):
   """Scans `scale_by_rls(**hyperparameters).update` over the stream (traced
-  hyper-parameters: one compilation per shape); returns every step's P's and
-  whether every step's updates are finite."""
-  transform = rls.scale_by_rls(**hyperparameters)
+  hyper-parameters: one compilation per shape); returns every step's P's (or
+  square roots S) and whether every step's updates are finite."""
+  transform = rls.scale_by_rls(**hyperparameters, square_root=square_root)
 
   def step(state, xs):
     x_bias, x_plain, grad = xs
@@ -89,18 +98,16 @@ def _run_stream(hyperparameters, params, inputs_bias, inputs_plain, grads,
                                       layer_inputs=layer_inputs)
     finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(u)) for u in
                                 jax.tree_util.tree_leaves(updates)]))
-    return state, (state.inverse_correlation, finite)
+    return state, (state[0], finite)
 
   _, (history, finite) = jax.lax.scan(
       step, transform.init(params), (inputs_bias, inputs_plain, grads))
   return history, finite
 
 
-@property_tests(rls_cases(fast=True), rls_cases(num_steps=THOROUGH_STEPS),
-                max_examples=8, thorough_examples=100)
-def check_inverse_correlation_stays_spd(case):
-  """P stays symmetric positive definite over a long float32 stream."""
-  assert jnp.asarray(0.0).dtype == jnp.float32
+def _stream_history(case, square_root=False):
+  """Every step's P's (or S's) of a drawn float32 stream, and whether the
+  updates stayed finite."""
   rng = np.random.default_rng(case["seed"])
   num_steps = case["num_steps"]
   scale = case["input_scale"]
@@ -119,8 +126,17 @@ def check_inverse_correlation_stays_spd(case):
   history, finite = jax.device_get(_run_stream(
       hyperparameters, params, stream(case["fan_in_bias"]),
       stream(case["fan_in_plain"]), grads,
-      jnp.asarray(case["steps"], jnp.int32)))
+      jnp.asarray(case["steps"], jnp.int32), square_root=square_root))
   assert np.all(finite), f"non-finite updates from step {np.argmin(finite)}"
+  return history
+
+
+@property_tests(rls_cases(fast=True), rls_cases(num_steps=THOROUGH_STEPS),
+                max_examples=8, thorough_examples=100)
+def check_inverse_correlation_stays_spd(case):
+  """P stays symmetric positive definite over a long float32 stream."""
+  assert jnp.asarray(0.0).dtype == jnp.float32
+  history = _stream_history(case)
   for name, ps in history.items():
     assert ps.dtype == np.float32
     assert np.all(np.isfinite(ps)), f"{name}: non-finite P"
@@ -142,3 +158,32 @@ def check_inverse_correlation_stays_spd(case):
 (test_rls_inverse_correlation_stays_spd,
  test_rls_inverse_correlation_stays_spd_thorough) = (
      check_inverse_correlation_stays_spd)
+
+
+@property_tests(
+    rls_cases(fast=True, max_budget_exponent=SQUARE_ROOT_MAX_BUDGET_EXPONENT,
+              max_offset=SQUARE_ROOT_MAX_OFFSET),
+    rls_cases(num_steps=THOROUGH_STEPS,
+              max_budget_exponent=SQUARE_ROOT_MAX_BUDGET_EXPONENT,
+              max_offset=SQUARE_ROOT_MAX_OFFSET),
+    max_examples=8, thorough_examples=100)
+def check_square_root_form_stays_psd(case):
+  """With ``square_root=True``, ``P = S Sᵀ`` stays finite and positive
+  semi-definite up to float64 rounding for budgets up to 1e12."""
+  assert jnp.asarray(0.0).dtype == jnp.float32
+  history = _stream_history(case, square_root=True)
+  for name, factors in history.items():
+    assert factors.dtype == np.float32
+    assert np.all(np.isfinite(factors)), f"{name}: non-finite S"
+    s64 = np.float64(factors)
+    ps = s64 @ np.swapaxes(s64, 1, 2)
+    eigenvalues = np.linalg.eigvalsh(ps)
+    largest = np.abs(eigenvalues).max(axis=1)
+    # S Sᵀ in float64 is PSD to its own rounding, ~1e-15 of the largest.
+    worst = np.argmin(eigenvalues[:, 0] / largest)
+    assert eigenvalues[worst, 0] >= -1e-12 * largest[worst], (
+        f"{name}: S Sᵀ not PSD at step {worst}: {eigenvalues[worst]}")
+
+
+(test_square_root_form_stays_psd,
+ test_square_root_form_stays_psd_thorough) = check_square_root_form_stays_psd

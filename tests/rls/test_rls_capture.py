@@ -281,3 +281,42 @@ def test_init_records_nothing_and_other_mutable_collections_kept():
   assert set(xbar) == {'RNN_0', 'Dense_0'}
   assert outputs.shape == (2, 4, 1)
   assert set(xbar['RNN_0']) == {'input', 'recurrent'}
+
+
+class _SequenceReadout(nn.Module):
+  """A Dense hidden layer and a Dense output applied at every time step."""
+
+  @nn.compact
+  def __call__(self, x):
+    hidden = jnp.tanh(nn.Dense(5, name='hidden')(x))
+    return nn.Dense(3, name='output')(hidden)
+
+
+def test_time_axes_sets_t_of_a_dense_applied_over_time():
+  """eqs. (80)-(86): the output layer of sequence prediction averages over
+  batch and time and has ``T`` = the number of steps."""
+  model = _SequenceReadout()
+  x = jnp.asarray(np.random.default_rng(0).normal(size=(2, 7, 4)),
+                  jnp.float32)
+  variables = model.init(jax.random.PRNGKey(0), x)
+  _, xbar = rls.layer_inputs(model.apply, variables, x,
+                             time_axes={'output': 1})
+  assert int(xbar['output'].steps) == 7 and int(xbar['hidden'].steps) == 1
+  hidden = jnp.tanh(x @ variables['params']['hidden']['kernel']
+                    + variables['params']['hidden']['bias'])
+  np.testing.assert_allclose(xbar['output'].mean,
+                             hidden.mean(axis=(0, 1)), rtol=1e-5)
+
+
+@pytest.mark.parametrize('time_axes,inputs_shape,match', [
+    ({'nope': 1}, (2, 7, 4), "'nope'.*not a Dense or Conv"),
+    ({'output': 2}, (2, 7, 4), "time_axes\\['output'\\] = 2.*no time axis"),
+    ({'output': 1}, (2, 4), "time_axes\\['output'\\] = 1.*shape \\(2, 5\\)"),
+    ({'output': 1.0}, (2, 7, 4), 'must be an int'),
+])
+def test_time_axes_errors_name_the_layer(time_axes, inputs_shape, match):
+  model = _SequenceReadout()
+  x = jnp.ones(inputs_shape)
+  variables = model.init(jax.random.PRNGKey(0), x)
+  with pytest.raises(ValueError, match=match):
+    rls.layer_inputs(model.apply, variables, x, time_axes=time_axes)

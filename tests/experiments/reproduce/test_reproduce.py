@@ -52,6 +52,18 @@ def test_select_learning_rate_takes_best_mean_and_treats_nan_as_worst():
   assert rate == 0.1 and indices == [0, 1]
 
 
+def test_every_experiment_module_has_the_train_the_targets_call():
+  """`common.run_curve` calls `experiments.NAME.train(config, workdir)` for
+  a curve of experiment NAME (configs/NAME.py): every such module has it."""
+  import importlib  # pylint: disable=g-import-not-at-top
+  names = sorted(p.stem for p in (REPO_ROOT / "configs").glob("*.py")
+                 if not p.stem.startswith("_"))
+  assert {"mnist", "cifar10", "imdb", "copy_task", "ptb"} <= set(names)
+  for name in names:
+    module = importlib.import_module(f"experiments.{name}")
+    assert callable(getattr(module, "train", None)), name
+
+
 def test_every_curve_config_is_valid_at_both_scales(tmp_path, monkeypatch):
   """Building each Copy/PTB curve's config (paper and small) raises no
   unknown-field error: the targets and the config files agree."""

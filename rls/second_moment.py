@@ -1,0 +1,436 @@
+r"""RLS whose ``P`` accumulates the minibatch's full input second moment.
+
+The paper's RLS (Zhang et al. 2021, `rls.scale_by_rls`) replaces each
+minibatch's input second moment by a multiple of its mean's outer product,
+eq. (33): ``(1/M) Xᵀ X ≈ k x̄ x̄ᵀ``. When minibatch means are nearly parallel
+(MNIST), ``P`` then shrinks along the mean-input direction only and stays
+``≈ P_0`` everywhere else, so RLS behaves like SGD at rate ``η/h``. This
+transformation drops the approximation for ``P``: each layer's ``A = P⁻¹``
+accumulates the second moment of ``S`` sampled input rows ``X`` (``S × n``, the
+bias 1 appended as a last column, ``n = fan_in (+ 1)``),
+
+.. math::
+  A_s = λ A_{s-1} + \frac{c T}{S} X_sᵀ X_s,
+
+which is eq. (27) (``c = 1``, ``S = M``, ``T = 1``: exact least squares) and,
+for a single row ``X_s = x̄ᵀ`` with ``c = k``, eq. (35) (the paper's rank-one
+recursion). Woodbury's identity (the paper's "Kailath variant", after eq. 28)
+updates ``P`` with an ``S × S`` solve:
+
+.. math::
+  W = X P_{s-1},\quad R = \frac{λ S}{c T} I + W Xᵀ,\quad
+  P_s = \frac{1}{λ}\big(P_{s-1} - Wᵀ R^{-1} W\big).
+
+``R`` is symmetric positive definite; with its Cholesky factor ``L``,
+``V = L^{-1} W`` and ``P_s = (P_{s-1} - Vᵀ V)/λ``, symmetrised
+(`inverse_cholesky_factor`).
+
+The direction keeps eq. (63)'s form, ``(η/h_s) P_{s-1} ∇_Θ``. Eq. (63)'s
+``h = λ + k x̄ᵀ P x̄`` is ``λ + tr(P · k x̄ x̄ᵀ)``; replacing ``k x̄ x̄ᵀ`` by the
+second moment it approximates (eq. 33) gives
+
+.. math::
+  h_s = λ + \frac{c T}{S} \operatorname{tr}(X P_{s-1} Xᵀ)
+      = λ + c T \operatorname{tr}\Big(P_{s-1} \frac{X_sᵀ X_s}{S}\Big),
+
+so for one row ``X_s = x̄ᵀ`` and ``c = k`` both the direction and ``P_s`` are
+exactly `rls.transform.rls_layer_step`'s. Like the paper's, ``h`` is one
+number per layer: it damps the first steps (``P_{s-1}`` still ``≈ P_0``) and
+tends to ``λ`` once ``P`` has absorbed the inputs, where the direction becomes
+``η P_{s-1} ∇_Θ``, a damped Gauss-Newton step for the layer's linear least
+squares (eq. 45) in every input direction the minibatches excite, not only
+the mean's.
+
+``direction='updated'`` uses ``η P_s ∇_Θ`` instead, eq. (63) before its last
+approximation (under eqs. 33-34, ``P_s ∇ = P_{s-1} ∇ / h``; for ``c = 1`` the
+exact block-RLS step of eq. 27). It does not reduce to the paper's update
+for an arbitrary gradient, but each input direction gets its own shrinkage
+instead of one ``h`` summed over all of them, which on MNIST trained much
+better (`docs/bench/rls_second_moment.md`). With ``λ = 1`` the accumulated
+``P ≈ (c s Σ̄)⁻¹`` makes the step shrink like ``1/s``; ``λ < 1`` bounds that,
+but ``λ^s P_0⁻¹`` then vanishes and nothing damps rarely excited
+directions (``λ = 0.99`` diverged on MNIST, ``0.999`` did not).
+
+Inputs: a layer's entry of ``layer_inputs`` must carry the sampled rows, as
+`rls.capture.LayerInputSamples` (``rls.layer_inputs(..., samples=S)``) or any
+entry with a ``samples`` attribute of shape ``(S, fan_in)`` (without the bias
+1), or a bare ``(S, fan_in)`` array. An entry with a mean only (recurrent
+layers, grouped convolutions, capture without ``samples=``) raises a
+ValueError naming the layer.
+
+Cost per layer and step, beyond the paper's ``n² · out`` for ``P ∇``: about
+``2 S n²`` multiply-adds for ``W`` and ``Vᵀ V`` and ``S³/3`` for the Cholesky
+factor (``n = 785``, ``S = 128``: about 0.5x of ``P ∇`` of a 512-wide layer).
+
+References:
+  Zhang et al., "Revisiting Recursive Least Squares for Training Deep Neural
+  Networks", 2021: eqs. (27), (33), (35), (53)-(55), (63).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from rls import _tree
+from rls import transform as rls_transform
+
+_HIGHEST = jax.lax.Precision.HIGHEST
+DIRECTIONS = ('eq63', 'updated')
+
+
+class ScaleByRLSSecondMomentState(NamedTuple):
+  """State of `scale_by_rls_second_moment`.
+
+  Attributes:
+    inverse_correlation: ``P`` of every preconditioned layer, laid out exactly
+      as `rls.ScaleByRLSState.inverse_correlation` (a nested dict mirroring the
+      params down to the layer, each ``P`` of shape ``(n, n)``, ``n = fan_in +
+      1`` with a bias), so `rls.transform.precondition_by` applies to it.
+  """
+  inverse_correlation: Any
+
+
+def layer_samples_of(entry: Any) -> Optional[jax.Array]:
+  """The ``(S, fan_in)`` sampled input rows of a `layer_inputs` entry, or
+  None when the entry holds a mean only."""
+  samples = getattr(entry, 'samples', None)
+  if samples is not None:
+    return samples
+  if hasattr(entry, 'shape') and len(entry.shape) == 2:
+    return entry  # A bare (S, fan_in) array of rows.
+  return None
+
+
+def _steps_of(entry: Any) -> Any:
+  return getattr(entry, 'steps', 1)
+
+
+def is_sample_entry(node: Any) -> bool:
+  """Whether `node` is one layer's entry of `layer_inputs` (not a sub-tree):
+  a `rls.LayerInput`, anything with ``samples``, or an array."""
+  return (hasattr(node, 'samples')
+          or rls_transform.is_layer_input_entry(node))
+
+
+def _augmented_samples(layer: _tree.Layer, entry: Any,
+                       dtype) -> tuple[jax.Array, jax.Array]:
+  """``(X with a column of ones if the layer has a bias, T)``."""
+  where = _tree.format_path(layer.path)
+  samples = layer_samples_of(entry)
+  if samples is None:
+    raise ValueError(
+        f'layer_inputs[{where!r}] has no sampled input rows, which the '
+        'second-moment RLS needs (it holds only a mean). Capture them with '
+        'rls.layer_inputs(..., samples=S); they are recorded for '
+        'flax.linen.Dense, flax.linen.Conv (feature_group_count=1) and layers '
+        'that pass samples= to rls.record_layer_input. Recurrent layers '
+        '(rls.RNN, rls.LSTM) record means only: train them with '
+        'rls.scale_by_rls through optax.multi_transform.')
+  if jnp.ndim(samples) != 2 or jnp.shape(samples)[1] != layer.fan_in:
+    raise ValueError(
+        f'layer_inputs[{where!r}].samples has shape '
+        f'{tuple(jnp.shape(samples))}; expected (S, {layer.fan_in}): S input '
+        'rows of the layer without the bias 1, fan_in = '
+        f'prod(kernel.shape[:-1]) for kernel shape '
+        f'{tuple(layer.kernel.shape)}.')
+  steps = _steps_of(entry)
+  if jnp.ndim(steps) != 0:
+    raise ValueError(f'layer_inputs[{where!r}].steps must be a scalar (the '
+                     f'number of time steps T), got shape {jnp.shape(steps)}.')
+  rows = jnp.asarray(samples, dtype)
+  if layer.bias is not None:
+    rows = jnp.concatenate([rows, jnp.ones((rows.shape[0], 1), dtype)], 1)
+  return rows, jnp.asarray(steps, dtype)
+
+
+def second_moment_layer_step(p: jax.Array, rows: jax.Array, steps: jax.Array,
+                             grad: jax.Array, forgetting_factor, ratio,
+                             gradient_scale, direction: str = 'eq63'
+                             ) -> tuple[jax.Array, jax.Array]:
+  r"""One layer's update: ``(direction, P_s)`` from ``P = P_{s-1}``.
+
+  With ``X = rows`` (``S × n``, bias column included), ``c = ratio``,
+  ``T = steps``:
+
+  .. math::
+    W = X P,\quad h = λ + \frac{c T}{S}\operatorname{tr}(W Xᵀ),\quad
+    \text{direction} = \frac{η}{h} P \nabla_Θ,\quad
+    P_s = \frac{1}{λ}\Big(P - Wᵀ \big(\tfrac{λ S}{c T} I + W Xᵀ\big)^{-1}
+    W\Big).
+
+  ``P_s`` is the inverse of ``λ P^{-1} + (c T / S) Xᵀ X``; with ``S = 1``
+  everything equals `rls.transform.rls_layer_step`. With ``direction =
+  'updated'`` the direction is ``η P_s ∇_Θ`` instead (no ``h``): what eq.
+  (63) is before its last approximation (under eqs. 33-34, ``P_s ∇ =
+  P_{s-1} ∇ / h``), and for ``c = 1`` the exact block-RLS step of eq. (27).
+  Computed in ``P``'s dtype; ``P_s`` is symmetrised, since rounding in
+  ``P - Vᵀ V`` is not.
+  """
+  dtype = p.dtype
+  lam = jnp.asarray(forgetting_factor, dtype)
+  c_t = jnp.asarray(ratio, dtype) * steps
+  eta = jnp.asarray(gradient_scale, dtype)
+  num_rows = rows.shape[0]
+  # W and X P Xᵀ feed the recursion for P: full precision on GPU/TPU.
+  w = jnp.matmul(rows, p, precision=_HIGHEST)  # X P (P is symmetric).
+  gram = jnp.matmul(w, rows.T, precision=_HIGHEST)  # X P Xᵀ, S × S.
+  h = lam + (c_t / num_rows) * jnp.trace(gram)
+  old_p = p
+  inner = (lam * num_rows / c_t) * jnp.eye(num_rows, dtype=dtype) + gram
+  inverse_factor = inverse_cholesky_factor(0.5 * (inner + inner.T))
+  v = jnp.matmul(inverse_factor, w, precision=_HIGHEST)  # L⁻¹ W.
+  new_p = (p - jnp.matmul(v.T, v, precision=_HIGHEST)) / lam
+  new_p = 0.5 * (new_p + new_p.T)
+  if direction == 'updated':
+    return eta * (new_p @ grad), new_p
+  return (eta / h) * (old_p @ grad), new_p  # Eq. (63) with P_{s-1}.
+
+
+def inverse_cholesky_factor(matrix: jax.Array) -> jax.Array:
+  """``L⁻¹`` for the Cholesky factor ``L`` of a small SPD ``matrix``.
+
+  Written with XLA loops (``S`` steps of ``S × S`` work each) rather than
+  `jnp.linalg.cholesky`: on CPU those call LAPACK through SciPy's OpenBLAS,
+  which deadlocked a vmapped training program here (every thread waiting,
+  jaxlib 0.10.2, two cores shared with another job), and for ``S ≈ 128``
+  the loops cost a few milliseconds at most.
+  """
+  size = matrix.shape[0]
+  rows = jnp.arange(size)
+
+  def factor_column(j, lower):
+    # Column j of L from the columns before it (zero from j on).
+    column = matrix[:, j] - jnp.matmul(lower, lower[j], precision=_HIGHEST)
+    column = column / jnp.sqrt(column[j])
+    return lower.at[:, j].set(jnp.where(rows >= j, column, 0.0))
+
+  lower = jax.lax.fori_loop(0, size, factor_column, jnp.zeros_like(matrix))
+
+  def substitute_row(i, inverse):
+    # Forward substitution of L Y = I, row i (rows from i on still zero).
+    row = (jnp.eye(size, dtype=matrix.dtype)[i]
+           - jnp.matmul(lower[i], inverse, precision=_HIGHEST))
+    return inverse.at[i].set(row / lower[i, i])
+
+  return jax.lax.fori_loop(0, size, substitute_row, jnp.zeros_like(matrix))
+
+
+def scale_by_rls_second_moment(
+    forgetting_factor: float = 1.0,
+    ratio: float = 1.0,
+    gradient_scale: rls_transform.ScalarOrTree = 1.0,
+    init_scale: float = 1.0,
+    passthrough: bool = False,
+    preconditioner_dtype: Optional[Any] = None,
+    direction: str = 'eq63',
+) -> optax.GradientTransformationExtraArgs:
+  r"""RLS preconditioning with ``P`` built from sampled layer-input rows.
+
+  The contract is `rls.scale_by_rls`'s: ``update(updates, state, params=None,
+  *, layer_inputs, **extra_args)`` returns ``(η/h) P_{s-1} ∇_Θ`` per layer,
+  split back into kernel and bias (follow with a negative scaling to
+  descend); masked-out layers (`optax.multi_transform`) are skipped; other
+  parameters raise a ValueError naming them unless ``passthrough``. The
+  difference is ``P``'s recursion, the module docstring's rank-``S`` Woodbury
+  update with the entry's sampled rows (`rls.layer_inputs(...,
+  samples=S)`), and ``h`` (see `second_moment_layer_step`).
+
+  Args:
+    forgetting_factor: ``λ`` in (0, 1] (eq. 19).
+    ratio: ``c > 0``, the weight of each minibatch's second moment
+      ``Xᵀ X / S`` in ``P⁻¹``; 1 is the exact least squares of eq. (27),
+      and with one row ``x̄`` it plays the paper's ``k`` (eq. 35).
+    gradient_scale: ``η > 0``: one number, or a dict mirroring the params.
+    init_scale: ``P_0 = init_scale · I``; ``1/(c · init_scale)`` is the
+      damping of the accumulated second moment, and ``η · init_scale / h``
+      the step size in input directions no minibatch has excited yet.
+    passthrough: let parameters without a layer input through unchanged.
+    preconditioner_dtype: dtype of ``P`` (default: the kernel's, at least
+      float32).
+    direction: ``'eq63'``, ``(η/h_s) P_{s-1} ∇`` (reduces to the paper's
+      RLS for one row), or ``'updated'``, ``η P_s ∇`` (see
+      `second_moment_layer_step`).
+
+  Returns:
+    An `optax.GradientTransformationExtraArgs` whose state is a
+    `ScaleByRLSSecondMomentState`.
+
+  References:
+    Zhang et al., 2021, eqs. (27), (33), (35), (53)-(55), (63).
+  """
+  rls_transform._check_hyperparameters(  # pylint: disable=protected-access
+      forgetting_factor, ratio, gradient_scale, init_scale)
+  if direction not in DIRECTIONS:
+    raise ValueError(f'direction={direction!r}; expected one of {DIRECTIONS}.')
+
+  def init_fn(params):
+    layers, masked = _tree.layers_to_precondition(params, passthrough)
+    rls_transform._check_gradient_scale_names_layers(  # pylint: disable=protected-access
+        gradient_scale, [layer.path for layer in layers] + masked)
+    inverse_correlation: Any = {}
+    for layer in layers:
+      p0 = rls_transform._initial_inverse_correlation(  # pylint: disable=protected-access
+          layer, init_scale, preconditioner_dtype)
+      inverse_correlation = _tree.nested_set(inverse_correlation, layer.path,
+                                             p0)
+    return ScaleByRLSSecondMomentState(inverse_correlation)
+
+  def update_fn(updates, state, params=None, *, layer_inputs=None,
+                **extra_args):
+    del params, extra_args  # The update uses gradients and inputs only.
+    layers, entries = _tree.match_layer_inputs(updates, layer_inputs,
+                                               is_sample_entry, passthrough)
+    directions: dict = {}
+    new_inverse_correlation: Any = {}
+    for layer in layers:
+      p = rls_transform._inverse_correlation_of(state, layer)  # pylint: disable=protected-access
+      if layer.path in entries:  # Else passthrough: keep the gradient and P.
+        rows, steps = _augmented_samples(layer, entries[layer.path], p.dtype)
+        grad = rls_transform.augment(layer, layer.kernel, layer.bias, p.dtype)
+        eta = rls_transform._gradient_scale_for(  # pylint: disable=protected-access
+            gradient_scale, layer.path)
+        layer_direction, p = second_moment_layer_step(
+            p, rows, steps, grad, forgetting_factor, ratio, eta, direction)
+        directions.update(rls_transform.split_augmented(
+            layer, layer_direction, layer.kernel, layer.bias))
+      new_inverse_correlation = _tree.nested_set(new_inverse_correlation,
+                                                 layer.path, p)
+    return (_tree.replace_leaves(updates, directions, lambda g: g),
+            ScaleByRLSSecondMomentState(new_inverse_correlation))
+
+  return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+
+
+# Capture side: what `rls.layer_inputs(..., samples=S)` records. These helpers
+# live here, next to their only consumer, so that `rls.capture` only routes.
+
+
+class LayerInputSamples(NamedTuple):
+  """One layer's minibatch-mean input and a sample of its input rows.
+
+  The first two fields are `rls.LayerInput`'s, so ``mean`` and ``steps`` mean
+  the same; `scale_by_rls_second_moment` reads ``samples``.
+
+  Attributes:
+    mean: ``x̄``, shape ``(fan_in,)``, without the bias 1.
+    steps: ``T`` (an int32 scalar; 1 for dense and conv layers).
+    samples: ``(S, fan_in)`` input rows without the bias 1: a dense layer's
+      input rows (all of them when there are at most ``S``), a conv layer's
+      unfolded patches at ``S`` sampled (example, output position) pairs.
+  """
+  mean: jax.Array
+  steps: jax.Array
+  samples: jax.Array
+
+
+_GOLDEN_FRACTION = 0.6180339887498949
+
+
+def sample_indices(num_rows: int, num_samples: int) -> jax.Array:
+  """``min(num_rows, num_samples)`` row indices spread over ``range(num_rows)``.
+
+  All rows when there are few enough; else the golden-ratio sequence
+  ``floor(num_rows · frac(i φ))``, a fixed low-discrepancy pattern. A stride
+  would alias with the image grid (a stride of half an image picks the same
+  two positions in every image); this sequence covers every example and
+  output position about evenly. It is the same every step, but the examples
+  in a minibatch change. Computed from static sizes at trace time.
+  """
+  if num_rows <= num_samples:
+    return jnp.arange(num_rows)
+  return jnp.asarray([int(num_rows * ((i * _GOLDEN_FRACTION) % 1.0))
+                      for i in range(num_samples)], jnp.int32)
+
+
+def sample_rows(rows: jax.Array, num_samples: int) -> jax.Array:
+  """At most ``num_samples`` of ``rows`` (``(..., features)``, leading axes
+  flattened), by `sample_indices`; at least float32 and stop_gradient-ed."""
+  dtype = jnp.promote_types(rows.dtype, jnp.float32)
+  flat = jnp.reshape(rows, (-1, rows.shape[-1]))
+  picked = flat[sample_indices(flat.shape[0], num_samples)]
+  return jax.lax.stop_gradient(picked.astype(dtype))
+
+
+def _conv_padding(conv, spatial_shape: tuple[int, ...],
+                  kernel_size: tuple[int, ...], strides, dilations):
+  """Flax's ``padding`` of `conv` as ``(low, high)`` pairs per spatial axis."""
+  padding = conv.padding
+  where = f'Layer {"/".join(map(str, conv.path))!r}'
+  if isinstance(padding, str):
+    if padding.upper() not in ('SAME', 'VALID'):
+      raise ValueError(
+          f"{where}: padding={padding!r}; the second-moment capture samples "
+          "patches of 'SAME', 'VALID' or explicit padding only.")
+    dilated = tuple((k - 1) * d + 1 for k, d in zip(kernel_size, dilations))
+    return jax.lax.padtype_to_pads(spatial_shape, dilated, strides,
+                                   padding.upper())
+  if isinstance(padding, int):
+    return [(padding, padding)] * len(spatial_shape)
+  return [(p, p) if isinstance(p, int) else tuple(p) for p in padding]
+
+
+def conv_sampled_patches(conv, inputs: jax.Array, outputs: jax.Array,
+                         num_samples: int) -> jax.Array:
+  """Unfolded input patches of `conv` at sampled output positions.
+
+  The ``B · U · V`` (example, output position) pairs are numbered in
+  row-major order and `sample_indices` picks at most ``num_samples``; each
+  pick's patch is gathered from the zero-padded input and flattened in the
+  kernel's row order ``(*kernel_size, in_features)``, as eq. (72) unfolds
+  it. Only the picked patches are formed. Strides, kernel dilation and
+  'SAME' / 'VALID' / explicit padding are handled; input dilation,
+  'CIRCULAR' / 'CAUSAL' padding and grouped convolutions raise ValueError.
+
+  Args:
+    conv: the bound ``nn.Conv``.
+    inputs: its input, ``(*batch, *spatial, in_features)``.
+    outputs: its output, ``(*batch, *out_spatial, features)``.
+    num_samples: ``S``.
+
+  Returns:
+    ``(min(S, B·U·V), prod(kernel_size) · in_features)``, at least float32,
+    stop_gradient-ed.
+  """
+  where = f'Layer {"/".join(map(str, conv.path))!r}'
+  if conv.feature_group_count != 1:
+    raise ValueError(f'{where}: grouped convolutions have one input per '
+                     'group, so no single P; RLS does not support them.')
+  kernel_size = ((conv.kernel_size,) if isinstance(conv.kernel_size, int)
+                 else tuple(conv.kernel_size))
+  nd = len(kernel_size)
+
+  def per_axis(value, name):
+    if value is None:
+      return (1,) * nd
+    values = (value,) * nd if isinstance(value, int) else tuple(value)
+    if name == 'input_dilation' and any(v != 1 for v in values):
+      raise ValueError(f'{where}: input_dilation={value!r}; the second-'
+                       'moment capture does not sample dilated inputs.')
+    return values
+
+  strides = per_axis(conv.strides, 'strides')
+  dilations = per_axis(conv.kernel_dilation, 'kernel_dilation')
+  per_axis(conv.input_dilation, 'input_dilation')
+  in_features = inputs.shape[-1]
+  spatial = inputs.shape[-nd - 1:-1]
+  examples = jnp.reshape(inputs, (-1,) + tuple(spatial) + (in_features,))
+  pads = _conv_padding(conv, tuple(spatial), kernel_size, strides, dilations)
+  padded = jnp.pad(examples, [(0, 0)] + [tuple(p) for p in pads] + [(0, 0)])
+  out_spatial = tuple(outputs.shape[-nd - 1:-1])
+  num_positions = math.prod(out_spatial)
+  picks = sample_indices(examples.shape[0] * num_positions, num_samples)
+  example_index = picks // num_positions
+  position = jnp.unravel_index(picks % num_positions, out_spatial)
+  offsets = jnp.unravel_index(jnp.arange(math.prod(kernel_size)), kernel_size)
+  # (S, K) input coordinates per spatial axis, K kernel taps in row order.
+  coordinates = [position[a][:, None] * strides[a]
+                 + offsets[a][None, :] * dilations[a] for a in range(nd)]
+  patches = padded[(example_index[:, None],) + tuple(coordinates)]
+  dtype = jnp.promote_types(inputs.dtype, jnp.float32)
+  flat = jnp.reshape(patches, (patches.shape[0], -1)).astype(dtype)
+  return jax.lax.stop_gradient(flat)
