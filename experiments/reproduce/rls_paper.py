@@ -33,6 +33,7 @@ from typing import Callable
 import numpy as np
 
 from experiments.reproduce import common
+from experiments.reproduce import plan
 from experiments.reproduce.common import Curve
 
 DATASETS = ("mnist", "cifar10", "imdb")
@@ -138,9 +139,13 @@ def _variants_target(name: str, scale: str, workdir: str, presets: dict,
     for preset, label in presets.items():
       curve = _curve(dataset, scale, preset, label)
       records, _, runs = common.run_curve(curve, out)
+      if plan.active() is not None:
+        continue  # Measured, not trained: nothing to tabulate.
       every = list(range(len(runs)))
       groups[dataset].append((label, records, every, len(runs)))
       rows.append(_row(curve.label, records, every, len(runs)))
+  if plan.active() is not None:
+    return common.Result(name, [], [])
   figure = _plot(groups, title, os.path.join(out, "figure.png"))
   files = [figure] + common.write_table(rows, os.path.join(out, "table"),
                                         title)
@@ -174,6 +179,8 @@ def _sweep_target(name: str, field: str, symbol: str, scale: str,
     curve = _curve(dataset, scale, "rls", f"RLS {symbol} sweep",
                    **{field + "s": SWEEP_VALUES})
     records, _, runs = common.run_curve(curve, out)
+    if plan.active() is not None:
+      continue  # Measured, not trained: nothing to tabulate.
     groups[dataset] = []
     for value in SWEEP_VALUES:
       selected = [i for i, run in enumerate(runs)
@@ -182,6 +189,8 @@ def _sweep_target(name: str, field: str, symbol: str, scale: str,
       groups[dataset].append((label, records, selected, len(runs)))
       rows.append(_row(f"{dataset} RLS {label}", records, selected,
                        len(runs), **{field: value}))
+  if plan.active() is not None:
+    return common.Result(name, [], [])
   figure = _plot(groups, title, os.path.join(out, "figure.png"))
   files = [figure] + common.write_table(rows, os.path.join(out, "table"),
                                         title)
