@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import optax
 
 from rls import _tree
+from rls.square_root import rls_square_root_layer_step
 
 ScalarOrTree = Union[float, jax.Array, Mapping[str, Any]]
 
@@ -274,44 +275,6 @@ def rls_layer_step(p: jax.Array, x: jax.Array, steps: jax.Array,
   direction = (eta / h) * (p @ grad)  # eq. (63) with P_{s-1}.
   new_p = (p - (k_t / h) * jnp.outer(u, u)) / lam  # eqs. (53), (94).
   return direction, new_p
-
-
-def rls_square_root_layer_step(
-    factor: jax.Array, x: jax.Array, steps: jax.Array, grad: jax.Array,
-    forgetting_factor, ratio, gradient_scale
-) -> tuple[jax.Array, jax.Array]:
-  r"""`rls_layer_step` on a square root ``S`` of ``P = S Sᵀ``: ``(direction,
-  S_s)``.
-
-  Potter's square-root form of the same recursion. With ``f = Sᵀ x``,
-  ``u = S f = P x`` and ``h = λ + k T fᵀf``:
-
-  .. math::
-    	ext{direction} = rac{η}{h} S (S^T 
-abla_Θ),\quad
-    S_s = rac{1}{\sqrt{λ}}ig(S - β\, u f^Tig),\quad
-    β = rac{k T}{h\,(1 + \sqrt{λ / h})}
-
-  Then ``S_s S_sᵀ = (P - (k T / h) u uᵀ) / λ``, eqs. (53), (94), because
-  ``2β - β² fᵀf = k T / h``; ``β`` is written without ``1 - sqrt(λ/h)`` so
-  that no cancellation occurs when ``k T fᵀf`` is small. Whatever the
-  rounding, ``P = S Sᵀ`` stays symmetric positive semi-definite, which the
-  full form loses in float32 on ill-conditioned input streams (a large
-  common offset, a nearly collinear bias column). Cost: ``P ∇`` becomes two
-  products, ``S (Sᵀ ∇)``.
-  """
-  dtype = factor.dtype
-  lam = jnp.asarray(forgetting_factor, dtype)
-  k_t = jnp.asarray(ratio, dtype) * steps
-  eta = jnp.asarray(gradient_scale, dtype)
-  highest = jax.lax.Precision.HIGHEST
-  f = jnp.matmul(factor.T, x, precision=highest)
-  u = jnp.matmul(factor, f, precision=highest)
-  h = lam + k_t * jnp.dot(f, f, precision=highest)
-  direction = (eta / h) * (factor @ (factor.T @ grad))
-  beta = k_t / (h * (1 + jnp.sqrt(lam / h)))
-  new_factor = (factor - beta * jnp.outer(u, f)) / jnp.sqrt(lam)
-  return direction, new_factor
 
 
 def _check_hyperparameters(forgetting_factor, ratio, gradient_scale,
