@@ -49,6 +49,7 @@ ValueError naming them; route them to another optimiser with
 `optax.multi_transform`, or pass ``passthrough=True``.
 """
 
+from rls import input_samples
 from rls import layers
 from rls import second_moment
 from rls.alias import RLSDirectionState
@@ -73,6 +74,7 @@ __all__ = [
     'RNN',
     'ScaleByRLSSquareRootState',
     'ScaleByRLSState',
+    'input_samples',
     'inverse_correlation',
     'layer_inputs',
     'layers',

@@ -23,7 +23,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from rls import second_moment
+from rls import input_samples
 from rls.transform import LayerInput
 
 RLS_INPUTS = 'rls_inputs'
@@ -120,9 +120,9 @@ def record_layer_input(module: nn.Module, mean: jax.Array,
       time steps), without the bias 1.
     steps: ``T``, the number of time steps averaged into ``mean`` (eq. 92).
     samples: optional ``(S, fan_in)`` input rows (for
-      `rls.second_moment`, e.g. ``second_moment.sample_rows(rows,
+      `rls.second_moment`, e.g. ``input_samples.sample_rows(rows,
       num_samples_wanted())``); recorded only under ``layer_inputs(...,
-      samples=S)``, as a `rls.second_moment.LayerInputSamples`.
+      samples=S)``, as a `rls.input_samples.LayerInputSamples`.
   """
   if not is_capturing(module):
     return
@@ -130,7 +130,7 @@ def record_layer_input(module: nn.Module, mean: jax.Array,
   dtype = jnp.promote_types(mean.dtype, jnp.float32)
   entry = LayerInput(mean.astype(dtype), jnp.asarray(steps, jnp.int32))
   if samples is not None and num_samples_wanted():
-    entry = second_moment.LayerInputSamples(
+    entry = input_samples.LayerInputSamples(
         *entry, jax.lax.stop_gradient(samples).astype(dtype))
   module.sow(RLS_INPUTS, _RECORD, entry)
 
@@ -192,14 +192,14 @@ def _interceptor(next_fun, args, kwargs, context):
   if isinstance(module, nn.Dense):
     record_layer_input(module, mean_over_leading_axes(inputs),
                        _steps_of(module, inputs),
-                       second_moment.sample_rows(inputs, num_samples)
+                       input_samples.sample_rows(inputs, num_samples)
                        if num_samples else None)
   elif isinstance(module, nn.Conv) and module.feature_group_count == 1:
     # Grouped convolutions have one input per group, hence no single P; they
     # get no entry and scale_by_rls reports them by name.
     record_layer_input(module, conv_mean_patch(module, inputs),
                        _steps_of(module, inputs),
-                       second_moment.conv_sampled_patches(
+                       input_samples.conv_sampled_patches(
                            module, inputs, outputs, num_samples)
                        if num_samples else None)
   return outputs
@@ -219,9 +219,9 @@ def _combine(records: tuple[LayerInput, ...]) -> LayerInput:
   total = jnp.sum(steps)
   weights = (steps / total).astype(means.dtype)
   combined = LayerInput(jnp.einsum('c,cf->f', weights, means), total)
-  if all(isinstance(r, second_moment.LayerInputSamples) for r in records):
+  if all(isinstance(r, input_samples.LayerInputSamples) for r in records):
     # Every call's rows are rows of the same layer: pool them.
-    return second_moment.LayerInputSamples(
+    return input_samples.LayerInputSamples(
         *combined, jnp.concatenate([r.samples for r in records]))
   return combined
 
@@ -286,8 +286,8 @@ def layer_inputs(apply_fn: Callable[..., Any], variables: Mapping, *args,
       own ``T``.
     samples: ``S > 0`` to also record, for `rls.second_moment`, up to ``S``
       input rows of every Dense (its input rows) and Conv (unfolded patches
-      at sampled output positions, `second_moment.conv_sampled_patches`)
-      layer: entries are then `rls.second_moment.LayerInputSamples`. 0 (the
+      at sampled output positions, `input_samples.conv_sampled_patches`)
+      layer: entries are then `rls.input_samples.LayerInputSamples`. 0 (the
       default): means only. `rls.layers.RNN` / `LSTM` record means only.
     **kwargs: keyword arguments of ``apply_fn``. If ``mutable`` is given the
       first result is ``(outputs, mutated_variables)``, as ``apply`` returns.

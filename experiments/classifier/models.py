@@ -94,7 +94,7 @@ class PatchConv3x3(nn.Module):
       num_samples = rls.capture.num_samples_wanted()
       rls.record_layer_input(
           self, jnp.mean(patches, axis=(0, 1, 2)),
-          samples=(rls.second_moment.sample_rows(patches, num_samples)
+          samples=(rls.input_samples.sample_rows(patches, num_samples)
                    if num_samples else None))
     return outputs
 

@@ -10,6 +10,7 @@ import optax
 import pytest
 
 import rls
+from rls import input_samples
 from rls import second_moment
 from rls import transform as rls_transform
 from rls_problems import capture, init_variables
@@ -147,7 +148,7 @@ def test_capture_records_dense_rows_and_conv_patches():
   variables = init_variables(model, x)
   outputs, entries = capture(model, variables, x, samples=10_000)
   conv, dense = entries['conv'], entries['out']
-  assert isinstance(conv, second_moment.LayerInputSamples)
+  assert isinstance(conv, input_samples.LayerInputSamples)
   assert conv.samples.shape == (3 * 3 * 5, 18)
   np.testing.assert_allclose(conv.samples.mean(0), conv.mean, rtol=1e-5,
                              atol=1e-6)
@@ -180,7 +181,7 @@ def test_patch_conv_records_its_patches():
   assert entries.samples.shape == (32, 27)
   kernel = variables['params']['kernel'].reshape(27, 5)
   flat_outputs = outputs.reshape(-1, 5)
-  indices = second_moment.sample_indices(flat_outputs.shape[0], 32)
+  indices = input_samples.sample_indices(flat_outputs.shape[0], 32)
   np.testing.assert_allclose(entries.samples @ kernel, flat_outputs[indices],
                              rtol=1e-4, atol=1e-5)
 
@@ -188,7 +189,7 @@ def test_patch_conv_records_its_patches():
 def test_sample_indices_cover_every_image_position():
   """No aliasing with the image grid: 256 of 128 x 32 x 32 positions hit
   many distinct pixels and examples."""
-  picks = np.asarray(second_moment.sample_indices(128 * 1024, 256))
+  picks = np.asarray(input_samples.sample_indices(128 * 1024, 256))
   assert len(set(picks % 1024)) > 200 and len(set(picks // 1024)) > 100
 
 
@@ -313,7 +314,7 @@ def test_scale_by_rls_routes_the_second_moment_option(x64):
   params = {'kernel': jnp.full((3, 2), 0.3), 'bias': jnp.full(2, -0.2)}
   rows = jnp.asarray(np.random.default_rng(0).normal(size=(4, 3)))
   grads = {'kernel': jnp.ones((3, 2)), 'bias': jnp.ones(2)}
-  entry = second_moment.LayerInputSamples(rows.mean(0), jnp.asarray(1), rows)
+  entry = input_samples.LayerInputSamples(rows.mean(0), jnp.asarray(1), rows)
   routed = rls.rls(ratio=0.5, input_statistics='second_moment',
                    momentum=0.5, l1=1e-3)
   updates, state = routed.update(grads, routed.init(params), params,
