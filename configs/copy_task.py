@@ -25,6 +25,15 @@ curriculum; see experiments/online/official.py), 4M steps as its longest log:
   python -m experiments.copy_task --config configs/copy_task.py:official \
     --workdir runs/copy_official
 
+`lru_paper` preset: the online LRU of Zucchet et al. 2023 (Table 1: 4 LRU
+layers of 64 complex units in blocks of 128, each trained by its exact
+element-wise RTRL; Adam over their rate grid 1e-3 .. 3.2e-2, λ and γ at
+half the rate, a cosine to 0 over the run; 3 seeds; see
+experiments/online/lru_paper.py) on the official preset's task (batch 16,
+its curriculum, 4M steps). GPU work:
+  python -m experiments.copy_task --config configs/copy_task.py:lru_paper \
+    --workdir runs/copy_lru_paper
+
 Override any field, e.g. the paper's Fig. 1 setting at another rate:
   python -m experiments.copy_task --config configs/copy_task.py:official \
     --workdir runs/copy_ok16 --config.learning_rate=1e-3
@@ -35,6 +44,7 @@ Override any field, e.g. the paper's Fig. 1 setting at another rate:
 import ml_collections
 
 from experiments.loop import run_config
+from experiments.online import lru_paper
 from experiments.online import official
 from experiments.online import setup as online_setup
 
@@ -81,8 +91,13 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   run_config.add_run_fields(config)
   if preset == "official":
     _official(config)
+  elif preset == "lru_paper":
+    _official(config)  # The task as the official preset runs it.
+    config.update(lru_paper.online_lru_fields(
+        lru_paper.COPY_LEARNING_RATES, num_steps=config.num_steps))
   elif preset:
-    raise ValueError(f"unknown preset {preset!r}; known: 'official'")
+    raise ValueError(f"unknown preset {preset!r}; known: 'official', "
+                     "'lru_paper'")
   return config
 
 

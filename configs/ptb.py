@@ -20,6 +20,12 @@ B)), evaluated every 10,000 steps as its logs are:
 
   python -m experiments.ptb --config configs/ptb.py:small --workdir runs/ptb_small
 
+`lru_paper` preset: the official preset's task with the online LRU of
+Zucchet et al. 2023 (their Table 1 network and optimiser, 3 seeds x their
+6 learning rates; experiments/online/lru_paper.py). GPU work:
+
+  python -m experiments.ptb --config configs/ptb.py:lru_paper --workdir runs/ptb_lru_paper
+
 Other estimators at equal data (Table 2's rows):
   --config.estimator=kf_avg                          (8-KF-AVG)
   --config.estimator=tbptt --config.truncation=5     (TBPTT-5; 25 for TBPTT-25)
@@ -28,6 +34,7 @@ Other estimators at equal data (Table 2's rows):
 import ml_collections
 
 from experiments.loop import run_config
+from experiments.online import lru_paper
 from experiments.online import official
 from experiments.online import setup as online_setup
 
@@ -96,7 +103,14 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
         stream_offsets="official",
         reset_every=official.PTB_RESET_EVERY, num_steps=1_000_000,
         log_every=1000, eval_every=10_000))
+  elif preset == "lru_paper":
+    # The official preset's task (batch 32, its text layout and resets,
+    # 1M steps, valid BPC every 10,000) with the online LRU paper's network
+    # and optimiser.
+    config.update(get_config("official").to_dict())
+    config.update(lru_paper.online_lru_fields(
+        lru_paper.COPY_LEARNING_RATES, num_steps=config.num_steps))
   elif preset:
     raise ValueError(f"unknown preset {preset!r}; known: 'small', "
-                     "'official'")
+                     "'official', 'lru_paper'")
   return config

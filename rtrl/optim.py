@@ -82,3 +82,31 @@ def tf1_adam(learning_rate, b1: float = 0.9, b2: float = 0.999,
   transformation (`learning_rate` may be a traced scalar)."""
   return optax.chain(scale_by_tf1_adam(b1, b2, eps),
                      optax.scale_by_learning_rate(learning_rate))
+
+
+def warmup_cosine_schedule(peak_value, warmup_updates: int,
+                           total_updates: int, end_value: float = 0.0):
+  """The LRU papers' learning-rate schedule, as a function of the update
+  count: linear from `peak_value / warmup_updates` to `peak_value` over the
+  first `warmup_updates` updates, then a cosine from `peak_value` down to
+  `end_value` at `total_updates` (Orvieto et al. 2023; Zucchet et al. 2023,
+  whose sCIFAR runs warm up for 18 of 180 epochs).
+
+  Unlike `optax.warmup_cosine_decay_schedule`, `peak_value` may be a traced
+  scalar (a vmapped learning-rate axis): nothing here compares it in Python.
+  """
+  if warmup_updates < 0 or total_updates <= warmup_updates:
+    raise ValueError("warmup_cosine_schedule needs 0 <= warmup_updates < "
+                     f"total_updates, got {warmup_updates} and "
+                     f"{total_updates}")
+  decay_updates = total_updates - warmup_updates
+
+  def schedule(count):
+    count = jnp.asarray(count, jnp.float32)
+    warm = peak_value * (count + 1) / max(warmup_updates, 1)
+    progress = jnp.clip((count - warmup_updates) / decay_updates, 0.0, 1.0)
+    cosine = end_value + (peak_value - end_value) * 0.5 * (
+        1 + jnp.cos(jnp.pi * progress))
+    return jnp.where(count < warmup_updates, warm, cosine)
+
+  return schedule

@@ -44,7 +44,9 @@ ADDED_FIELD_DEFAULTS = {
     "length_rule": "uniform", "output_gradient_scale": 1.0,
     "square_root": False, "param_init": "flax", "keep_partial_batch": False,
     "input_statistics": "mean", "input_samples": 256,
-    "second_moment_direction": "eq63",
+    "second_moment_direction": "eq63", "weight_decay": 0.0,
+    "recurrence_learning_rate_factor": 1.0,
+    "learning_rate_schedule": "constant", "warmup_updates": 0,
 }
 
 

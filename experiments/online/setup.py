@@ -6,12 +6,15 @@ mapping from config fields to library objects.
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import optax
 
 from experiments.loop import checks
 from rtrl import (bptt, cells, estimators, heads, online, optim, readout,
                   stack, validation)
+from rtrl.cells import lru
 
 HEADS = ("identity", "lru_block")
 
@@ -39,6 +42,21 @@ def add_trainer_fields(config, *, estimator: str, truncation: int,
   config.cell = cell
   config.readout = "linear"
   add_stack_fields(config)
+  add_lru_optimizer_fields(config)
+
+
+def add_lru_optimizer_fields(config) -> None:
+  """The LRU papers' optimiser settings (Orvieto et al. 2023; Zucchet et
+  al. 2023), all off by default: `weight_decay` (AdamW's decoupled decay on
+  every parameter but the LRU's ν, θ, γ), `recurrence_learning_rate_factor`
+  (ν, θ, γ at this times the learning rate, with Adam; their `lr_factor`,
+  0.5), `learning_rate_schedule` ('constant' or 'warmup_cosine': linear
+  warm-up over `warmup_updates` updates, then a cosine to 0 at the last
+  update; an update is `accumulate_steps` steps). Adam only."""
+  config.weight_decay = 0.0
+  config.recurrence_learning_rate_factor = 1.0
+  config.learning_rate_schedule = "constant"
+  config.warmup_updates = 0
 
 
 def add_stack_fields(config) -> None:
@@ -86,6 +104,49 @@ def validate_trainer(config) -> None:
     if config.get(field, 0.0) < 0:
       raise ValueError(f"config.{field} must be >= 0 (0: off), got "
                        f"{config[field]!r}")
+  _validate_lru_optimizer(config)
+
+
+SCHEDULES = ("constant", "warmup_cosine")
+
+
+def _validate_lru_optimizer(config) -> None:
+  if config.get("weight_decay", 0.0) < 0:
+    raise ValueError("config.weight_decay must be >= 0 (0: off), got "
+                     f"{config.weight_decay!r}")
+  validation.positive_number("config.recurrence_learning_rate_factor",
+                             config.get("recurrence_learning_rate_factor",
+                                        1.0))
+  schedule = config.get("learning_rate_schedule", "constant")
+  if schedule not in SCHEDULES:
+    raise ValueError(f"config.learning_rate_schedule must be one of "
+                     f"{SCHEDULES}, got {schedule!r}")
+  if schedule == "warmup_cosine":
+    checks.nonnegative_ints(config, "warmup_updates")
+    if config.warmup_updates >= total_updates(config):
+      raise ValueError(
+          f"config.warmup_updates ({config.warmup_updates}) must be below "
+          f"the run's updates, num_steps // accumulate_steps = "
+          f"{total_updates(config)}")
+  if (config.get("optimizer", "adam") != "adam"
+      and _lru_optimizer_options(config)):
+    raise ValueError(
+        "config.weight_decay, recurrence_learning_rate_factor and "
+        "learning_rate_schedule apply to optimizer='adam' only; got "
+        f"optimizer={config.optimizer!r} with {_lru_optimizer_options(config)}")
+
+
+def _lru_optimizer_options(config) -> dict:
+  """The LRU optimiser fields that differ from their defaults."""
+  defaults = {"weight_decay": 0.0, "recurrence_learning_rate_factor": 1.0,
+              "learning_rate_schedule": "constant"}
+  return {k: config.get(k, v) for k, v in defaults.items()
+          if config.get(k, v) != v}
+
+
+def total_updates(config) -> int:
+  """The run's optimiser updates: one every `accumulate_steps` steps."""
+  return config.num_steps // config.get("accumulate_steps", 1)
 
 
 def is_stacked(config) -> bool:
@@ -185,7 +246,39 @@ def base_optimizer(config, learning_rate) -> optax.GradientTransformation:
     return optax.chain(
         optax.masked(optax.scale(1.0 / config.batch_size), CELL_ONLY),
         optim.tf1_adam(learning_rate))
-  return optax.adam(learning_rate)
+  return lru_adam(config, learning_rate)
+
+
+def recurrence_labels(params) -> Any:
+  """'recurrence' for the LRU's ν, θ, γ leaves (wherever they sit: a plain
+  cell or any layer of a stack), 'regular' for every other leaf."""
+  def label(path, _):
+    name = getattr(path[-1], "key", None) if path else None
+    return "recurrence" if name in lru.RECURRENCE_PARAMS else "regular"
+  return jax.tree_util.tree_map_with_path(label, params)
+
+
+def lru_adam(config, learning_rate) -> optax.GradientTransformation:
+  """Adam at `learning_rate` (a float or a traced scalar), with the LRU
+  papers' options (`add_lru_optimizer_fields`): the learning rate follows
+  the schedule; ν, θ, γ take `recurrence_learning_rate_factor` times it and
+  plain Adam, every other parameter AdamW with `weight_decay` (the setting
+  their sCIFAR and IMDB runs call "Bfast_and_decay"). With the defaults it
+  is `optax.adam(learning_rate)`."""
+  rate = learning_rate
+  if config.get("learning_rate_schedule", "constant") == "warmup_cosine":
+    rate = optim.warmup_cosine_schedule(learning_rate, config.warmup_updates,
+                                        total_updates(config))
+  factor = config.get("recurrence_learning_rate_factor", 1.0)
+  decay = config.get("weight_decay", 0.0)
+  if factor == 1.0 and decay == 0.0:
+    return optax.adam(rate)
+  recurrence_rate = ((lambda count: factor * rate(count)) if callable(rate)
+                     else factor * rate)
+  return optax.multi_transform(
+      {"recurrence": optax.adam(recurrence_rate),
+       "regular": optax.adamw(rate, weight_decay=decay)},
+      recurrence_labels)
 
 
 def make_optimizer(config, learning_rate) -> optax.GradientTransformation:

@@ -38,6 +38,9 @@ import numpy as np
 from rtrl import validation
 
 PARAM_NAMES = ("nu_log", "theta_log", "gamma_log", "B_re", "B_im")
+# The parameters of λ and γ, which the LRU papers train at a reduced learning
+# rate and without weight decay (the input weights B are not among them).
+RECURRENCE_PARAMS = ("nu_log", "theta_log", "gamma_log")
 
 
 def _default_float():
