@@ -12,7 +12,11 @@ kept: `scripts/reproduce.py --plan` runs it in a temporary workdir.
 
 Not measured: the periodic evaluations (char-PTB's whole-split valid BPC
 every `eval_every` steps, the classifiers' epoch-end test pass), which a
-full run adds on top.
+full run adds on top. A program whose short run the operating system kills
+(out of memory, typically: exact RTRL at n = 512, a 20-run program of
+batch 64 at n = 256) gets a row that says so, with the memory it had
+reached, and the target's other programs are still measured; a Python
+error in the child is a bug and raises.
 """
 
 from __future__ import annotations
@@ -44,8 +48,14 @@ class ProgramPlan:
   experiment: str
   runs: int
   num_steps: int
-  seconds_per_step: float       # the whole program's step (all its runs)
+  seconds_per_step: float       # the whole program's step (all its runs);
+                                # nan where the short run was killed
   peak_memory_mib: float        # the measuring process's peak RSS
+  note: str = ""                # why it was not measured, if it was not
+
+  @property
+  def measured(self) -> bool:
+    return math.isfinite(self.seconds_per_step)
 
   @property
   def run_steps(self) -> int:
@@ -58,6 +68,8 @@ class ProgramPlan:
 
 def duration(seconds: float) -> str:
   """`seconds` as minutes, hours or days, whichever reads best."""
+  if not math.isfinite(seconds):
+    return "not measured"
   if seconds < 3600:
     return f"{seconds / 60:.1f} min"
   if seconds < 3 * 86400:
@@ -133,9 +145,24 @@ def _child_code(experiment: str, config_json: str, workdir: str) -> str:
       "print('PLAN_WALL', time.perf_counter() - start)\n")
 
 
+class ChildKilled(RuntimeError):
+  """The operating system killed the measuring child (out of memory?)."""
+
+  def __init__(self, signal_number: int, peak_memory_mib: float):
+    super().__init__(f"killed by signal {signal_number} at "
+                     f"{peak_memory_mib:,.0f} MiB")
+    self.signal_number = signal_number
+    self.peak_memory_mib = peak_memory_mib
+
+
 def _run_child(experiment: str, config, workdir: str) -> tuple[list, float,
                                                                  float]:
-  """Runs `config` in a child; returns (records, wall seconds, peak MiB)."""
+  """Runs `config` in a child; returns (records, wall seconds, peak MiB).
+
+  Raises:
+    ChildKilled: a signal ended the child (the kernel's OOM killer sends 9).
+    RuntimeError: the child failed otherwise (its output's tail included).
+  """
   code = _child_code(experiment, json.dumps(config.to_dict()), workdir)
   repo = config_files.REPO_ROOT
   env = {**os.environ, "PYTHONPATH": repo + os.pathsep +
@@ -146,6 +173,8 @@ def _run_child(experiment: str, config, workdir: str) -> tuple[list, float,
   output = process.stdout.read()
   _, status, usage = os.wait4(process.pid, 0)
   process.returncode = os.waitstatus_to_exitcode(status)
+  if process.returncode < 0:
+    raise ChildKilled(-process.returncode, usage.ru_maxrss / 1024)
   if process.returncode:
     raise RuntimeError(f"measuring {experiment} failed:\n{output[-3000:]}")
   wall = float(output.rsplit("PLAN_WALL", 1)[1].split()[0])
@@ -165,7 +194,17 @@ def measure(label: str, experiment: str, config) -> ProgramPlan:
       name for name in SWEPT if name in config)))
   short, chunks, steps_per_chunk = _short_config(experiment, config)
   with tempfile.TemporaryDirectory() as workdir:
-    records, wall, memory = _run_child(experiment, short, workdir)
+    try:
+      records, wall, memory = _run_child(experiment, short, workdir)
+    except ChildKilled as killed:
+      plan = ProgramPlan(label, experiment, runs,
+                         _full_steps(experiment, config), math.nan,
+                         killed.peak_memory_mib,
+                         note=f"{killed} (out of memory here?)")
+      print(f"  planned {label}: {plan.runs} runs x {plan.num_steps:,} "
+            f"steps, not measured: {plan.note}", flush=True)
+      active().append(plan)
+      return plan
   rates = [r["steps_per_second"] for r in records[1:]
            if isinstance(r.get("steps_per_second"), (int, float))]
   if rates:
@@ -189,12 +228,17 @@ def table(target: str, scale: str, plans: list[ProgramPlan]) -> str:
            "(program) | peak memory MiB | expected time |",
            "|---|---|---|---|---|---|---|---|"]
   for p in plans:
+    step = f"{p.seconds_per_step * 1e3:.1f}" if p.measured else "-"
+    expected = (duration(p.expected_seconds) if p.measured
+                else f"not measured: {p.note}")
     lines.append(f"| {p.label} | {p.experiment} | {p.runs} | "
-                 f"{p.num_steps:,} | {p.run_steps:,} | "
-                 f"{p.seconds_per_step * 1e3:.1f} | "
-                 f"{p.peak_memory_mib:.0f} | {duration(p.expected_seconds)} |")
-  total = sum(p.expected_seconds for p in plans)
+                 f"{p.num_steps:,} | {p.run_steps:,} | {step} | "
+                 f"{p.peak_memory_mib:.0f} | {expected} |")
+  total = duration(sum(p.expected_seconds for p in plans if p.measured))
+  unmeasured = sum(not p.measured for p in plans)
+  if unmeasured:
+    total += f" + {unmeasured} program(s) not measured"
   lines.append(f"| total | | | | {sum(p.run_steps for p in plans):,} | | "
                f"{max((p.peak_memory_mib for p in plans), default=0):.0f} "
-               f"| {duration(total)} |")
+               f"| {total} |")
   return "\n".join(lines)

@@ -345,45 +345,6 @@ def test_compare_cosine_settings_figure_and_table(tmp_path, monkeypatch):
       in title
 
 
-def test_compare_targets_in_plan_mode(tmp_path, monkeypatch):
-  """Under --plan the targets measure every program (here: record it) and
-  train nothing; the cosine target writes no figure from runs that did not
-  happen. A Copy cosine run is measured at its network's cell and size."""
-  from experiments.reproduce import plan  # pylint: disable=g-import-not-at-top
-  measured = []
-  monkeypatch.setattr(plan, "measure", lambda label, experiment, config:
-                      measured.append((label, experiment, config)))
-  programs = {}
-  for name in COMPARE_TARGETS:
-    measured.clear()
-    with plan.planning():
-      reproduce.targets()[name][1]("small", str(tmp_path))
-    programs[name] = list(measured)
-  assert {name: [m[1] for m in p] for name, p in programs.items()} == {
-      "compare_cosine": ["copy_task"] * 3 + ["gradient_cosine"] * 6,
-      "compare_copy": ["copy_task"] * 9, "compare_ptb": ["ptb"] * 9}
-  assert not (tmp_path / "compare_cosine" / "figure.png").exists()
-  for name in COMPARE_TARGETS:  # No curve's workdir: nothing trained.
-    assert not [p for p in (tmp_path / name).iterdir() if p.is_dir()]
-  copy_cosine = [config for _, _, config in programs["compare_cosine"][-3:]]
-  assert [(c.cell, c.hidden_size) for c in copy_cosine] == [
-      ("rhn", 32), ("lstm", 32), ("gru", 32)]
-
-
-def test_plan_measures_a_copy_cosine_run_without_its_checkpoint():
-  """The short measuring config of a cosine run on a trained Copy network:
-  a fresh network (same cost) and a positive sequence length in place of
-  the checkpoint's curriculum length."""
-  from experiments.reproduce import plan  # pylint: disable=g-import-not-at-top
-  config = common.make_config(common.Curve("c", "gradient_cosine", dict(
-      checkpoint_dir="runs/x", task="copy", sequence_length=0, cell="gru",
-      hidden_size=64)))
-  short, chunks, steps = plan._short_config("gradient_cosine", config)  # pylint: disable=protected-access
-  assert short.checkpoint_dir == "" and short.sequence_length > 0
-  assert (short.cell, short.hidden_size) == ("gru", 64)
-  assert short.num_steps == chunks * steps
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", COMPARE_TARGETS)
 def test_shrunken_compare_targets_end_to_end(name, tmp_path):
@@ -407,23 +368,3 @@ def test_shrunken_compare_targets_end_to_end(name, tmp_path):
   else:
     assert [r.get("curve", r.get("model")) for r in rows][:8] == COMPARED
     assert all(r["diverged"] == 0 and r["program_runs"] == 2 for r in rows)
-
-
-def test_every_target_runs_in_plan_mode(tmp_path, monkeypatch):
-  """`--plan` on every target at paper scale measures at least one program
-  and tabulates nothing (the RLS targets once crashed building rows from
-  runs that plan mode does not train). `rls_runtime` is itself a short
-  measurement and is left out."""
-  from experiments.reproduce import plan  # pylint: disable=g-import-not-at-top
-  monkeypatch.setenv("DATA_DIR", str(dataset_dir_or_skip("ptb").parent))
-  measured = []
-  monkeypatch.setattr(plan, "measure", lambda label, experiment, config:
-                      measured.append(label))
-  for name, (_, target) in reproduce.targets().items():
-    if name == "rls_runtime":
-      continue
-    measured.clear()
-    with plan.planning():
-      target("paper", str(tmp_path / name))
-    assert measured, name
-
