@@ -222,3 +222,37 @@ def thin_qr_rows(rows: jax.Array) -> tuple[jax.Array, jax.Array]:
   init = (jnp.zeros((num_vectors, dim), dtype),
           jnp.zeros((num_vectors, num_vectors), dtype))
   return jax.lax.fori_loop(0, num_vectors, body, init, unroll=True)
+
+
+# Widths of the identity that `computed_once` multiplies by: a contraction
+# of size 1 would be rewritten by XLA into an element-wise multiply (and
+# fused again), so the smallest width used is 2.
+_ONCE_WIDTHS = (8, 4, 2)
+# Set False to measure what the routing saves (scripts/bench_rtrl.py).
+COMPUTE_JACOBIANS_ONCE = True
+
+
+def computed_once(x: jax.Array) -> jax.Array:
+  """`x`, evaluated once before its consumers rather than inside each.
+
+  XLA fuses element-wise producers into the loop of their consumer and
+  evaluates them per output element. When a small per-unit array (a cell's
+  Jacobians `D`, `dfds`: sigmoids, tanhs and their derivatives) feeds an
+  element-wise update of the `(P, K, n)` influence of SnAp-1, RFLO or
+  UORO, that recomputes each unit's derivative `P` times: on a GRU-128 at
+  batch 16, 5.6 of the 6.6 ms of an RFLO step (XLA:CPU, jax 0.10; an
+  `optimization_barrier` is removed before fusion on CPU and does not
+  help). A dot is never fused into its element-wise consumers, so `x` is
+  routed through a product with the identity, which makes XLA write it out
+  once. Exact for finite `x` (each entry is `x * 1 + 0 * others`; a NaN or
+  infinity spreads to the entries it is grouped with).
+  """
+  if not COMPUTE_JACOBIANS_ONCE:
+    return x
+  width = next((w for w in _ONCE_WIDTHS if x.size % w == 0), None)
+  if width is None or x.size < width:
+    return x
+  identity = jnp.eye(width, dtype=x.dtype)
+  flat = jnp.matmul(x.reshape(-1, width), identity,
+                    precision=jax.lax.Precision.HIGHEST)
+  return flat.reshape(x.shape)

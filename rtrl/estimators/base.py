@@ -7,6 +7,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from rtrl import linalg
 from rtrl.cells import Cell, StepJacobians
 
 
@@ -44,7 +45,8 @@ TangentReadout = Callable[[Any, jax.Array], jax.Array]
 
 
 def build(name: str, cell: Cell, zeros: Callable[[dict], Any],
-          update: TangentUpdate, readout: TangentReadout) -> Estimator:
+          update: TangentUpdate, readout: TangentReadout, *,
+          jacobians_once: bool = False) -> Estimator:
   """Wraps the three per-estimator pieces into the `Estimator` contract.
 
   Args:
@@ -53,6 +55,13 @@ def build(name: str, cell: Cell, zeros: Callable[[dict], Any],
     zeros: `params -> tangent` of zeros (the state at a sequence start).
     update: the tangent recursion of one step (`G_t ≈ H_t G_{t-1} + F_t`).
     readout: turns the tangent and `dL_t/dstate` rows into `dL_t/dW`.
+    jacobians_once: evaluate the step's `D` and `dfds` once before `update`
+      (`rtrl.linalg.computed_once`), for updates that combine them
+      element-wise with a tangent much larger than they are (SnAp-1, RFLO,
+      UORO: 1.2-4x faster steps on GRU and RHN cells on XLA:CPU, where the
+      per-unit derivatives were otherwise recomputed inside the tangent's
+      loop; the Kronecker-sum family and exact RTRL gain nothing and are
+      left as they are).
   """
 
   def init(params, state, key):
@@ -63,6 +72,9 @@ def build(name: str, cell: Cell, zeros: Callable[[dict], Any],
   def step(params):
     def step_fn(tstate: TangentState, state, x):
       new_state, jac = cell.linearized_step(params, state, x)
+      if jacobians_once:
+        jac = jac._replace(D=linalg.computed_once(jac.D),
+                           dfds=linalg.computed_once(jac.dfds))
       key, subkey = jax.random.split(tstate.key)
       tangent = update(tstate.tangent, jac, subkey)
       return TangentState(tangent=tangent, key=key), new_state

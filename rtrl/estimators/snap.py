@@ -95,7 +95,7 @@ def _unit_diagonal(name: str, cell: Cell,
                    for s in range(len(influence)))
     return per_unit.reshape(per_unit.shape[0], -1)
 
-  return base.build(name, cell, zeros, update, readout)
+  return base.build(name, cell, zeros, update, readout, jacobians_once=True)
 
 
 def snap1(cell: Cell) -> base.Estimator:

@@ -41,4 +41,5 @@ def uoro(cell: Cell) -> base.Estimator:
     state_vector, param_vector = tangent
     return jnp.vdot(g, state_vector) * param_vector
 
-  return base.build("uoro", cell, zeros, update, readout)
+  return base.build("uoro", cell, zeros, update, readout,
+                    jacobians_once=True)

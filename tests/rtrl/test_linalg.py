@@ -106,3 +106,23 @@ def test_jit_retraces_when_the_precision_context_changes():
     product(a, a)
   assert traced == [jax.lax.Precision.HIGHEST, jax.lax.Precision.DEFAULT]
   assert "HIGHEST" in highest and "HIGHEST" not in bfloat16
+
+
+@pytest.mark.parametrize("shape", [(16, 128, 1, 4), (7, 3), (5,), (1,)])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_computed_once_returns_its_input_exactly(shape, dtype, x64):
+  """Routing through the identity changes no finite value (odd sizes are
+  returned as they are), under jit and vmap too."""
+  x = jax.random.normal(jax.random.PRNGKey(0), shape, dtype) * 1e3
+  np.testing.assert_array_equal(jax.jit(linalg.computed_once)(x), x)
+  np.testing.assert_array_equal(jax.vmap(linalg.computed_once)(x[None]),
+                                x[None])
+
+
+def test_computed_once_is_a_dot_in_the_compiled_step():
+  """The point of it: the compiled function holds a dot where the identity
+  is applied (XLA keeps it, so the producer is written out once)."""
+  x = jnp.ones((16, 128, 4))
+  text = jax.jit(lambda a: jnp.tanh(linalg.computed_once(jax.nn.sigmoid(a)))
+                 ).lower(x).compile().as_text()
+  assert "dot(" in text
