@@ -1,0 +1,728 @@
+"""Our online estimators against the peer library braintrace, side by side.
+
+Issue 23 ("Performance: peers side by side"). braintrace (PyPI, 0.2.6) is a
+JAX library of eligibility-trace online learning; it is never a dependency of
+this project: it lives in its own venv, made by
+
+  bash scripts/peers/setup_braintrace.sh      # /work/peers/braintrace
+
+and this script runs under that venv's Python with the checkout on the path:
+
+  PYTHONPATH=. /work/peers/braintrace/bin/python scripts/bench_peers.py \
+      --sizes 64,128,256 --cells rnn,gru --json bench_peers.json
+
+Options: --sizes, --cells, --algorithms (exact,snap1,uoro,rflo), --steps
+(per timed chunk), --exact_steps (exact RTRL's chunk), --repeats,
+--max_seconds (skip a configuration whose predicted cost exceeds it),
+--batch_size, --vocab, --their_batching, --json, --skip_checks.
+
+What is compared (one model on both sides, float32, batch 16, one-hot
+inputs over a 50-symbol vocabulary (char-PTB's size), linear readout,
+softmax cross-entropy, Adam, one update per step):
+
+  algorithm | ours (rtrl.estimators)  | braintrace 0.2.6
+  exact     | 'rtrl'                  | SnAp(n=2): saturated SnAp-n, i.e. full
+            |                         | within-group RTRL (one dense group)
+  snap1     | 'snap1'                 | OSTLRecurrent (= SnAp-1, 'coupled')
+  uoro      | 'uoro' (per example)    | UORO, single-step, per example (vmap)
+  rflo      | 'rflo' (RFLO's trace)   | D_RTRL ('diagonal': the recurrent
+            |                         | mixing dropped, the direct path kept)
+
+Cells: the tanh RNN is braintrace's own `nn.ValinaRNNCell(activation='tanh')`
+(its `W` is our `W` without the bias row). braintrace's `nn.GRUCell` is a
+different model from ours (Cho et al.'s reset before the recurrent product,
+and `h' = (1 - z) h + z c`), so the GRU on their side is written here from
+their ETP `nn.Linear` layers to be exactly ours (reset after the product,
+PyTorch/Flax convention): four `Linear`s r, u (on [x, h]), a (on x) and b (on
+h), `h' = (1 - σ(u)) tanh(a + σ(r) b) + σ(u) h`; our fused `W` maps onto them
+block by block.
+
+Readout: braintrace's single-step mode only traces the weights that reach a
+hidden state, so the learner here wraps the cell alone and the readout is
+applied outside it, its gradient taken by ordinary autodiff in the same
+`brainstate.transform.grad` call (what our trainer does: the readout's exact
+immediate gradient).
+
+Checks before any timing (a pair whose check fails is not timed):
+
+  1. per-step gradients, float64, from identical weights and inputs with the
+     parameters held fixed: ours (`online.estimate_step`) against theirs
+     (`brainstate.transform.grad` of the step loss), cell and readout, max
+     relative difference over the steps. Deterministic pairs must agree to
+     rounding. (Their first batching, vmap; check 3 covers both.)
+  2. UORO is random: both sides are checked to be unbiased for the exact
+     gradient. L identical copies of one sequence with different random keys
+     form the batch, so the batch-mean gradient is the mean of L samples; G
+     such groups give a standard error per entry, and the mean squared
+     z-score of (mean - exact) over all entries is ~1 (a t-statistic with
+     G - 1 degrees of freedom: (G-1)/(G-3)) for an unbiased estimator and
+     large for a biased one (SnAp-1's is printed for contrast).
+  3. at the timed size, float32: the per-step losses of the first timed
+     chunk (identical initial weights and data, Adam updating both) agree,
+     so the two timed programs train the same model the same way (not for
+     UORO, whose random streams differ).
+
+Batching on their side: `compile(vmap=True)` (one learner per example, as
+ours) or braintrace's batched mode (the batch axis inside the compiled
+graph). Exact RTRL and UORO run under vmap only (see VMAP_REASON); for
+SnAp-1 and RFLO both compute our estimator, both are timed, and the faster
+is reported (--their_batching picks one).
+
+Timing: each side is one jitted `lax.scan` over a chunk of steps (ours:
+`online.make_online_trainer(...).run`; theirs: `brainstate.transform.jit` of
+`brainstate.transform.for_loop` over the same step), compiled and run before
+timing (theirs twice: brainstate's jit compiles again on the second call);
+then --repeats rounds run every configuration of one size in turn, ours then
+theirs (interleaved, so both see the same machine load); the table shows the
+median ms per step and theirs / ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+try:
+  import brainstate
+  import braintools
+  import braintrace
+except ImportError as err:  # the peer lives in its own venv, never ours
+  sys.exit(f"bench_peers.py: braintrace is not importable ({err}). Create "
+           "its venv with `bash scripts/peers/setup_braintrace.sh` and run "
+           "this script with /work/peers/braintrace/bin/python (see the "
+           "docstring).")
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+# The helpers beside this script, and the checkout's `rtrl` / `experiments`.
+SCRIPTS = pathlib.Path(__file__).resolve().parent
+sys.path[:0] = [str(SCRIPTS), str(SCRIPTS.parent)]
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from _bench_lib import compiled, load_average, run_timed  # noqa: E402
+from experiments.online.setup import init_params  # noqa: E402
+from rtrl import cells, estimators, online  # noqa: E402
+
+# algorithm -> (our estimator, braintrace class, its options, the batchings
+# of theirs that compute our estimator, a note for the report).
+ALGORITHMS = {
+    "exact": ("rtrl", braintrace.SnAp, {"n": 2}, ("vmap",),
+              "braintrace SnAp(n=2) (saturated: full RTRL)"),
+    "snap1": ("snap1", braintrace.OSTLRecurrent, {}, ("vmap", "batched"),
+              "braintrace OSTLRecurrent (SnAp-1)"),
+    # A raw uint32 key: with the default int seed 0.2.6 stores a typed key,
+    # which `compile(vmap=True)` cannot map ("Cannot interpret 'key<fry>' as
+    # a data type"); per-example factors need the vmap.
+    "uoro": ("uoro", braintrace.UORO,
+             {"vjp_method": "single-step",
+              "projection_key": jax.random.PRNGKey(42)}, ("vmap",),
+             "braintrace UORO, per example"),
+    "rflo": ("rflo", braintrace.D_RTRL, {}, ("vmap", "batched"),
+             "braintrace D_RTRL (= RFLO's trace)"),
+}
+# Table 1's exponent of each algorithm's time in n (predicts the next size).
+TIME_EXPONENT = {"exact": 4, "snap1": 2, "uoro": 2, "rflo": 2}
+# Why only vmap (one learner per example, `compile(vmap=True)`) is timed;
+# elsewhere both vmap and braintrace's batched mode (the batch axis inside
+# the compiled graph) compute our estimator, and the faster one is reported.
+VMAP_REASON = {
+    "exact": "in batched mode braintrace's SnAp-n sees the batch axis as "
+             "positions and widens the trace to B*n (B times the work)",
+    "uoro": "in batched mode braintrace's UORO keeps one rank-1 pair for the "
+            "whole batch (a different estimator from per-example UORO)",
+}
+
+
+# -- the model on both sides ------------------------------------------------
+
+
+class MatchedGRU(brainstate.nn.Module):
+  """Our GRU (`rtrl.cells.GRU`) from braintrace's ETP `Linear` layers.
+
+  `h' = (1 - σ(u)) tanh(a + σ(r) b) + σ(u) h` with `r, u` linear in `[x, h]`,
+  `a` in `x`, `b` in `h` (reset after the recurrent product). braintrace's
+  own `nn.GRUCell` resets before the product (a different model).
+  """
+
+  def __init__(self, input_size: int, hidden_size: int):
+    super().__init__()
+    self.hidden_size = hidden_size
+    self.r = braintrace.nn.Linear(input_size + hidden_size, hidden_size)
+    self.u = braintrace.nn.Linear(input_size + hidden_size, hidden_size)
+    self.a = braintrace.nn.Linear(input_size, hidden_size)
+    self.b = braintrace.nn.Linear(hidden_size, hidden_size)
+
+  def _zeros(self, batch_size):
+    return braintools.init.param(braintools.init.ZeroInit(),
+                                 (self.hidden_size,), batch_size)
+
+  def init_state(self, batch_size=None, **kwargs):
+    del kwargs
+    self.h = brainstate.HiddenState(self._zeros(batch_size))
+
+  def reset_state(self, batch_size=None, **kwargs):
+    del kwargs
+    self.h.value = self._zeros(batch_size)
+
+  def update(self, x):
+    h = self.h.value
+    xh = jnp.concatenate([x, h], axis=-1)
+    reset = jax.nn.sigmoid(self.r(xh))
+    update = jax.nn.sigmoid(self.u(xh))
+    candidate = jnp.tanh(self.a(x) + reset * self.b(h))
+    self.h.value = (1.0 - update) * candidate + update * h
+    return self.h.value
+
+
+def gru_blocks(input_size: int, n: int) -> dict:
+  """Our fused GRU `W`'s blocks as `(rows, columns)` slices, per Linear:
+  `r`, `u` read `[x, h]`, `a` reads `x`, `b` reads `h`; the bias is W's last
+  row in every block."""
+  xh, x, h = slice(0, input_size + n), slice(0, input_size), slice(
+      input_size, input_size + n)
+  return {"r": (xh, slice(0, n)), "u": (xh, slice(n, 2 * n)),
+          "a": (x, slice(2 * n, 3 * n)), "b": (h, slice(3 * n, 4 * n))}
+
+
+def their_cell(cell_name: str, input_size: int, n: int, W):
+  """braintrace's module holding our weights `W`, and its weight states
+  `{name: ParamState of {'weight', 'bias'}}`."""
+  if cell_name == "rnn":
+    module = braintrace.nn.ValinaRNNCell(input_size, n, activation="tanh")
+    module.W.weight.value = {"weight": W[:-1], "bias": W[-1]}
+    return module, {"W": module.W.weight}
+  if cell_name == "gru":
+    module = MatchedGRU(input_size, n)
+    weights = {}
+    for name, (rows, columns) in gru_blocks(input_size, n).items():
+      state = getattr(module, name).weight
+      state.value = {"weight": W[rows, columns], "bias": W[-1, columns]}
+      weights[name] = state
+    return module, weights
+  raise ValueError(f"no braintrace twin for cell {cell_name!r}")
+
+
+def their_grads_as_ours(cell_name: str, grads: dict, W) -> jax.Array:
+  """braintrace's cell gradient in our fused `W` layout."""
+  if cell_name == "rnn":
+    return jnp.concatenate([grads["W"]["weight"], grads["W"]["bias"][None]])
+  n = W.shape[1] // 4
+  out = jnp.zeros_like(W)
+  for name, (rows, columns) in gru_blocks(W.shape[0] - n - 1, n).items():
+    out = out.at[rows, columns].set(grads[name]["weight"])
+    out = out.at[-1, columns].set(grads[name]["bias"])
+  return out
+
+
+def step_loss(hidden, readout_params, targets):
+  """The batch-mean softmax cross-entropy of the linear readout (ours is
+  `online.batch_loss` with the default readout and loss)."""
+  logits = hidden @ readout_params["w"] + readout_params["b"]
+  return optax.softmax_cross_entropy_with_integer_labels(
+      logits, targets).mean()
+
+
+class TheirLearner:
+  """braintrace's compiled learner around our weights, with the readout
+  outside it; `step_grads(x, y)` is one online step's gradient and loss."""
+
+  def __init__(self, algorithm, cell_name, params, input_size, batch_size,
+               batching):
+    W = params["cell"]["W"]
+    n = W.shape[1] // (4 if cell_name == "gru" else 1)
+    module, cell_weights = their_cell(cell_name, input_size, n, W)
+    example = jnp.zeros((batch_size, input_size), W.dtype)
+    _, algorithm_class, options = ALGORITHMS[algorithm][:3]
+    self.learner = braintrace.compile(
+        module, algorithm_class, example, batch_size=batch_size,
+        vmap=(batching == "vmap"), **options)
+    self.readout = {k: brainstate.ParamState(v)
+                    for k, v in params["readout"].items()}
+    self.weights = {"cell": cell_weights, "readout": self.readout}
+    self.cell_name = cell_name
+
+  def step_grads(self, x, y):
+    def loss_fn():
+      hidden = self.learner(x)
+      return step_loss(hidden, {k: s.value for k, s in self.readout.items()},
+                       y)
+    result = brainstate.transform.grad(loss_fn, self.weights,
+                                       return_value=True)()
+    self._keep_raw_key()
+    return result
+
+  def _keep_raw_key(self):
+    """UORO's key state back to raw uint32 data after a step: 0.2.6 stores
+    the raw key it was given but writes back a typed key, which a scan
+    carry refuses (and a typed key cannot be vmapped by `compile`)."""
+    rng = getattr(self.module, "projection_rng", None)
+    if rng is not None and jnp.issubdtype(rng.value.dtype,
+                                          jax.dtypes.prng_key):
+      rng.value = jax.random.key_data(rng.value)
+
+  def values(self):
+    return jax.tree.map(lambda s: s.value, self.weights,
+                        is_leaf=lambda s: isinstance(s, brainstate.State))
+
+  def assign(self, values):
+    for group, states in self.weights.items():
+      for name, state in states.items():
+        state.value = values[group][name]
+
+  @property
+  def module(self):
+    """The unbatched learner (under vmap, the wrapped one)."""
+    return getattr(self.learner, "module", self.learner)
+
+
+def their_trainer(learner: TheirLearner, optimizer):
+  """`run(xs, ys) -> per-step losses`: one jitted program that scans the
+  online step (gradient, Adam, update) over a chunk; the optimiser state is
+  a brainstate state so that the program carries it."""
+  opt_state = brainstate.ShortTermState(optimizer.init(learner.values()))
+
+  def step(x, y):
+    grads, loss = learner.step_grads(x, y)
+    values = learner.values()
+    updates, opt_state.value = optimizer.update(grads, opt_state.value,
+                                                values)
+    learner.assign(optax.apply_updates(values, updates))
+    return loss
+
+  return brainstate.transform.jit(
+      lambda xs, ys: brainstate.transform.for_loop(step, xs, ys))
+
+
+# -- our side ------------------------------------------------------------------
+
+
+def our_step_grads(cell, estimator, params, inputs, targets, key):
+  """Per-step `(cell W, readout)` gradients of the batch-mean loss with the
+  parameters fixed (the trainer's own `online.estimate_step`), time-major."""
+  batch_size = targets.shape[1]
+  tstate = jax.vmap(estimator.init, in_axes=(None, None, 0))(
+      params["cell"], cell.initial_state(), jax.random.split(key, batch_size))
+  state = online.broadcast_state(cell.initial_state(), batch_size)
+
+  def body(carry, xy):
+    batch = online.StepBatch(xy[0], xy[1], jnp.ones(batch_size),
+                             jnp.zeros(batch_size, bool))
+    tstate, state, _, grads = online.estimate_step(cell, estimator, params,
+                                                   *carry, batch)
+    return (tstate, state), (grads["cell"]["W"], grads["readout"])
+
+  return jax.lax.scan(body, (tstate, state), (inputs, targets))[1]
+
+
+def data(key, steps, batch_size, vocab, dtype):
+  """One-hot inputs and next-symbol-like integer targets, time-major."""
+  symbols = jax.random.randint(key, (steps + 1, batch_size), 0, vocab)
+  return jax.nn.one_hot(symbols[:-1], vocab, dtype=dtype), symbols[1:]
+
+
+def max_relative(a, b) -> float:
+  """max |a - b| / max |b| (0 when both are 0)."""
+  scale = float(jnp.max(jnp.abs(b)))
+  diff = float(jnp.max(jnp.abs(a - b)))
+  return diff / scale if scale else diff
+
+
+# -- checks ------------------------------------------------------------------
+
+
+def check_gradients(algorithm, cell_name, args) -> dict:
+  """Check 1 (float64, small): max relative difference of the per-step cell
+  and readout gradients."""
+  n, batch_size, steps = args.check_n, 4, 6
+  cell = cells.make(cell_name, n)
+  params = init_params(cell, jax.random.PRNGKey(0), args.vocab, args.vocab)
+  # Larger weights than the default init: a contracting net's influence
+  # dies in a step or two, which would hide errors in the propagation.
+  params["cell"]["W"] = params["cell"]["W"] * 2.0
+  inputs, targets = data(jax.random.PRNGKey(1), steps, batch_size,
+                         args.vocab, jnp.float64)
+  estimator = estimators.make(ALGORITHMS[algorithm][0], cell)
+  ours_W, ours_readout = jax.jit(our_step_grads, static_argnums=(0, 1))(
+      cell, estimator, params, inputs, targets, jax.random.PRNGKey(2))
+  theirs = TheirLearner(algorithm, cell_name, params, args.vocab, batch_size,
+                        args.batching[algorithm][0])
+  cell_diff = readout_diff = 0.0
+  for t in range(steps):
+    grads, _ = theirs.step_grads(inputs[t], targets[t])
+    cell_diff = max(cell_diff, max_relative(
+        their_grads_as_ours(cell_name, grads["cell"], params["cell"]["W"]),
+        ours_W[t]))
+    readout_diff = max(readout_diff, max(
+        max_relative(grads["readout"][k], ours_readout[k][t])
+        for k in ("w", "b")))
+  ok = cell_diff < 1e-10 and readout_diff < 1e-10
+  return {"check": "per-step gradients, float64", "n": n,
+          "batch": batch_size, "steps": steps, "cell_max_rel": cell_diff,
+          "readout_max_rel": readout_diff, "ok": ok}
+
+
+def uoro_group_means_ours(cell, params, inputs, targets, groups):
+  """`groups` independent means of UORO samples (one per lane) of our per-step
+  cell gradient (the lanes are one sequence repeated, keys differ)."""
+  estimator = estimators.make("uoro", cell)
+  grads = jax.jit(our_step_grads, static_argnums=(0, 1))
+  return np.stack([np.asarray(grads(cell, estimator, params, inputs, targets,
+                                    jax.random.PRNGKey(100 + g))[0])
+                   for g in range(groups)])
+
+
+def uoro_group_means_theirs(cell_name, params, inputs, targets, lanes,
+                            groups):
+  """The same from braintrace's UORO (vmap, one learner): between groups
+  the hidden and trace states are zeroed and every lane gets its own key."""
+  theirs = TheirLearner("uoro", cell_name, params, inputs.shape[-1], lanes,
+                        "vmap")
+  module = theirs.module
+  run = brainstate.transform.jit(lambda xs, ys: brainstate.transform.for_loop(
+      lambda x, y: theirs.step_grads(x, y)[0]["cell"], xs, ys))
+  means = []
+  for g in range(groups):
+    for state in module.states().values():
+      if isinstance(state, brainstate.HiddenState):
+        state.value = jnp.zeros_like(state.value)
+    for state in [*module.etrace_s.values(), *module.etrace_theta.values(),
+                  module.projection_step]:
+      state.value = jax.tree.map(jnp.zeros_like, state.value)
+    module.projection_rng.value = jax.random.split(
+        jax.random.PRNGKey(1000 + g), lanes)
+    per_step = run(inputs, targets)
+    means.append(np.stack([np.asarray(their_grads_as_ours(
+        cell_name, jax.tree.map(lambda a, t=t: a[t], per_step),
+        params["cell"]["W"])) for t in range(inputs.shape[0])]))
+  return np.stack(means)
+
+
+def mean_squared_z(group_means, exact) -> float:
+  """Mean over entries of ((mean - exact) / standard error)^2, the standard
+  error from the spread of the group means; entries whose exact gradient and
+  spread are both zero (the GRU's masked weights) are left out."""
+  mean = group_means.mean(0)
+  se = group_means.std(0, ddof=1) / np.sqrt(group_means.shape[0])
+  keep = se > 1e-12 * np.abs(exact).max()
+  return float(np.mean(((mean - exact)[keep] / se[keep]) ** 2))
+
+
+def check_uoro(cell_name, args) -> dict:
+  """Check 2: both UOROs unbiased for the exact per-step gradient."""
+  n, steps, lanes, groups = args.check_n, 5, 64, 16
+  cell = cells.make(cell_name, n)
+  params = init_params(cell, jax.random.PRNGKey(0), args.vocab, args.vocab)
+  params["cell"]["W"] = params["cell"]["W"] * 2.0
+  one_input, one_target = data(jax.random.PRNGKey(1), steps, 1, args.vocab,
+                               jnp.float64)
+  inputs = jnp.repeat(one_input, lanes, axis=1)
+  targets = jnp.repeat(one_target, lanes, axis=1)
+  exact = np.asarray(jax.jit(our_step_grads, static_argnums=(0, 1))(
+      cell, estimators.make("rtrl", cell), params, inputs, targets,
+      jax.random.PRNGKey(0))[0])
+  snap1 = np.asarray(jax.jit(our_step_grads, static_argnums=(0, 1))(
+      cell, estimators.make("snap1", cell), params, inputs, targets,
+      jax.random.PRNGKey(0))[0])
+  ours = uoro_group_means_ours(cell, params, inputs, targets, groups)
+  theirs = uoro_group_means_theirs(cell_name, params, inputs, targets, lanes,
+                                   groups)
+  # For contrast: SnAp-1's bias in units of UORO's (ours) standard error.
+  biased = mean_squared_z(ours - ours.mean(0) + snap1, exact)
+  z_ours, z_theirs = mean_squared_z(ours, exact), mean_squared_z(
+      theirs, exact)
+  expected = (groups - 1) / (groups - 3)
+  ok = max(z_ours, z_theirs) < 2.0 * expected
+  rel = lambda m: float(np.abs(m.mean(0) - exact).max() / np.abs(exact).max())
+  return {"check": "UORO unbiased, float64", "n": n, "steps": steps,
+          "samples": lanes * groups, "mean_z2_ours": z_ours,
+          "mean_z2_theirs": z_theirs, "mean_z2_expected": expected,
+          "mean_z2_snap1_for_contrast": biased,
+          "mean_rel_err_ours": rel(ours), "mean_rel_err_theirs": rel(theirs),
+          "spread_ratio_theirs_over_ours": float(
+              theirs.std(0).mean() / ours.std(0).mean()),
+          "ok": ok}
+
+
+def run_checks(args) -> dict:
+  """Every check in float64 (braintrace's import sets float32; switched
+  back before timing)."""
+  brainstate.environ.set(precision=64)
+  results = {}
+  try:
+    for cell_name in args.cells:
+      for algorithm in args.algorithms:
+        start = time.perf_counter()
+        try:
+          result = (check_uoro(cell_name, args) if algorithm == "uoro"
+                    else check_gradients(algorithm, cell_name, args))
+        except Exception as err:  # pylint: disable=broad-except
+          result = {"ok": False, "error": f"{type(err).__name__}: {err}"}
+        result["seconds"] = time.perf_counter() - start
+        results[(algorithm, cell_name)] = result
+        print(f"  check {algorithm:5s} {cell_name}: {summary(result)}",
+              flush=True)
+  finally:
+    brainstate.environ.set(precision=32)
+  return results
+
+
+def summary(check) -> str:
+  if "error" in check:
+    return f"FAILED to run: {check['error'][:300]}"
+  verdict = "agree" if check["ok"] else "DISAGREE"
+  if "mean_z2_ours" in check:
+    return (f"{verdict}: mean z^2 of (mean of {check['samples']} samples - "
+            f"exact) ours {check['mean_z2_ours']:.2f}, braintrace "
+            f"{check['mean_z2_theirs']:.2f} (unbiased: "
+            f"~{check['mean_z2_expected']:.2f}; SnAp-1's bias would read "
+            f"{check['mean_z2_snap1_for_contrast']:.3g}); sample spread "
+            f"theirs/ours {check['spread_ratio_theirs_over_ours']:.2f}")
+  return (f"{verdict}: max relative difference cell "
+          f"{check['cell_max_rel']:.1e}, readout "
+          f"{check['readout_max_rel']:.1e}")
+
+
+# -- timing ------------------------------------------------------------------
+
+
+def build_pair(algorithm, cell_name, n, args):
+  """Ours and theirs (each batching) compiled and run at size n; returns the
+  timers and the float32 loss-trajectory agreement (check 3)."""
+  steps = args.exact_steps if algorithm == "exact" else args.steps
+  cell = cells.make(cell_name, n)
+  params = init_params(cell, jax.random.PRNGKey(0), args.vocab, args.vocab)
+  inputs, targets = data(jax.random.PRNGKey(1), steps, args.batch_size,
+                         args.vocab, jnp.float32)
+  chunk = online.StepBatch(inputs, targets,
+                           jnp.ones(targets.shape, jnp.float32),
+                           jnp.zeros(targets.shape, bool))
+  optimizer = optax.adam(args.learning_rate)
+  trainer = online.make_online_trainer(
+      cell, estimators.make(ALGORITHMS[algorithm][0], cell), optimizer)
+  ours = compiled(trainer.run, trainer.init(params, jax.random.PRNGKey(2),
+                                            args.batch_size), chunk)
+  start = time.perf_counter()
+  our_losses = np.asarray(jax.block_until_ready(
+      ours[0](*ours[1]))[1].loss_sum) / args.batch_size
+  pair = {"ours": ours, "theirs": {}, "steps": steps,
+          "first_call_s": {"ours": time.perf_counter() - start + ours[2][0]},
+          "loss_trajectory_max_rel": {}}
+  for batching in args.batching[algorithm]:
+    learner = TheirLearner(algorithm, cell_name, params, args.vocab,
+                           args.batch_size, batching)
+    run = their_trainer(learner, optimizer)
+    start = time.perf_counter()
+    their_losses = np.asarray(jax.block_until_ready(run(inputs, targets)))
+    first = time.perf_counter() - start
+    # brainstate's jit compiles again on the second call (the states' avals
+    # after the first call differ from the initial ones); not timed either.
+    start = time.perf_counter()
+    jax.block_until_ready(run(inputs, targets))
+    pair["first_call_s"][batching] = [first, time.perf_counter() - start]
+    pair["theirs"][batching] = functools.partial(run, inputs, targets)
+    pair["loss_trajectory_max_rel"][batching] = (
+        None if algorithm == "uoro"
+        else max_relative(their_losses, our_losses))
+  return pair
+
+
+def time_call(run) -> float:
+  start = time.perf_counter()
+  jax.block_until_ready(run())
+  return time.perf_counter() - start
+
+
+def predicted_seconds(algorithm, cell_name, n, args, history):
+  """Predicted wall time of (first call + repeats) x both sides at n, from
+  the last measured size and Table 1's exponent; None if unmeasured."""
+  if (algorithm, cell_name) not in history:
+    return None
+  n0, per_step_both = history[(algorithm, cell_name)]
+  steps = args.exact_steps if algorithm == "exact" else args.steps
+  return (per_step_both * (n / n0) ** TIME_EXPONENT[algorithm] * steps
+          * (args.repeats + 1))
+
+
+def measure_size(cell_name, n, args, checks, history, skipped):
+  """Builds every admitted pair at one size, then times them interleaved."""
+  pairs = {}
+  for algorithm in args.algorithms:
+    check = checks.get((algorithm, cell_name))
+    if check is not None and not check["ok"]:
+      why = ("could not be checked" if "error" in check
+             else "the gradients disagree")
+      skipped[(algorithm, cell_name, n)] = (f"not timed: {why} ("
+                                            f"{summary(check)})")
+      continue
+    predicted = predicted_seconds(algorithm, cell_name, n, args, history)
+    if predicted is not None and predicted > args.max_seconds:
+      skipped[(algorithm, cell_name, n)] = (
+          f"predicted {predicted:.0f}s > --max_seconds {args.max_seconds:.0f}")
+      continue
+    try:
+      pairs[algorithm] = build_pair(algorithm, cell_name, n, args)
+    except Exception as err:  # pylint: disable=broad-except
+      skipped[(algorithm, cell_name, n)] = (
+          f"failed to build: {type(err).__name__}: {str(err)[:300]}")
+      continue
+    worst = max([t for t in pairs[algorithm]["loss_trajectory_max_rel"]
+                 .values() if t is not None], default=None)
+    if worst is not None and worst > args.trajectory_tolerance:
+      skipped[(algorithm, cell_name, n)] = (
+          f"not timed: float32 loss trajectories differ by {worst:.1e} > "
+          f"{args.trajectory_tolerance:g}")
+      del pairs[algorithm]
+  samples = {a: {side: [] for side in ["ours", *pair["theirs"]]}
+             for a, pair in pairs.items()}
+  for _ in range(args.repeats):
+    for algorithm, pair in pairs.items():
+      samples[algorithm]["ours"].append(run_timed(pair["ours"])
+                                        / pair["steps"])
+      for batching, run in pair["theirs"].items():
+        samples[algorithm][batching].append(time_call(run) / pair["steps"])
+  results = []
+  for algorithm, pair in pairs.items():
+    medians = {side: statistics.median(v)
+               for side, v in samples[algorithm].items()}
+    ours = medians.pop("ours")
+    batching = min(medians, key=medians.get)   # their faster batching
+    theirs = medians[batching]
+    history[(algorithm, cell_name)] = (n, ours + sum(medians.values()))
+    trajectory = pair["loss_trajectory_max_rel"][batching]
+    results.append({
+        "algorithm": algorithm, "cell": cell_name, "n": n,
+        "steps_per_call": pair["steps"], "ours_ms": ours * 1e3,
+        "theirs_ms": theirs * 1e3, "ratio": theirs / ours,
+        "their_batching": batching,
+        "theirs_ms_by_batching": {b: m * 1e3 for b, m in medians.items()},
+        "samples_ms": {k: [x * 1e3 for x in v]
+                       for k, v in samples[algorithm].items()},
+        "first_call_s": pair["first_call_s"],
+        "loss_trajectory_max_rel": pair["loss_trajectory_max_rel"]})
+    others = ", ".join(f"{b} {m * 1e3:.3g}" for b, m in medians.items())
+    print(f"  {algorithm:5s} {cell_name} n={n}: ours {ours * 1e3:.3g} ms, "
+          f"braintrace {theirs * 1e3:.3g} ms ({others}), ratio "
+          f"{theirs / ours:.2f}; loss trajectories {fmt_rel(trajectory)}; "
+          f"{load_average()}", flush=True)
+  return results
+
+
+def fmt_rel(x):
+  return "n/a (random)" if x is None else f"{x:.1e}"
+
+
+def print_tables(results, checks, skipped, args):
+  print("\n### Gradient agreement\n")
+  print("| algorithm | cell | check | result |")
+  print("|---|---|---|---|")
+  for (algorithm, cell_name), check in checks.items():
+    print(f"| {algorithm} | {cell_name} | {check.get('check', '-')} | "
+          f"{summary(check)} |")
+  print(f"\n### Full online step, ms (median of {args.repeats}, batch "
+        f"{args.batch_size}, float32)\n")
+  print("| algorithm | cell | n | ours ms | braintrace ms (batching) | "
+        "braintrace / ours | loss trajectories (max rel) |")
+  print("|---|---|---|---|---|---|---|")
+  for r in results:
+    trajectory = r["loss_trajectory_max_rel"][r["their_batching"]]
+    print(f"| {r['algorithm']} | {r['cell']} | {r['n']} | "
+          f"{r['ours_ms']:.3g} | {r['theirs_ms']:.3g} ({r['their_batching']})"
+          f" | {r['ratio']:.2f} | {fmt_rel(trajectory)} |")
+  for (algorithm, cell_name, n), why in skipped.items():
+    print(f"| {algorithm} | {cell_name} | {n} | - | - | - | {why} |")
+
+
+def parse_args(argv):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  listed = lambda s: [v for v in s.split(",") if v]
+  parser.add_argument("--sizes", type=lambda s: [int(v) for v in listed(s)],
+                      default=[64, 128, 256])
+  parser.add_argument("--cells", type=listed, default=["rnn", "gru"])
+  parser.add_argument("--algorithms", type=listed,
+                      default=list(ALGORITHMS))
+  parser.add_argument("--steps", type=int, default=50,
+                      help="steps per timed chunk (one jitted scan)")
+  parser.add_argument("--exact_steps", type=int, default=10,
+                      help="steps per timed chunk for exact RTRL (n^4)")
+  parser.add_argument("--repeats", type=int, default=5)
+  parser.add_argument("--batch_size", type=int, default=16)
+  parser.add_argument("--vocab", type=int, default=50,
+                      help="one-hot input and output size (char-PTB: 50)")
+  parser.add_argument("--learning_rate", type=float, default=1e-3)
+  parser.add_argument("--max_seconds", type=float, default=300.0,
+                      help="skip a configuration whose predicted cost "
+                      "(first call + repeats, both sides) exceeds this")
+  parser.add_argument("--their_batching", default="both",
+                      choices=("both", "vmap", "batched"),
+                      help="braintrace's batching(s) timed for snap1 and "
+                      "rflo; both: the faster is reported (exact and uoro: "
+                      "vmap only, see VMAP_REASON)")
+  parser.add_argument("--check_n", type=int, default=12,
+                      help="hidden size of the float64 gradient checks")
+  parser.add_argument("--trajectory_tolerance", type=float, default=1e-3,
+                      help="max relative difference of the float32 loss "
+                      "trajectories for a pair to be timed")
+  parser.add_argument("--skip_checks", action="store_true",
+                      help="time without the float64 checks (the float32 "
+                      "loss-trajectory check still runs)")
+  parser.add_argument("--json", default=None)
+  args = parser.parse_args(argv)
+  unknown = set(args.algorithms) - set(ALGORITHMS)
+  if unknown:
+    parser.error(f"--algorithms: unknown {sorted(unknown)}; known "
+                 f"{list(ALGORITHMS)}")
+  if set(args.cells) - {"rnn", "gru"}:
+    parser.error("--cells: rnn and gru have a braintrace twin")
+  for flag in ("steps", "exact_steps", "repeats", "batch_size"):
+    if getattr(args, flag) < 1:
+      parser.error(f"--{flag} must be positive")
+  args.batching = {
+      a: (ALGORITHMS[a][3] if args.their_batching == "both" or a in
+          VMAP_REASON else (args.their_batching,)) for a in ALGORITHMS}
+  return args
+
+
+def main(argv=None):
+  args = parse_args(argv)
+  print(f"braintrace {braintrace.__version__}, brainstate "
+        f"{brainstate.__version__}, jax {jax.__version__}, "
+        f"{jax.devices()[0].device_kind}, {os.cpu_count()} CPUs; "
+        f"{load_average()}")
+  for algorithm in args.algorithms:
+    print(f"  {algorithm}: ours '{ALGORITHMS[algorithm][0]}' vs "
+          f"{ALGORITHMS[algorithm][4]}, their batching "
+          f"{' and '.join(args.batching[algorithm])}"
+          + (f" ({VMAP_REASON[algorithm]})" if algorithm in VMAP_REASON
+             else ""))
+  start = time.perf_counter()
+  checks = {} if args.skip_checks else run_checks(args)
+  results, skipped, history = [], {}, {}
+  for n in sorted(args.sizes):
+    for cell_name in args.cells:
+      results += measure_size(cell_name, n, args, checks, history, skipped)
+  print_tables(results, checks, skipped, args)
+  print(f"\ntotal {time.perf_counter() - start:.0f}s; {load_average()}")
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump({"args": {k: v for k, v in vars(args).items()},
+                 "versions": {"braintrace": braintrace.__version__,
+                              "brainstate": brainstate.__version__,
+                              "jax": jax.__version__},
+                 "checks": [dict(algorithm=a, cell=c, **r)
+                            for (a, c), r in checks.items()],
+                 "results": results,
+                 "skipped": [{"algorithm": a, "cell": c, "n": n, "why": w}
+                             for (a, c, n), w in skipped.items()]},
+                f, indent=1, default=str)
+
+
+if __name__ == "__main__":
+  main()
