@@ -3,7 +3,9 @@ v a parameter vector `(P, K n)`.
 
 `F = hhat ⊗ D` is replaced by `ν ⊗ (νᵀ F)` with random signs `ν`
 (`E[ν νᵀ] = I`), then `(H u) ⊗ v` and `ν ⊗ νᵀF` are mixed by the sign trick
-with norm balancing (`ρ0 = sqrt(|v|/|H u|)`, `ρ1 = sqrt(|νᵀF|/|ν|)`).
+with norm balancing (`ρ0 = sqrt(|v|/|H u|)`, `ρ1 = sqrt(|νᵀF|/|ν|)`;
+`kronecker.sign_trick_mix`, written out here so that `νᵀF = hhat ⊗ Dᵀν`
+is formed only inside the new factor, its norm being `|hhat| |Dᵀν|`).
 Memory and time `~ n^2` per example.
 """
 
@@ -13,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from rtrl import kronecker
+from rtrl import linalg
 from rtrl import tangents
 from rtrl.cells import Cell
 from rtrl.estimators import base
@@ -33,9 +36,15 @@ def uoro(cell: Cell) -> base.Estimator:
     sign_key, mix_key = jax.random.split(key)
     nu = jax.random.rademacher(sign_key, state_vector.shape,
                                dtype=state_vector.dtype)
-    nu_F = jnp.outer(jac.hhat, tangents.D_transpose(jac, nu).reshape(-1))
-    return kronecker.sign_trick_mix(propagated, param_vector, nu, nu_F,
-                                    mix_key)
+    # νᵀF = hhat ⊗ w is never formed for its norm (|hhat| |w|), and w once,
+    # not inside the loop that writes the new (P, K n) factor.
+    w = linalg.computed_once(tangents.D_transpose(jac, nu).reshape(-1))
+    norm = lambda x: jnp.linalg.norm(jnp.ravel(x))
+    p1, p2, sign = kronecker.sign_trick_scales(
+        norm(propagated), norm(param_vector), norm(nu),
+        norm(jac.hhat) * norm(w), mix_key, param_vector.dtype)
+    return (p1 * propagated + sign * p2 * nu,
+            param_vector / p1 + (sign / p2) * jnp.outer(jac.hhat, w))
 
   def readout(tangent, g):
     state_vector, param_vector = tangent
