@@ -38,7 +38,6 @@ def get_config(arg: str = "rls") -> ml_collections.ConfigDict:
   config.embed_dim = 128
   config.hidden_size = 512
   config.num_layers = 2
-  config.test_limit = 0    # Evaluate on the first N test reviews (0: all).
   config.eval_chunk_size = 1000
   if small:
     config.vocab_size = 5000

@@ -55,6 +55,8 @@ def validate(config) -> None:
                      f"{presets.LOSS_NAMES}")
   checks.positive_ints(config, "batch_size", "epochs", "eval_chunk_size",
                        "loss_every")
+  checks.nonnegative_ints(config, "train_limit", "test_limit",
+                          zero_means="the whole split")
   if config.get("param_init", "flax") not in models.PARAM_INITS:
     raise ValueError(f"param_init={config.param_init!r}; expected one of "
                      f"{models.PARAM_INITS}")

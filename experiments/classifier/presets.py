@@ -21,6 +21,7 @@ def base_config(optimizer: str, loss: str) -> ml_collections.ConfigDict:
   config.loss = loss
   config.data_dir = config_dict.placeholder(str)
   config.train_limit = 0  # Use only the first N training examples (0: all).
+  config.test_limit = 0   # Evaluate on N test examples (0: all).
   config.batch_size = 128
   # Train on the last n % batch_size examples of each epoch's permutation too
   # (PyTorch's DataLoader default, as in the paper).

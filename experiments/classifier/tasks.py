@@ -71,12 +71,14 @@ def example_input(task: Task, config) -> jax.Array:
 
 def _mnist_arrays(config, dataset: dict) -> tuple[Arrays, Preprocess]:
   """`train_inputs` (n, 784) float32 in [0, 1] (the first
-  `config.train_limit`), labels, and the test set."""
+  `config.train_limit`), labels, and the test set (the first
+  `config.test_limit`)."""
   limit = config.train_limit or None
+  test_limit = config.get("test_limit") or None
   return {"train_inputs": dataset["train_images"][:limit],
           "train_labels": dataset["train_labels"][:limit],
-          "test_inputs": dataset["test_images"],
-          "test_labels": dataset["test_labels"]}, _identity
+          "test_inputs": dataset["test_images"][:test_limit],
+          "test_labels": dataset["test_labels"][:test_limit]}, _identity
 
 
 MNIST = Task(
@@ -92,7 +94,8 @@ MNIST = Task(
 
 
 def _cifar10_arrays(config, dataset: dict) -> tuple[Arrays, Preprocess]:
-  """uint8 images and labels, standardised per channel by `preprocess`."""
+  """uint8 images and labels (the first `train_limit` / `test_limit`),
+  standardised per channel by `preprocess`."""
   limit = config.train_limit or None
   to_uint8 = lambda x: np.rint(np.asarray(x) * 255).astype(np.uint8)
   train = to_uint8(dataset["train_images"][:limit])
@@ -103,10 +106,11 @@ def _cifar10_arrays(config, dataset: dict) -> tuple[Arrays, Preprocess]:
   def preprocess(images):
     return (images.astype(jnp.float32) / 255 - mean) / std
 
+  test_limit = config.get("test_limit") or None
   return {"train_inputs": train,
           "train_labels": dataset["train_labels"][:limit],
-          "test_inputs": to_uint8(dataset["test_images"]),
-          "test_labels": dataset["test_labels"]}, preprocess
+          "test_inputs": to_uint8(dataset["test_images"][:test_limit]),
+          "test_labels": dataset["test_labels"][:test_limit]}, preprocess
 
 
 def _mini_vgg(config) -> models.MiniVGG:

@@ -47,6 +47,7 @@ ADDED_FIELD_DEFAULTS = {
     "second_moment_direction": "eq63", "weight_decay": 0.0,
     "recurrence_learning_rate_factor": 1.0,
     "learning_rate_schedule": "constant", "warmup_updates": 0,
+    "test_limit": 0,
 }
 
 

@@ -141,6 +141,36 @@ def test_unknown_preset_is_an_error(name, arg):
     load_config(name, arg)
 
 
+@pytest.mark.parametrize("name", ["mnist", "cifar10"])
+def test_test_limit_keeps_the_first_test_examples(name):
+  """`test_limit` (as `reproduce.py --plan` sets it) keeps the first N test
+  examples of MNIST and CIFAR-10; 0 keeps all."""
+  n_train, n_test = 256, 64
+  dataset = {"train_images": np.zeros((n_train, 784 if name == "mnist"
+                                       else 3072), np.float32),
+             "train_labels": np.arange(n_train) % 10,
+             "test_images": np.arange(n_test * 3, dtype=np.float32
+                                      ).reshape(n_test, 3) / 1000,
+             "test_labels": np.arange(n_test) % 10}
+  if name == "cifar10":
+    dataset["train_images"] = dataset["train_images"].reshape(-1, 32, 32, 3)
+  task = {"mnist": tasks.MNIST, "cifar10": tasks.CIFAR10}[name]
+  for limit, kept in ((16, 16), (0, n_test)):
+    config = load_config(name, "rls,small")
+    config.test_limit = limit
+    arrays, _ = task.arrays(config, dataset)
+    assert len(arrays["test_labels"]) == len(arrays["test_inputs"]) == kept
+    np.testing.assert_array_equal(arrays["test_labels"],
+                                  dataset["test_labels"][:kept])
+
+
+def test_negative_test_limit_is_named():
+  config = load_config("mnist", "rls,small")
+  config.test_limit = -1
+  with pytest.raises(ValueError, match="config.test_limit"):
+    experiment.validate(config)
+
+
 def test_imdb_sequence_length_below_one_is_an_error(tmp_path):
   with pytest.raises(ValueError, match="max_length"):
     train_imdb(tiny_imdb_config(max_length=0), tmp_path)
