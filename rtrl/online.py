@@ -127,6 +127,20 @@ def sum_over_batch(per_example: jax.Array) -> jax.Array:
                        precision=jax.lax.Precision.HIGHEST)
 
 
+def step_resetting(estimator: Estimator, cell_params: dict, tstate: Any,
+                   cell_state: Any, inputs: jax.Array, resets: jax.Array
+                   ) -> tuple[Any, Any]:
+  """The batch's tangents and (already reset) states stepped on `inputs`,
+  each example's tangent starting afresh where `resets`: inside the step
+  where the estimator `folds_reset` (no pass over the tangent), else by its
+  `reset` first."""
+  if estimator.folds_reset:
+    return jax.vmap(estimator.step(cell_params))(tstate, cell_state, inputs,
+                                                  resets)
+  tstate = where_reset(resets, jax.vmap(estimator.reset)(tstate), tstate)
+  return jax.vmap(estimator.step(cell_params))(tstate, cell_state, inputs)
+
+
 def estimate_step(cell: Cell, estimator: Estimator, params: dict,
                   tstate: Any, cell_state: Any, batch: StepBatch, *,
                   readout=None, loss=None):
@@ -142,10 +156,8 @@ def estimate_step(cell: Cell, estimator: Estimator, params: dict,
   cell_state = where_reset(
       batch.resets, broadcast_state(cell.initial_state(), batch_size),
       cell_state)
-  tstate = where_reset(batch.resets, jax.vmap(estimator.reset)(tstate),
-                       tstate)
-  tstate, cell_state = jax.vmap(estimator.step(params["cell"]))(
-      tstate, cell_state, batch.inputs)
+  tstate, cell_state = step_resetting(estimator, params["cell"], tstate,
+                                      cell_state, batch.inputs, batch.resets)
   mean_loss, (readout_grads, dloss_dstate) = jax.value_and_grad(
       lambda r, s: batch_loss(cell, r, s, batch, readout=readout, loss=loss),
       argnums=(0, 1))(params["readout"], cell_state)

@@ -39,7 +39,8 @@ from rtrl.estimators import Estimator
 from rtrl.heads import Head
 from rtrl.online import (StepBatch, StepMetrics, Trainer, broadcast_state,
                          readout_and_loss, sum_over_batch,
-                         trainer_from_estimate, where_reset)
+                         step_resetting, trainer_from_estimate,
+                         where_reset)
 
 
 class Layer(NamedTuple):
@@ -156,9 +157,6 @@ def estimate_step(layers, params, tstates, stacked_state, batch: StepBatch,
       where_reset(batch.resets,
                   broadcast_state(layer.cell.initial_state(), batch_size), s)
       for layer, s in zip(layers, stacked_state[0]))
-  tstates = tuple(
-      where_reset(batch.resets, jax.vmap(layer.estimator.reset)(t), t)
-      for layer, t in zip(layers, tstates))
   zeros = jax.tree_util.tree_map(jnp.zeros_like, cell_states)
 
   def mean_loss(perturbations, heads, readout_params):
@@ -184,8 +182,8 @@ def estimate_step(layers, params, tstates, stacked_state, batch: StepBatch,
   for layer, layer_params, tstate, state, x, error, head_grad in zip(
       layers, params["cell"], tstates, cell_states, inputs, errors,
       head_grads):
-    tstate, state = jax.vmap(layer.estimator.step(layer_params["cell"]))(
-        tstate, state, x)
+    tstate, state = step_resetting(layer.estimator, layer_params["cell"],
+                                   tstate, state, x, batch.resets)
     per_example = jax.vmap(layer.estimator.gradient, in_axes=(None, 0, 0))(
         layer_params["cell"], tstate, error)
     new_tstates.append(tstate)

@@ -47,7 +47,7 @@ def recurrent_jacobian_t(jac: StepJacobians, hidden_row: int) -> jax.Array:
   direct = jnp.einsum("jst,ij->tisj", jac.dfds, eye)              # [t,i,s,j]
   is_hidden = (jnp.arange(num_rows) == hidden_row).astype(jac.D.dtype)
   h_t = direct + is_hidden[:, None, None, None] * through_gates[None]
-  return h_t.reshape(num_rows * n, num_rows * n)
+  return jac.history * h_t.reshape(num_rows * n, num_rows * n)
 
 
 def _apply_factorised(jac: StepJacobians, hidden_row: int, v: jax.Array):
@@ -56,7 +56,7 @@ def _apply_factorised(jac: StepJacobians, hidden_row: int, v: jax.Array):
   dz = dz.reshape(dz.shape[:-1] + (num_gates, n))
   through_gates = jnp.einsum("jsk,...kj->...sj", jac.D, dz)
   direct = jnp.einsum("jst,...tj->...sj", jac.dfds, v)
-  return through_gates + direct
+  return jac.history * (through_gates + direct)
 
 
 def apply_recurrent_jacobian(jac: StepJacobians, hidden_row: int,

@@ -45,11 +45,16 @@ class StepJacobians(NamedTuple):
       state rows, `dfds[j, s, t] = d state'[s, j] / d state[t, j]` (direct
       path only; the path through `z` goes via `W_h`).
     recurrent_weights: (n, K * n) the rows of `W` that multiply `h_prev`.
+    history: () the factor on the previous state's influence, 1; 0 at an
+      example's sequence start (the estimators' reset folded into the step:
+      every application of `H` is then zero, so no pass over the tangent
+      is needed to drop its history; `rtrl.estimators.base.build`).
   """
   hhat: jax.Array
   D: jax.Array
   dfds: jax.Array
   recurrent_weights: jax.Array
+  history: Any = 1.0
 
 
 def _default_float():

@@ -19,17 +19,23 @@ class Estimator(NamedTuple):
       `tstate` and is split at every step.
     step: `params -> fn` with `fn(tstate, state, x) -> (tstate, state)`, the
       `(carry, x) -> carry` shape that goes into `lax.scan` and `vmap`.
+      Where `folds_reset`, `fn(tstate, state, x, reset)` also takes the
+      example's reset flag and drops the tangent's history within the step
+      (equal to calling `reset` first, without a pass over the tangent).
     gradient: `(params, tstate, dloss_dstate) -> grads`, the estimate of
       `dL_t/dθ` at this step, with the structure of the cell's params.
     reset: `tstate -> tstate` with the tangent zeroed and the key kept (a new
       sequence starts; the trainer calls it where the reset mask is set).
     name: the registry name, for logs.
+    folds_reset: `step` takes the reset flag (the trainers then pass it
+      instead of calling `reset`).
   """
   init: Callable[..., Any]
   step: Callable[..., Callable[..., Any]]
   gradient: Callable[..., Any]
   reset: Callable[..., Any]
   name: str
+  folds_reset: bool = False
 
 
 class TangentState(NamedTuple):
@@ -46,7 +52,9 @@ TangentReadout = Callable[[Any, jax.Array], jax.Array]
 
 def build(name: str, cell: Cell, zeros: Callable[[dict], Any],
           update: TangentUpdate, readout: TangentReadout, *,
-          jacobians_once: bool = False) -> Estimator:
+          jacobians_once: bool = False,
+          forget: Callable[[Any, jax.Array], Any] | None = None
+          ) -> Estimator:
   """Wraps the three per-estimator pieces into the `Estimator` contract.
 
   Args:
@@ -62,6 +70,14 @@ def build(name: str, cell: Cell, zeros: Callable[[dict], Any],
       per-unit derivatives were otherwise recomputed inside the tangent's
       loop; the Kronecker-sum family and exact RTRL gain nothing and are
       left as they are).
+    forget: `(tangent, keep) -> tangent`, with `keep` 0 at a sequence start
+      and 1 otherwise: what must be zeroed, besides `H` (the step's
+      `jac.history`), for `update` to give exactly what it gives from a
+      zero tangent (the small factors: a Kronecker sum's `u`, UORO's state
+      vector; nothing for exact RTRL and SnAp-1, whose tangent is only ever
+      multiplied by `H`). Given, the estimator `folds_reset`: a reset costs
+      no pass over the large factors (16-OK, RHN-128, batch 16: such a pass
+      was 2.0 of 27 ms).
   """
 
   def init(params, state, key):
@@ -70,13 +86,22 @@ def build(name: str, cell: Cell, zeros: Callable[[dict], Any],
     return TangentState(tangent=zeros(params), key=key)
 
   def step(params):
-    def step_fn(tstate: TangentState, state, x):
+    def step_fn(tstate: TangentState, state, x, reset=None):
       new_state, jac = cell.linearized_step(params, state, x)
       if jacobians_once:
         jac = jac._replace(D=linalg.computed_once(jac.D),
                            dfds=linalg.computed_once(jac.dfds))
+      tangent = tstate.tangent
+      if reset is not None:
+        if forget is None:  # A pass over the tangent, as `reset` makes.
+          tangent = jax.tree_util.tree_map(
+              lambda t: jnp.where(reset, jnp.zeros_like(t), t), tangent)
+        else:
+          keep = jnp.logical_not(reset).astype(jac.D.dtype)
+          jac = jac._replace(history=keep)
+          tangent = forget(tangent, keep)
       key, subkey = jax.random.split(tstate.key)
-      tangent = update(tstate.tangent, jac, subkey)
+      tangent = update(tangent, jac, subkey)
       return TangentState(tangent=tangent, key=key), new_state
     return step_fn
 
@@ -85,12 +110,28 @@ def build(name: str, cell: Cell, zeros: Callable[[dict], Any],
     rows = cell.state_to_rows(dloss_dstate)
     return {"W": cell.mask_gradient(readout(tstate.tangent, rows))}
 
-  def reset(tstate: TangentState) -> TangentState:
+  def reset_fn(tstate: TangentState) -> TangentState:
     return tstate._replace(
         tangent=jax.tree_util.tree_map(jnp.zeros_like, tstate.tangent))
 
-  return Estimator(init=init, step=step, gradient=gradient, reset=reset,
-                   name=name)
+  return Estimator(init=init, step=step, gradient=gradient, reset=reset_fn,
+                   name=name, folds_reset=forget is not None)
+
+
+def zeroed_where_reset(keep: jax.Array, *small: Any) -> tuple:
+  """Each of `small` (arrays or trees) with every entry an exact +0 where
+  `keep` is 0: the `forget` of estimators whose small factors must read as
+  a fresh tangent's."""
+  return tuple(jax.tree_util.tree_map(
+      lambda a: jnp.where(keep > 0, a, jnp.zeros_like(a)), tree)
+               for tree in small)
+
+
+def forget_nothing(tangent: Any, keep: jax.Array) -> Any:
+  """`forget` of an estimator whose tangent enters `update` only through
+  `H` (exact RTRL, SnAp-1, RFLO): zero `H` is enough."""
+  del keep
+  return tangent
 
 
 def sizes(cell: Cell, params: dict) -> tuple[int, int, int, int]:

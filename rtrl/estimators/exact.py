@@ -38,4 +38,5 @@ def exact_rtrl(cell: Cell) -> base.Estimator:
     right = tangents.contract_factors(influence, g)          # (K, n, P)
     return jnp.moveaxis(right, -1, 0).reshape(right.shape[-1], -1)
 
-  return base.build("rtrl", cell, zeros, update, readout)
+  return base.build("rtrl", cell, zeros, update, readout,
+                    forget=base.forget_nothing)

@@ -57,6 +57,14 @@ def _kronecker_readout(tangent, g):
   return jnp.einsum("ra,cr->ac", u, right.reshape(-1, u.shape[0]))
 
 
+def _forget_u(tangent, keep):
+  """A Kronecker sum with zero `u` and `H A = 0` (`jac.history` 0) is the
+  zero tangent: the large `A` need not be touched at a reset."""
+  u, factor = tangent
+  (u,) = base.zeroed_where_reset(keep, u)
+  return u, factor
+
+
 def _kf_update(cell: Cell, approximate_D_rank: int | None = None,
                copies: int | None = None):
   """KF-RTRL's step, for one product or `copies` independent ones (KF-AVG:
@@ -116,7 +124,7 @@ def unbiased_low_rank_D(jac, rank: int, key) -> jax.Array:
 def kf(cell: Cell) -> base.Estimator:
   """KF-RTRL (`make('kf', cell)`)."""
   return base.build("kf", cell, lambda p: _kronecker_zeros(cell, p, None),
-                    _kf_update(cell), _kronecker_readout)
+                    _kf_update(cell), _kronecker_readout, forget=_forget_u)
 
 
 def kf_approx(cell: Cell, rank: int) -> base.Estimator:
@@ -129,7 +137,7 @@ def kf_approx(cell: Cell, rank: int) -> base.Estimator:
   return base.build("kf_approx", cell,
                     lambda p: _kronecker_zeros(cell, p, None),
                     _kf_update(cell, approximate_D_rank=rank),
-                    _kronecker_readout)
+                    _kronecker_readout, forget=_forget_u)
 
 
 def kf_avg(cell: Cell, rank: int) -> base.Estimator:
@@ -142,7 +150,7 @@ def kf_avg(cell: Cell, rank: int) -> base.Estimator:
     return _kronecker_readout(tangent, g) / rank
 
   return base.build("kf_avg", cell, lambda p: _kronecker_zeros(cell, p, rank),
-                    update, readout)
+                    update, readout, forget=_forget_u)
 
 
 def _ok(cell: Cell, rank: int, biased: bool, name: str) -> base.Estimator:
@@ -164,7 +172,8 @@ def _ok(cell: Cell, rank: int, biased: bool, name: str) -> base.Estimator:
     return kronecker.reduce_rows(
         us, tangents.factors_and_D_rows(propagated, jac), key, biased=biased)
 
-  return base.build(name, cell, zeros, update, _kronecker_readout)
+  return base.build(name, cell, zeros, update, _kronecker_readout,
+                    forget=_forget_u)
 
 
 def ok(cell: Cell, rank: int) -> base.Estimator:

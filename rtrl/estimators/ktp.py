@@ -72,4 +72,6 @@ def ktp(cell: Cell, rank: int) -> base.Estimator:
     weights = tangents.contract_state(b, g)  # (r,)
     return jnp.einsum("ra,r,rc->ac", a, weights, c.reshape(rank, -1))
 
-  return base.build("ktp", cell, zeros, update, readout)
+  return base.build("ktp", cell, zeros, update, readout,
+                    forget=lambda tangent, keep: base.zeroed_where_reset(
+                        keep, *tangent))

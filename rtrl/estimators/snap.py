@@ -59,14 +59,14 @@ def snap1_unit_jacobian(jac: StepJacobians, hidden_row: int) -> jax.Array:
                              axis1=0, axis2=2)                   # (K, n)
   through_gates = jnp.einsum("jsk,kj->js", jac.D, own_weights)   # (n, S)
   is_hidden = jnp.arange(num_rows) == hidden_row
-  return jac.dfds + jnp.where(is_hidden[None, None, :],
-                              through_gates[:, :, None], 0.0)
+  return jac.history * (jac.dfds + jnp.where(is_hidden[None, None, :],
+                                             through_gates[:, :, None], 0.0))
 
 
 def rflo_unit_jacobian(jac: StepJacobians, hidden_row: int) -> jax.Array:
   """`(n, S, S)`: the direct path `dfds` alone."""
   del hidden_row
-  return jac.dfds
+  return jac.history * jac.dfds
 
 
 def _unit_diagonal(name: str, cell: Cell,
@@ -95,7 +95,8 @@ def _unit_diagonal(name: str, cell: Cell,
                    for s in range(len(influence)))
     return per_unit.reshape(per_unit.shape[0], -1)
 
-  return base.build(name, cell, zeros, update, readout, jacobians_once=True)
+  return base.build(name, cell, zeros, update, readout, jacobians_once=True,
+                    forget=base.forget_nothing)
 
 
 def snap1(cell: Cell) -> base.Estimator:

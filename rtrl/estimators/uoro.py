@@ -40,15 +40,26 @@ def uoro(cell: Cell) -> base.Estimator:
     # not inside the loop that writes the new (P, K n) factor.
     w = linalg.computed_once(tangents.D_transpose(jac, nu).reshape(-1))
     norm = lambda x: jnp.linalg.norm(jnp.ravel(x))
+    propagated_norm = norm(propagated)
     p1, p2, sign = kronecker.sign_trick_scales(
-        norm(propagated), norm(param_vector), norm(nu),
+        propagated_norm, norm(param_vector), norm(nu),
         norm(jac.hhat) * norm(w), mix_key, param_vector.dtype)
+    # (H u) ⊗ v is zero when H u is: v is then dropped rather than mixed in
+    # (at a sequence start u is zeroed and v keeps its stale entries,
+    # `forget` below; otherwise only where H u = 0 exactly, where dropping
+    # the zero term removes its noise and keeps the estimate unbiased).
+    kept = jnp.where(propagated_norm > 0, param_vector / p1, 0)
     return (p1 * propagated + sign * p2 * nu,
-            param_vector / p1 + (sign / p2) * jnp.outer(jac.hhat, w))
+            kept + (sign / p2) * jnp.outer(jac.hhat, w))
+
+  def forget(tangent, keep):
+    state_vector, param_vector = tangent
+    (state_vector,) = base.zeroed_where_reset(keep, state_vector)
+    return state_vector, param_vector
 
   def readout(tangent, g):
     state_vector, param_vector = tangent
     return jnp.vdot(g, state_vector) * param_vector
 
   return base.build("uoro", cell, zeros, update, readout,
-                    jacobians_once=True)
+                    jacobians_once=True, forget=forget)
