@@ -74,6 +74,18 @@ def analytic_tangent_floats(name, rank, cell, input_size) -> int:
   raise ValueError(f"no analytic size for estimator {name!r}")
 
 
+def memory_floor_bytes(name, rank, cell, input_size, batch) -> float:
+  """Bytes an online step must move at least: every example's tangent
+  read once and written once, float32 (`analytic_tangent_floats`). The
+  estimators whose work is element-wise (UORO, SnAp-1, RFLO, KTP, KF's
+  sign trick) are bound by this, not by FLOPs. TBPTT carries no tangent:
+  0 (its floor is its FLOPs)."""
+  if base_name(name) == "tbptt":
+    return 0.0
+  floats = analytic_tangent_floats(name, rank, cell, input_size)
+  return float(2 * 4 * floats * batch)
+
+
 def flop_floor(name, rank, cell, input_size, batch) -> float:
   """FLOPs per online step (whole batch) of the estimator's unavoidable
   GEMMs: `H A` on every stored `(S n)`-row (`2 rows (S n)^2`), plus for OK

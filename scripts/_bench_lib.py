@@ -63,6 +63,17 @@ def matmul_gflops(size: int = 2048, repeats: int = 5) -> float:
   return 2 * size**3 / best / 1e9
 
 
+def memory_gbps(floats: int = 64 * 2**20, repeats: int = 5) -> float:
+  """The machine's streaming bandwidth, GB/s: one read and one write of a
+  `floats`-long float32 array (256 MiB by default, far beyond the caches)
+  by an element-wise op (best of N)."""
+  x = jnp.ones((floats,), jnp.float32)
+  entry = compiled(lambda a: a * 2.0 + 1.0, x)
+  run_timed(entry)
+  best = min(run_timed(entry) for _ in range(repeats))
+  return 2 * 4 * floats / best / 1e9
+
+
 def load_average() -> str:
   try:
     return "load average %.1f %.1f %.1f" % os.getloadavg()

@@ -10,7 +10,14 @@ from rtrl import cells
 from rtrl.tasks import copy_task
 
 
-def report(all_results, names, sizes, skipped, gflops):
+def roofline_seconds(result, gflops, gbps) -> float:
+  """The step's floor: its GEMM FLOPs at the large-matmul rate or its
+  tangent's one read and one write at the streaming rate, the larger."""
+  return max(result["floor_flops"] / (gflops * 1e9),
+             result.get("floor_bytes", 0.0) / (gbps * 1e9))
+
+
+def report(all_results, names, sizes, skipped, gflops, gbps=None):
   """Prints the tables; `names` maps label -> estimator. Returns the fits."""
   tags = list(names)
   def cell(tag, n, getter, fmt):
@@ -26,6 +33,12 @@ def report(all_results, names, sizes, skipped, gflops):
        "1 = at the matmul roofline)",
        lambda r: r["full"]["min"] * gflops * 1e9 / r["floor_flops"],
        lambda x: f"{x:.3g}")]
+  if gbps:
+    sections.append(
+        (f"full step / roofline floor (the larger of the FLOP floor and the "
+         f"tangent read and written once at {gbps:.1f} GB/s)",
+         lambda r: r["full"]["min"] / roofline_seconds(r, gflops, gbps),
+         lambda x: f"{x:.3g}"))
   if any("core" in r for r in all_results.values()):
     sections.append(
         ("estimator tangent step alone, ms per step (TBPTT: gradient only)",

@@ -64,14 +64,14 @@ SCRIPTS = pathlib.Path(__file__).resolve().parent
 sys.path[:0] = [str(SCRIPTS), str(SCRIPTS.parent)]
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from _bench_lib import (compiled, count_floats,  # noqa: E402
-                        load_average, matmul_gflops,
+                        load_average, matmul_gflops, memory_gbps,
                         run_timed)
 from _bench_ok_pieces import ok_pieces  # noqa: E402
 from _bench_report import (report, report_generic,  # noqa: E402
                            report_overhead)
 from _bench_costs import (GENERIC_PREFIX, PAPER, RANKED,  # noqa: E402
                           UNRANKED, analytic_tangent_floats, base_name,
-                          flop_floor, label, methods)
+                          flop_floor, label, memory_floor_bytes, methods)
 from experiments.online.setup import init_params  # noqa: E402
 from rtrl import bptt, cells, estimators, linalg, online  # noqa: E402
 from rtrl.tasks import copy_task  # noqa: E402
@@ -167,6 +167,8 @@ def warm_result(method, n, entry, cell, args, parts) -> dict:
       "first_call_s": entry["full"][2][0] + first_call,
       "floor_flops": flop_floor(method[0], method[1], cell, VOCAB,
                                 args.batch_size),
+      "floor_bytes": memory_floor_bytes(method[0], method[1], cell, VOCAB,
+                                        args.batch_size),
       "per_call": entry["per_call"], **{p: [] for p in parts}}
 
 
@@ -314,18 +316,19 @@ def main(argv=None):
   todo = methods(args.names, args.ranks, args.generic)
   tags = [label(m, args.truncation) for m in todo]
   gflops = matmul_gflops()
+  gbps = memory_gbps()
   print(f"cell={args.cell} batch={args.batch_size} steps={args.steps} "
         f"matmul_precision={args.matmul_precision} "
         f"repeats={args.repeats} T={args.truncation} "
         f"device={jax.devices()[0].device_kind}")
-  print(f"large matmul (2048^3 float32): {gflops:.0f} GFLOP/s; "
-        f"{load_average()}", flush=True)
+  print(f"large matmul (2048^3 float32): {gflops:.0f} GFLOP/s; streaming "
+        f"{gbps:.1f} GB/s; {load_average()}", flush=True)
   skipped = {}
   start = time.perf_counter()
   with jax.default_matmul_precision(args.matmul_precision):
     all_results = measure_sizes(sizes, todo, args, skipped)
   fits = report(all_results, dict(zip(tags, [m[0] for m in todo])), sizes,
-                skipped, gflops)
+                skipped, gflops, gbps)
   if args.generic:
     report_generic(all_results, tags, sizes)
   overhead = report_overhead(all_results, sizes, args, gflops)

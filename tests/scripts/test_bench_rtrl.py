@@ -65,8 +65,26 @@ def test_smoke_tiny_run(tmp_path, capsys):
               "--breakdown_sizes", "4", "--json", str(out)])
   printed = capsys.readouterr().out
   assert "OK at n=4" in printed and "GFLOP/s" in printed
+  assert "roofline floor" in printed and "GB/s" in printed
   assert "fitted exponents" in printed
   assert out.exists()
+
+
+def test_roofline_floor_is_the_larger_of_flops_and_tangent_traffic():
+  """UORO's step is bound by moving its tangent, OK's at n = 128 by its
+  GEMMs; TBPTT has no tangent to move."""
+  from _bench_costs import flop_floor, memory_floor_bytes  # pylint: disable=g-import-not-at-top
+  from _bench_report import roofline_seconds  # pylint: disable=g-import-not-at-top
+  cell = cells.RHN(128)
+  def floor(name, rank=None):
+    return {"floor_flops": flop_floor(name, rank, cell, 50, 16),
+            "floor_bytes": memory_floor_bytes(name, rank, cell, 50, 16)}
+  gflops, gbps = 200.0, 10.0
+  uoro, ok = floor("uoro"), floor("ok", 16)
+  assert uoro["floor_bytes"] == 2 * 4 * 16 * (128 + 179 * 256)
+  assert roofline_seconds(uoro, gflops, gbps) == uoro["floor_bytes"] / 1e10
+  assert roofline_seconds(ok, gflops, gbps) == ok["floor_flops"] / 2e11
+  assert floor("tbptt")["floor_bytes"] == 0.0
 
 
 def test_bad_estimator_name_is_rejected():
