@@ -12,11 +12,12 @@ kept: `scripts/reproduce.py --plan` runs it in a temporary workdir.
 
 Not measured: the periodic evaluations (char-PTB's whole-split valid BPC
 every `eval_every` steps, the classifiers' epoch-end test pass), which a
-full run adds on top. A program whose short run the operating system kills
-(out of memory, typically: exact RTRL at n = 512, a 20-run program of
-batch 64 at n = 256) gets a row that says so, with the memory it had
-reached, and the target's other programs are still measured; a Python
-error in the child is a bug and raises.
+full run adds on top. A program whose short run runs out of memory (the
+operating system kills it, or XLA refuses an allocation: exact RTRL at
+n = 512, a 20-run program of batch 64 at n = 256, the RLS sweeps' 20 runs
+of the mini-VGG or the LSTM) gets a row that says so, with the memory it
+had reached, and the target's other programs are still measured; any
+other error in the child is a bug and raises.
 """
 
 from __future__ import annotations
@@ -149,13 +150,18 @@ def _child_code(experiment: str, config_json: str, workdir: str) -> str:
 
 
 class ChildKilled(RuntimeError):
-  """The operating system killed the measuring child (out of memory?)."""
+  """The measuring child ran out of this machine's memory: the operating
+  system killed it (signal 9 from the OOM killer), or XLA refused an
+  allocation (RESOURCE_EXHAUSTED)."""
 
-  def __init__(self, signal_number: int, peak_memory_mib: float):
-    super().__init__(f"killed by signal {signal_number} at "
-                     f"{peak_memory_mib:,.0f} MiB")
-    self.signal_number = signal_number
+  def __init__(self, reason: str, peak_memory_mib: float):
+    super().__init__(f"{reason} at {peak_memory_mib:,.0f} MiB")
     self.peak_memory_mib = peak_memory_mib
+
+
+# What XLA prints when an allocation does not fit (a Python error in the
+# child, but a limit of the machine, not a bug).
+XLA_OUT_OF_MEMORY = "RESOURCE_EXHAUSTED: Out of memory"
 
 
 def _run_child(experiment: str, config, workdir: str) -> tuple[list, float,
@@ -177,7 +183,12 @@ def _run_child(experiment: str, config, workdir: str) -> tuple[list, float,
   _, status, usage = os.wait4(process.pid, 0)
   process.returncode = os.waitstatus_to_exitcode(status)
   if process.returncode < 0:
-    raise ChildKilled(-process.returncode, usage.ru_maxrss / 1024)
+    raise ChildKilled(f"killed by signal {-process.returncode}",
+                      usage.ru_maxrss / 1024)
+  if process.returncode and XLA_OUT_OF_MEMORY in output:
+    needed = output.split(XLA_OUT_OF_MEMORY, 1)[1].split("\n", 1)[0]
+    raise ChildKilled(f"XLA out of memory{needed.rstrip('.')}",
+                      usage.ru_maxrss / 1024)
   if process.returncode:
     raise RuntimeError(f"measuring {experiment} failed:\n{output[-3000:]}")
   wall = float(output.rsplit("PLAN_WALL", 1)[1].split()[0])

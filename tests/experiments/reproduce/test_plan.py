@@ -88,13 +88,29 @@ def test_a_killed_measurement_is_a_row_not_a_crash(tmp_path, monkeypatch):
     common.run_curve(curve, str(tmp_path))
   (killed,) = plans
   assert not killed.measured and math.isnan(killed.expected_seconds)
-  assert f"killed by signal {int(signal.SIGKILL)}" in killed.note
+  assert f"killed by signal {int(signal.SIGKILL)} at" in killed.note
   assert killed.run_steps == 1000
   text = plan.table("t", "paper", plans + [plan.ProgramPlan(
       "fine", "ptb", 1, 3600, 0.001, 100.0)])
   assert "| huge | copy_task | 1 | 1,000 | 1,000 | - |" in text
   assert "not measured: killed by signal 9" in text
   assert "0.1 min + 1 program(s) not measured" in text
+
+
+def test_an_xla_out_of_memory_error_is_a_row_too(tmp_path, monkeypatch):
+  """XLA refusing an allocation is a Python error in the child, but a limit
+  of the machine: a 'not measured' row naming the allocation."""
+  monkeypatch.setattr(plan, "_child_code", lambda *a: (
+      "raise RuntimeError('RESOURCE_EXHAUSTED: Out of memory allocating "
+      "45834286192 bytes.')\n"))
+  curve = common.Curve("sweep", "copy_task", dict(
+      hidden_size=8, batch_size=2, num_steps=100, chunk_steps=20,
+      log_every=20, checkpoint_every=20))
+  with plan.planning() as plans:
+    common.run_curve(curve, str(tmp_path))
+  (row,) = plans
+  assert not row.measured
+  assert row.note.startswith("XLA out of memory allocating 45834286192 bytes")
 
 
 def test_a_failing_measurement_still_raises(tmp_path, monkeypatch):
