@@ -228,7 +228,8 @@ def thin_qr_rows(rows: jax.Array) -> tuple[jax.Array, jax.Array]:
 # of size 1 would be rewritten by XLA into an element-wise multiply (and
 # fused again), so the smallest width used is 2.
 _ONCE_WIDTHS = (8, 4, 2)
-# Set False to measure what the routing saves (scripts/bench_rtrl.py).
+# Set False to measure what the routing saves; read at trace time, so set it
+# before the function is first jitted (a jitted function keeps its choice).
 COMPUTE_JACOBIANS_ONCE = True
 
 
