@@ -127,6 +127,18 @@ def sum_over_batch(per_example: jax.Array) -> jax.Array:
                        precision=jax.lax.Precision.HIGHEST)
 
 
+def summed_gradient(estimator: Estimator, cell_params: dict, tstate: Any,
+                    dloss_dstate: Any) -> Any:
+  """The estimator's cell gradient summed over the batch (the leading axis
+  of `tstate` and `dloss_dstate`): its `batch_gradient` where it has one,
+  else each example's `gradient`, summed (`sum_over_batch`)."""
+  if estimator.batch_gradient is not None:
+    return estimator.batch_gradient(cell_params, tstate, dloss_dstate)
+  per_example = jax.vmap(estimator.gradient, in_axes=(None, 0, 0))(
+      cell_params, tstate, dloss_dstate)
+  return jax.tree_util.tree_map(sum_over_batch, per_example)
+
+
 def step_resetting(estimator: Estimator, cell_params: dict, tstate: Any,
                    cell_state: Any, inputs: jax.Array, resets: jax.Array
                    ) -> tuple[Any, Any]:
@@ -161,9 +173,8 @@ def estimate_step(cell: Cell, estimator: Estimator, params: dict,
   mean_loss, (readout_grads, dloss_dstate) = jax.value_and_grad(
       lambda r, s: batch_loss(cell, r, s, batch, readout=readout, loss=loss),
       argnums=(0, 1))(params["readout"], cell_state)
-  per_example = jax.vmap(estimator.gradient, in_axes=(None, 0, 0))(
-      params["cell"], tstate, dloss_dstate)
-  cell_grads = jax.tree_util.tree_map(sum_over_batch, per_example)
+  cell_grads = summed_gradient(estimator, params["cell"], tstate,
+                               dloss_dstate)
   return tstate, cell_state, mean_loss, {"cell": cell_grads,
                                          "readout": readout_grads}
 

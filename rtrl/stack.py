@@ -38,8 +38,8 @@ from rtrl import validation
 from rtrl.estimators import Estimator
 from rtrl.heads import Head
 from rtrl.online import (StepBatch, StepMetrics, Trainer, broadcast_state,
-                         readout_and_loss, sum_over_batch,
-                         step_resetting, trainer_from_estimate,
+                         readout_and_loss, step_resetting,
+                         summed_gradient, trainer_from_estimate,
                          where_reset)
 
 
@@ -184,12 +184,10 @@ def estimate_step(layers, params, tstates, stacked_state, batch: StepBatch,
       head_grads):
     tstate, state = step_resetting(layer.estimator, layer_params["cell"],
                                    tstate, state, x, batch.resets)
-    per_example = jax.vmap(layer.estimator.gradient, in_axes=(None, 0, 0))(
-        layer_params["cell"], tstate, error)
     new_tstates.append(tstate)
     new_states.append(state)
-    layer_grads.append({"cell": jax.tree_util.tree_map(sum_over_batch,
-                                                       per_example),
+    layer_grads.append({"cell": summed_gradient(
+        layer.estimator, layer_params["cell"], tstate, error),
                         "head": head_grad})
   return (tuple(new_tstates), (tuple(new_states), top), value,
           {"cell": tuple(layer_grads), "readout": readout_grads})

@@ -147,15 +147,19 @@ def contract_factors(factors: jax.Array, g: jax.Array) -> jax.Array:
                        factors.reshape(g.size, -1)).reshape(factors.shape[2:])
 
 
-# XLA:CPU runs the Gram matrix and the mixing of a SMALL stack faster on the
-# transposed, row-major `(r, S n K n)` copy: measured at batch 16, in a scan,
-# n=64 r=2: 0.15 vs 1.3 ms; n=128 r=2: 1.0 vs 4.1 ms; but n=128 r=16: 28 vs
-# 9 ms. The crossover is near r * S n K n = 2^17 floats per example.
+# XLA:CPU runs the Gram matrix and the mixing of a SMALL stack of FEW
+# factors faster on the transposed, row-major `(r, S n K n)` copy: measured
+# at batch 16, in a scan, n=64 r=2: 0.15 vs 1.3 ms; n=128 r=2: 1.0 vs 4.1 ms;
+# but n=128 r=16: 28 vs 9 ms. The crossover is near r * S n K n = 2^17
+# floats per example, and above r = 4 the copies cost more than they save
+# (full 8-OK step, RHN-64: 3.9 ms tall, 4.2 row-major; 4-OK: 2.35 tall, 2.0
+# row-major at n=64, 6.4 tall, 7.1 row-major at n=128).
 _ROWS_FIRST_MAX_FLOATS = 2**17
+_ROWS_FIRST_MAX_RANK = 4
 
 
-def _rows_first(num_floats: int) -> bool:
-  return (jax.default_backend() == "cpu"
+def _rows_first(num_floats: int, rank: int) -> bool:
+  return (jax.default_backend() == "cpu" and rank <= _ROWS_FIRST_MAX_RANK
           and num_floats < _ROWS_FIRST_MAX_FLOATS)
 
 
@@ -172,7 +176,7 @@ def factors_and_D_rows(factors: jax.Array, jac: StepJacobians):
   rank = factors.shape[-1]
   columns = factors.reshape(-1, rank)
   d_norm_sq = jnp.sum(jac.D * jac.D)
-  if _rows_first(columns.size):
+  if _rows_first(columns.size, rank):
     # The barrier keeps XLA from folding the transpose back into the GEMMs.
     rows = jax.lax.optimization_barrier(columns.T)
     gram_of_stack = lambda: linalg.gram(rows)
@@ -218,6 +222,59 @@ def block_svd_of_D(jac: StepJacobians):
   `q = min(S, K)`, so that `D[j] = left[j] @ diag(sv[j]) @ right[j].T`. The
   singular values of the whole `(S n, K n)` matrix are the union of these
   (the blocks have disjoint row and column supports).
+
+  The built-in cells' blocks are one row (RNN, RHN, GRU: `S = 1`) or two
+  (LSTM), and get a closed form (`_rank_one_blocks`, `_two_row_blocks`): a
+  library SVD per block is one LAPACK call per unit and example on a CPU
+  (`n B` of them per step: 2.6 of an RNN-128 KF-APPROX step's 3.4 ms).
+  Other shapes use `jnp.linalg.svd`.
   """
+  n, num_rows, num_gates = jac.D.shape
+  if num_rows == 1 or num_gates == 1:
+    return _rank_one_blocks(jac.D)
+  if num_rows == 2:
+    return _two_row_blocks(jac.D)
+  if num_gates == 2:
+    right, singular_values, left = _two_row_blocks(jnp.swapaxes(jac.D, 1, 2))
+    return left, singular_values, right
   left, singular_values, right_t = jnp.linalg.svd(jac.D, full_matrices=False)
   return left, singular_values, jnp.swapaxes(right_t, -1, -2)
+
+
+def _rank_one_blocks(blocks: jax.Array):
+  """SVD of `(n, S, K)` blocks with `S = 1` or `K = 1`: `s = |block|`, the
+  length-one side's vector is `1`, the other the block over `s` (0 where
+  `s = 0`), so `left s rightᵀ` is the block exactly."""
+  norm = jnp.sqrt(jnp.sum(blocks * blocks, axis=(1, 2)))          # (n,)
+  positive = norm > 0
+  unit = blocks / jnp.where(positive, norm, 1)[:, None, None]
+  if blocks.shape[1] == 1:
+    left = jnp.ones(blocks.shape[:2] + (1,), blocks.dtype)        # (n, 1, 1)
+    right = jnp.swapaxes(unit, 1, 2)                               # (n, K, 1)
+  else:
+    left = unit                                                    # (n, S, 1)
+    right = jnp.ones((blocks.shape[0], blocks.shape[2], 1), blocks.dtype)
+  return left, norm[:, None], right
+
+
+def _two_row_blocks(blocks: jax.Array):
+  """SVD of `(n, 2, K)` blocks by the closed-form eigendecomposition of
+  each `2 x 2` Gram matrix `B Bᵀ`: the left vectors are the rotation that
+  diagonalises it (orthonormal to rounding), the right vectors `Bᵀ u / s`
+  (0 where `s` is not positive), so `left diag(s) rightᵀ = left leftᵀ B` is
+  the block to rounding whatever the accuracy of a small `s`. A singular
+  value below `sqrt(eps)` of the block's largest loses relative accuracy to
+  the squaring; it only weighs in the optimal mixing's variance, never in
+  what the factors reproduce."""
+  gram = jnp.einsum("nsk,ntk->nst", blocks, blocks)
+  a, b, c = gram[:, 0, 0], gram[:, 0, 1], gram[:, 1, 1]
+  angle = 0.5 * jnp.arctan2(2 * b, a - c)
+  cos, sin = jnp.cos(angle), jnp.sin(angle)
+  # Columns: the eigenvector of the larger eigenvalue first.
+  left = jnp.stack([jnp.stack([cos, sin], -1),
+                    jnp.stack([-sin, cos], -1)], -1)               # (n, 2, 2)
+  projected = jnp.einsum("nsk,nsq->nkq", blocks, left)             # Bᵀ u
+  singular_values = jnp.sqrt(jnp.sum(projected * projected, axis=1))
+  positive = singular_values > 0
+  right = projected / jnp.where(positive, singular_values, 1)[:, None, :]
+  return left, singular_values, right

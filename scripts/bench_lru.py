@@ -15,10 +15,16 @@ chunks, side by side in one run:
   mean once per chunk (`accumulate_steps`; Zucchet et al. update once per
   sequence), so the step is the gradient computation;
 - BPTT: TBPTT over the whole chunk (`--steps` steps) of the same stack, per
-  step (the reference that stores the chunk's activations).
+  step (the reference that stores the chunk's activations);
+- one-step backprop: TBPTT-1 of the same stack (the forward, the backward
+  through one step and Adam at every step, no memory of earlier steps):
+  what backpropagation through the network costs per step with nothing
+  carried, so online / one-step backprop is RTRL's own share of the online
+  step (its sensitivity update and the gradient's contraction).
 
 Reported: ms per step, online / forward for both update cadences (the
-paper: about 2x inference; our goal: within 3x), online / BPTT, online / FLOP floor (the step's FLOPs, all at this
+paper: about 2x inference; our goal: within 3x), online / one-step
+backprop, online / BPTT, online / FLOP floor (the step's FLOPs, all at this
 machine's large-matmul rate: an optimistic floor, since RTRL's sensitivity
 updates are element-wise), and memory per example: the online tangent
 (floats of the layers' sensitivities) against BPTT's stored states over the
@@ -105,11 +111,14 @@ def measure(size: int, num_layers: int, args, gflops: float) -> dict:
   per_chunk_state = per_chunk.init(params, key, args.batch_size)
   tbptt = bptt.make_tbptt_trainer(stacked, optax.adam(1e-3), args.steps)
   tbptt_state = tbptt.init(params, key, args.batch_size)
+  one_step = bptt.make_tbptt_trainer(stacked, optax.adam(1e-3), 1)
+  one_step_state = one_step.init(params, key, args.batch_size)
   entries = {
       "forward": lib.compiled(forward, params, state0, chunk),
       "online": lib.compiled(online.run, online_state, chunk),
       "online_per_chunk": lib.compiled(per_chunk.run, per_chunk_state, chunk),
       "bptt": lib.compiled(tbptt.run, tbptt_state, chunk),
+      "one_step": lib.compiled(one_step.run, one_step_state, chunk),
   }
   for entry in entries.values():
     lib.run_timed(entry)
@@ -125,6 +134,7 @@ def measure(size: int, num_layers: int, args, gflops: float) -> dict:
               ratio=best["online"] / best["forward"],
               chunk_ratio=best["online_per_chunk"] / best["forward"],
               bptt_ratio=best["online"] / best["bptt"],
+              one_step_ratio=best["online"] / best["one_step"],
               floor_ratio=best["online"] / floor,
               tangent_floats=tangent, bptt_floats=stored)
 
@@ -147,17 +157,20 @@ def main() -> None:
         f"{gflops:.0f} GFLOP/s | {lib.load_average()}")
   start = time.perf_counter()
   print("\n| d | layers | forward ms/step | online ms/step | online, update "
-        "per chunk | BPTT ms/step | online / forward | per chunk / forward "
-        "| online / BPTT | online / FLOP floor | online tangent floats/ex. "
+        "per chunk | one-step backprop ms/step | BPTT ms/step | online / "
+        "forward | per chunk / forward | online / one-step backprop | "
+        "online / BPTT | online / FLOP floor | online tangent floats/ex. "
         "| BPTT stored floats/ex. |")
-  print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+  print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
   for size in sizes:
     for num_layers in depths:
       r = measure(size, num_layers, args, gflops)
       print(f"| {size} | {num_layers} | {lib.fmt_ms(r['forward'])} | "
             f"{lib.fmt_ms(r['online'])} | "
-            f"{lib.fmt_ms(r['online_per_chunk'])} | {lib.fmt_ms(r['bptt'])} | "
+            f"{lib.fmt_ms(r['online_per_chunk'])} | "
+            f"{lib.fmt_ms(r['one_step'])} | {lib.fmt_ms(r['bptt'])} | "
             f"{r['ratio']:.2f} | {r['chunk_ratio']:.2f} | "
+            f"{r['one_step_ratio']:.2f} | "
             f"{r['bptt_ratio']:.2f} | {r['floor_ratio']:.1f} | "
             f"{lib.fmt_count(r['tangent_floats'])} | "
             f"{lib.fmt_count(r['bptt_floats'])} |", flush=True)

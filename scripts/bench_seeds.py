@@ -1,62 +1,58 @@
 #!/usr/bin/env python
-"""Throughput of one vmapped S-seed Copy run against S sequential single runs.
+"""Throughput of one vmapped S-run program against the same S runs one by one.
 
-Both sides are the Copy experiment's own pieces
-(`experiments/online/copy_experiment.py` `make_experiment`, its `init` and
-`train_chunk`) wrapped by the run loop's run axis
-(`experiments/loop/run_axes.Runs`): the vmapped side is exactly what
-`--config.num_seeds=S` trains, the sequential side is the single run with
-`seed + j`, run for each j in turn. Same config, same chunk length; each
-side's program is compiled ahead of time (compile time reported apart), run
-once to warm up, then `--repeats` rounds time both sides in turn
-(interleaved, so they see the same machine load). Throughput counts run-steps
-(one training step of one seed) per second of wall time and of process CPU
-time (CPU time is the honest cost where the process may be paused); the
-table keeps each side's fastest round (wall and CPU separately).
+Both sides are an experiment's own pieces (`make_experiment` of the module
+that `experiments.EXPERIMENT` trains with: Copy, char-PTB, ...) compiled by
+the run loop (`experiments/loop/programs.py`), so the vmapped side is
+exactly what `--config.num_seeds=S` trains and the single side is the run
+with `seed + j`, each run for its steps in turn. Same config, same chunk
+length; each side's program is compiled ahead of time (compile time
+reported apart), run once to warm up, then `--repeats` rounds time both
+sides in turn (interleaved, so they see the same machine load), fetching
+each chunk's metrics as the run loop does. Throughput counts run-steps (one
+training step of one run) per second of wall time and of process CPU time
+(CPU time is the honest cost where the process may be paused; on a GPU it
+is the host's share); each side keeps its fastest round.
+
+`--sequential_runs K` times only the first K single runs (the same program
+each time; the seed is in the state, not the code), enough for the
+single run's step time when S runs one after another would take long.
+`--matmul_precision tensorfloat32` traces both programs under that GEMM
+precision (GPU/TPU only; `rtrl.linalg`).
 
   taskset -c 1 .venv/bin/python scripts/bench_seeds.py --num_seeds 5 \
       --steps 1000 --repeats 2 --hidden_size 32 --rank 8 --estimator ok
+  # The official settings of the OK paper's runs (Copy 16-OK RHN-128 b16;
+  # char-PTB 8-OK RHN-256 b32), 20 runs as in its figures' programs:
+  python scripts/bench_seeds.py --experiment copy_task --preset official \
+      --num_seeds 20 --steps 300 --sequential_runs 3
+  DATA_DIR=../shared/data python scripts/bench_seeds.py --experiment ptb \
+      --preset official --num_seeds 20 --steps 300 --sequential_runs 3
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
+import pathlib
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))))
+SCRIPTS = pathlib.Path(__file__).resolve().parent
+sys.path[:0] = [str(SCRIPTS), str(SCRIPTS.parent)]
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import jax  # noqa: E402
 
-from experiments.loop import config_files  # noqa: E402
+from _bench_programs import (compile_side, experiment_module,  # noqa: E402
+                             initial_state, make_config, run_chunks)
 from experiments.loop import run_axes  # noqa: E402
-from experiments.online import copy_experiment  # noqa: E402
+from rtrl import linalg  # noqa: E402
 
-
-def init_state(experiment, grid):
-  """The run loop's initial state for the runs in `grid` (stacked when there
-  are several) and its `Runs`."""
-  runs = run_axes.Runs(experiment, grid)
-  return runs, jax.jit(runs.init)(runs.keys, runs.hparams)
-
-
-def compile_chunk(runs, state):
-  """`(compile seconds, compiled train_chunk)`, ahead of time."""
-  start = time.perf_counter()
-  chunk = jax.jit(runs.train_chunk, donate_argnums=0).lower(state).compile()
-  return time.perf_counter() - start, chunk
-
-
-def run_chunks(chunk, state, num_chunks):
-  """Advances `state` by `num_chunks` chunks, fetching metrics each chunk as
-  the run loop does."""
-  for _ in range(num_chunks):
-    state, metrics = chunk(state)
-    jax.device_get(metrics)
-  return jax.block_until_ready(state)
+# Flags that set a config field of the same name when given.
+FIELD_FLAGS = ("hidden_size", "rank", "estimator", "batch_size")
 
 
 def timed(fn):
@@ -67,31 +63,34 @@ def timed(fn):
 
 def parse_args(argv):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--experiment", default="copy_task",
+                      help="an experiments/ main on the shared run loop "
+                           "(copy_task, ptb, seq_cifar)")
+  parser.add_argument("--preset", default="",
+                      help="the config file's preset (e.g. official)")
   parser.add_argument("--num_seeds", type=int, default=5)
   parser.add_argument("--steps", type=int, default=2000,
-                      help="timed training steps per seed and round")
+                      help="timed training steps per run and round")
   parser.add_argument("--chunk_steps", type=int, default=100)
-  parser.add_argument("--hidden_size", type=int, default=32)
-  parser.add_argument("--rank", type=int, default=8)
-  parser.add_argument("--estimator", default="ok")
-  parser.add_argument("--batch_size", type=int, default=16)
+  parser.add_argument("--hidden_size", type=int, default=None)
+  parser.add_argument("--rank", type=int, default=None)
+  parser.add_argument("--estimator", default=None)
+  parser.add_argument("--batch_size", type=int, default=None)
   parser.add_argument("--repeats", type=int, default=2)
+  parser.add_argument("--sequential_runs", type=int, default=None,
+                      help="time only this many of the single runs "
+                           "(default: all num_seeds)")
+  parser.add_argument("--matmul_precision", default=None,
+                      choices=sorted(linalg.MATMUL_PRECISIONS))
+  parser.add_argument("--data_dir", default=None)
+  parser.add_argument("--json", default=None, help="write the results here")
   args = parser.parse_args(argv)
   if args.steps % args.chunk_steps:
     parser.error("--steps must be a multiple of --chunk_steps")
+  if args.sequential_runs is not None and not (
+      1 <= args.sequential_runs <= args.num_seeds):
+    parser.error("--sequential_runs must be in 1..--num_seeds")
   return args
-
-
-def make_experiment(args):
-  """The Copy experiment of the flags' config, and its run grid (a seed
-  each)."""
-  config = config_files.load_config("copy_task")
-  config.update(dict(estimator=args.estimator, rank=args.rank,
-                     hidden_size=args.hidden_size, batch_size=args.batch_size,
-                     chunk_steps=args.chunk_steps, num_seeds=args.num_seeds,
-                     log_every=args.chunk_steps))
-  experiment = copy_experiment.make_experiment(config)
-  return experiment, run_axes.run_grid(config, experiment.swept_hparams)
 
 
 def time_rounds(args, vmapped, singles) -> dict:
@@ -117,38 +116,90 @@ def time_rounds(args, vmapped, singles) -> dict:
   return best
 
 
-def print_table(best: dict, num_seeds: int, steps: int) -> None:
-  run_steps = num_seeds * steps
-  print("\n| side | run-steps/s (wall) | run-steps/s (CPU) |\n|---|---|---|")
-  for side, (wall, cpu) in best.items():
-    print(f"| {side} ({num_seeds} seeds x {steps} steps) | "
-          f"{run_steps / wall:.1f} | {run_steps / cpu:.1f} |")
+def summarize(best: dict, num_runs: int, sequential_runs: int,
+              steps: int) -> dict:
+  """Per-step times and throughputs of both sides (wall and CPU)."""
   (vw, vc), (sw, sc) = best["vmapped"], best["sequential"]
-  print(f"\nvmapped / sequential throughput: {sw / vw:.2f}x (wall), "
-        f"{sc / vc:.2f}x (CPU)")
+  return {
+      "program_ms_per_step_vmapped": 1e3 * vw / steps,
+      "ms_per_run_step_vmapped": 1e3 * vw / steps / num_runs,
+      "ms_per_step_single": 1e3 * sw / steps / sequential_runs,
+      "run_steps_per_s_vmapped": num_runs * steps / vw,
+      "run_steps_per_s_vmapped_cpu": num_runs * steps / vc,
+      "run_steps_per_s_sequential": sequential_runs * steps / sw,
+      "run_steps_per_s_sequential_cpu": sequential_runs * steps / sc,
+      "vmapped_over_sequential_wall": (sw / sequential_runs) / (vw / num_runs),
+      "vmapped_over_sequential_cpu": (sc / sequential_runs) / (vc / num_runs),
+  }
+
+
+def print_table(summary: dict, num_runs: int, sequential_runs: int,
+                steps: int) -> None:
+  s = summary
+  print("\n| side | ms per program step | ms per run-step | run-steps/s "
+        "(wall) | run-steps/s (CPU) |\n|---|---|---|---|---|")
+  print(f"| vmapped ({num_runs} runs x {steps} steps) | "
+        f"{s['program_ms_per_step_vmapped']:.3f} | "
+        f"{s['ms_per_run_step_vmapped']:.4f} | "
+        f"{s['run_steps_per_s_vmapped']:.1f} | "
+        f"{s['run_steps_per_s_vmapped_cpu']:.1f} |")
+  print(f"| single ({sequential_runs} runs one after another x {steps} "
+        f"steps) | {s['ms_per_step_single']:.3f} | "
+        f"{s['ms_per_step_single']:.4f} | "
+        f"{s['run_steps_per_s_sequential']:.1f} | "
+        f"{s['run_steps_per_s_sequential_cpu']:.1f} |")
+  print(f"\nvmapped / sequential throughput: "
+        f"{s['vmapped_over_sequential_wall']:.2f}x (wall), "
+        f"{s['vmapped_over_sequential_cpu']:.2f}x (CPU)")
 
 
 def main(argv=None) -> int:
   args = parse_args(argv)
-  experiment, grid = make_experiment(args)
-  print(f"{experiment.name} | {len(grid)} seeds | chunk {args.chunk_steps} "
-        f"steps | {args.steps} timed steps per seed x {args.repeats} rounds | "
-        f"{jax.devices()[0].platform} | {os.cpu_count()} visible CPUs, "
-        f"affinity {sorted(os.sched_getaffinity(0))}", flush=True)
-
-  vmap_runs, vmap_state = init_state(experiment, grid)
-  vmap_compile, vmap_chunk = compile_chunk(vmap_runs, vmap_state)
-  singles = [init_state(experiment, [run]) for run in grid]
-  seq_states = [state for _, state in singles]
-  # One program serves every seed: the seed is in the state, not the code.
-  single_compile, single_chunk = compile_chunk(singles[0][0], seq_states[0])
-  print(f"compile: vmapped {vmap_compile:.2f} s, single {single_compile:.2f} s"
-        " (excluded from the timings)", flush=True)
-  vmap_state = run_chunks(vmap_chunk, vmap_state, 1)  # Warm-up.
-  seq_states = [run_chunks(single_chunk, s, 1) for s in seq_states]
-  best = time_rounds(args, (vmap_chunk, vmap_state),
-                     (single_chunk, seq_states))
-  print_table(best, len(grid), args.steps)
+  config = make_config(
+      args.experiment, args.preset,
+      {f: getattr(args, f) for f in FIELD_FLAGS
+       if getattr(args, f) is not None},
+      args.chunk_steps, args.num_seeds, args.data_dir)
+  experiment = experiment_module(args.experiment).make_experiment(config)
+  grid = run_axes.run_grid(config, experiment.swept_hparams)
+  sequential_runs = args.sequential_runs or len(grid)
+  device = jax.devices()[0]
+  print(f"{experiment.name} | {len(grid)} runs | chunk {args.chunk_steps} "
+        f"steps | {args.steps} timed steps per run x {args.repeats} rounds | "
+        f"{sequential_runs} single runs timed | matmul precision "
+        f"{args.matmul_precision or 'highest'} | {device.platform} "
+        f"({device.device_kind}) | {os.cpu_count()} visible CPUs, affinity "
+        f"{sorted(os.sched_getaffinity(0))}", flush=True)
+  precision = (jax.default_matmul_precision(args.matmul_precision)
+               if args.matmul_precision else contextlib.nullcontext())
+  with precision:
+    vmap_compile, vmap_program = compile_side(experiment, grid)
+    single_compile, single_program = compile_side(experiment, grid[:1])
+    print(f"first call (compilation and one chunk): vmapped "
+          f"{vmap_compile:.2f} s, single {single_compile:.2f} s (excluded "
+          "from the timings)", flush=True)
+    vmap_chunk, single_chunk = (vmap_program.train_chunk,
+                                single_program.train_chunk)
+    vmap_state = run_chunks(  # Warm-up.
+        vmap_chunk, initial_state(experiment, vmap_program, grid), 1)
+    seq_states = [
+        run_chunks(single_chunk,
+                   initial_state(experiment, single_program, [run]), 1)
+        for run in grid[:sequential_runs]]
+    best = time_rounds(args, (vmap_chunk, vmap_state),
+                       (single_chunk, seq_states))
+  summary = summarize(best, len(grid), sequential_runs, args.steps)
+  print_table(summary, len(grid), sequential_runs, args.steps)
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump({"experiment": experiment.name, "runs": len(grid),
+                 "sequential_runs": sequential_runs, "steps": args.steps,
+                 "chunk_steps": args.chunk_steps,
+                 "matmul_precision": args.matmul_precision or "highest",
+                 "device": device.device_kind,
+                 "compile_s": {"vmapped": vmap_compile,
+                               "single": single_compile},
+                 **summary}, f, indent=1)
   return 0
 
 

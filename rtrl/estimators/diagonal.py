@@ -30,6 +30,11 @@ import jax
 import jax.numpy as jnp
 
 from rtrl.cells.lru import LRU
+
+
+def _sum_over_batch(x):
+  ones = jnp.ones(x.shape[:1], x.dtype)
+  return jnp.tensordot(ones, x, axes=1, precision=jax.lax.Precision.HIGHEST)
 from rtrl.estimators.base import Estimator, TangentState
 
 
@@ -78,28 +83,49 @@ def exact_diagonal(cell: LRU) -> Estimator:
               cell.step(params, state, x))
     return step_fn
 
-  def gradient(params, tstate: TangentState, dloss_dstate):
+  def from_contractions(params, through_lam, through_gamma, through_B):
+    """The real parameters' gradients from `conj(g) e` of λ, γ and B (one
+    example's, or their sums over a batch: everything below is linear in
+    them)."""
     lam, gamma = cell.coefficients(params)
-    g_conj = dloss_dstate[0] - 1j * dloss_dstate[1]
-    influence = tstate.tangent
-    through_lam = g_conj * influence.lam * lam
+    through_lam = through_lam * lam
     real = params["B_re"].dtype
     return {
         "nu_log": (-jnp.exp(params["nu_log"]) * through_lam.real
                    ).astype(real),
         "theta_log": (jnp.exp(params["theta_log"]) * (1j * through_lam).real
                       ).astype(real),
-        "gamma_log": (gamma * (g_conj * influence.gamma).real).astype(real),
-        "B_re": (g_conj[:, None] * influence.B).real.astype(real),
-        "B_im": (1j * g_conj[:, None] * influence.B).real.astype(real),
+        "gamma_log": (gamma * through_gamma.real).astype(real),
+        # Re(i z) = -Im(z).
+        "B_re": through_B.real.astype(real),
+        "B_im": (-through_B.imag).astype(real),
     }
+
+  def gradient(params, tstate: TangentState, dloss_dstate):
+    g_conj = dloss_dstate[0] - 1j * dloss_dstate[1]
+    influence = tstate.tangent
+    return from_contractions(params, g_conj * influence.lam,
+                             g_conj * influence.gamma,
+                             g_conj[:, None] * influence.B)
+
+  def batch_gradient(params, tstates: TangentState, dloss_dstates):
+    """`gradient` summed over the batch, the batch contracted inside the
+    products: `Σ_b conj(g_b) e_B,b` is one complex contraction, so no
+    example's `(m, input_size)` gradient is formed."""
+    g_conj = dloss_dstates[0] - 1j * dloss_dstates[1]        # (batch, m)
+    influence = tstates.tangent
+    g_conj = g_conj.astype(influence.lam.dtype)
+    return from_contractions(
+        params, jnp.sum(g_conj * influence.lam, axis=0),
+        jnp.sum(g_conj * influence.gamma, axis=0),
+        _sum_over_batch(g_conj[:, :, None] * influence.B))
 
   def reset(tstate: TangentState) -> TangentState:
     return tstate._replace(
         tangent=jax.tree_util.tree_map(jnp.zeros_like, tstate.tangent))
 
   return Estimator(init=init, step=step, gradient=gradient, reset=reset,
-                   name="rtrl")
+                   name="rtrl", batch_gradient=batch_gradient)
 
 
 def for_lru(name: str, cell: LRU, **hparams) -> Estimator:

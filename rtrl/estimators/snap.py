@@ -95,6 +95,10 @@ def _unit_diagonal(name: str, cell: Cell,
                    for s in range(len(influence)))
     return per_unit.reshape(per_unit.shape[0], -1)
 
+  # No `batch_readout`: contracting the batch inside one einsum per state
+  # row ("bj,bpkj->pkj", unit j a batch dimension of the product) measured
+  # 0.71-0.82x of the per-example readout plus its GEMV sum on XLA:CPU
+  # (RHN, GRU, LSTM at n=128, batch 16): the product transposes the trace.
   return base.build(name, cell, zeros, update, readout, jacobians_once=True,
                     forget=base.forget_nothing)
 

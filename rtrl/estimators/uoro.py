@@ -61,5 +61,14 @@ def uoro(cell: Cell) -> base.Estimator:
     state_vector, param_vector = tangent
     return jnp.vdot(g, state_vector) * param_vector
 
+  def batch_readout(tangents_, g):
+    """`Σ_b (g_b · u_b) v_b`: one GEMV over the batch's `v`, no example's
+    `(P, K n)` gradient formed."""
+    state_vectors, param_vectors = tangents_
+    weights = jnp.einsum("bsn,bsn->b", g, state_vectors)
+    return jnp.tensordot(weights, param_vectors, axes=1,
+                         precision=jax.lax.Precision.HIGHEST)
+
   return base.build("uoro", cell, zeros, update, readout,
-                    jacobians_once=True, forget=forget)
+                    jacobians_once=True, forget=forget,
+                    batch_readout=batch_readout)

@@ -273,9 +273,39 @@ def diagonal_mixing_with_signs(d: Array, rank: int, signs: Array):
     (q, rank) factor F in `d`'s coordinate order, E[F F^T] = diag(d).
   """
   d = jnp.maximum(d, 0)
-  order = jnp.argsort(-d, stable=True)
-  factor_sorted = _diagonal_factor_sorted(d[order], rank, signs)
-  return jnp.zeros_like(factor_sorted).at[order].set(factor_sorted)
+  position = descending_positions(d)
+  d_sorted = jnp.zeros_like(d).at[position].set(d)
+  factor_sorted = _diagonal_factor_sorted(d_sorted, rank, signs)
+  return factor_sorted[position]
+
+
+# Up to this many entries the positions come from all pairwise comparisons
+# (q^2 work, one fused pass and a GEMV) rather than a sort: XLA:CPU sorts 16
+# x 128 floats in 0.32 ms, the comparisons take 0.085 (0.30 against 1.0 at
+# 256; even at 512).
+PAIRWISE_SORT_MAX = 256
+
+
+def descending_positions(d: Array) -> Array:
+  """Where each entry of `d` (q,) goes in the stable non-increasing order:
+  `d_sorted[positions[i]] = d[i]`, ties kept in index order (as
+  `argsort(-d, stable=True)`); a NaN counts as the largest, so it reaches
+  the sorted vector instead of being dropped."""
+  q = d.shape[0]
+  key = jnp.where(jnp.isnan(d), jnp.inf, d)
+  if q > PAIRWISE_SORT_MAX:
+    order = jnp.argsort(-key, stable=True)
+    return jnp.zeros((q,), jnp.int32).at[order].set(
+        jnp.arange(q, dtype=jnp.int32))
+  index = jnp.arange(q)
+  before = ((key[None, :] > key[:, None])
+            | ((key[None, :] == key[:, None])
+               & (index[None, :] < index[:, None])))
+  # Counted by a product with ones: XLA:CPU's row reduction of a boolean
+  # matrix is several times slower. The counts (<= q) are exact.
+  count = jnp.matmul(before.astype(key.dtype), jnp.ones((q,), key.dtype),
+                     precision=jax.lax.Precision.HIGHEST)
+  return count.astype(jnp.int32)
 
 
 def optimal_diagonal_mixing(d, rank: int, key) -> Tuple[Array, Array]:

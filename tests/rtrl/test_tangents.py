@@ -92,3 +92,63 @@ def test_factors_and_D_rows_equal_the_stacked_rows(rows_first_max_floats,
   np.testing.assert_allclose(rows.gram(mix), (np.asarray(mix) @ stacked)
                              @ (np.asarray(mix) @ stacked).T,
                              rtol=1e-12, atol=1e-12)
+
+
+def _blocks_with_edge_cases(shape, seed):
+  """Random `(n, S, K)` blocks plus a zero block, a rank-one block and a
+  block whose two singular values are equal (when S = K = 2 fits)."""
+  blocks = np.random.RandomState(seed).randn(*shape)
+  blocks[0] = 0.0
+  if shape[1] > 1 and shape[2] > 1:
+    blocks[1] = np.outer(np.arange(1.0, shape[1] + 1),
+                         np.arange(1.0, shape[2] + 1))
+    blocks[2] = 0.0
+    blocks[2, 0, 0] = blocks[2, 1, 1] = 3.0
+  return blocks
+
+
+@pytest.mark.parametrize("shape", [(6, 1, 1), (6, 1, 2), (6, 1, 4),
+                                   (6, 3, 1), (6, 2, 4), (6, 2, 2),
+                                   (6, 4, 2), (6, 3, 3)])
+def test_block_svd_of_D_is_an_svd_of_every_block(shape, x64):
+  """Closed forms (one-row, one-column and two-row blocks) and the library
+  fallback: singular values equal numpy's, the factors reproduce each block
+  to rounding and are orthonormal where the singular value is positive."""
+  blocks = _blocks_with_edge_cases(shape, seed=sum(shape))
+  jac = cells.StepJacobians(D=jnp.asarray(blocks), dfds=None,
+                            recurrent_weights=None, hhat=None)
+  left, singular_values, right = (np.asarray(a) for a in
+                                  tangents.block_svd_of_D(jac))
+  q = min(shape[1:])
+  assert left.shape == (shape[0], shape[1], q)
+  assert right.shape == (shape[0], shape[2], q)
+  np.testing.assert_allclose(
+      np.sort(singular_values, axis=1),
+      np.sort(np.linalg.svd(blocks, compute_uv=False), axis=1), atol=1e-13)
+  np.testing.assert_allclose(
+      np.einsum("nsq,nq,nkq->nsk", left, singular_values, right), blocks,
+      atol=1e-13)
+  for j in range(shape[0]):
+    keep = singular_values[j] > 1e-12
+    for vectors in (left[j][:, keep], right[j][:, keep]):
+      np.testing.assert_allclose(vectors.T @ vectors, np.eye(keep.sum()),
+                                 atol=1e-12)
+
+
+@pytest.mark.parametrize("q", [1, 2, 9, 256, 257, 700])
+def test_descending_positions_match_a_stable_argsort(q):
+  """Both paths (pairwise comparisons up to PAIRWISE_SORT_MAX, a sort
+  above), with many ties; a NaN goes first, not lost."""
+  from rtrl.kronecker import diagonal  # pylint: disable=g-import-not-at-top
+  for seed in range(3):
+    d = np.random.RandomState(seed).randint(0, 6, size=q).astype(np.float32)
+    positions = np.asarray(diagonal.descending_positions(jnp.asarray(d)))
+    expected = np.empty(q, int)
+    expected[np.argsort(-d, kind="stable")] = np.arange(q)
+    np.testing.assert_array_equal(positions, expected)
+  if q > 1:
+    d = np.arange(q, dtype=np.float32)
+    d[q // 2] = np.nan
+    positions = np.asarray(diagonal.descending_positions(jnp.asarray(d)))
+    assert positions[q // 2] == 0
+    assert sorted(positions) == list(range(q))
