@@ -124,3 +124,27 @@ def test_small_linalg_tiny_run(capsys):
                             "2", "--repeats", "1"]) == 0
   printed = capsys.readouterr().out
   assert "cholesky" in printed and "eigh" in printed
+
+
+bench_official = _load("bench_official")
+
+
+def test_official_intervals_are_the_lone_numbers_it_prints():
+  """The official script prints a status line of several numbers, then the
+  block's elapsed seconds alone, then another line of several."""
+  output = "\n".join([
+      "OFFICIAL_START", "0 12 999 1000 1 0.52 3.1 0.4", "228.25",
+      "0.1 0.2 0.3 0.4 0.5", "CLEARED", "0 9 1999 1000 1 0.3 2.0 0.5",
+      "227.5", "0.1 0.2 0.3 0.4 0.5"])
+  assert bench_official.official_intervals(output) == [228.25, 227.5]
+
+
+def test_official_needs_two_intervals_and_the_script(tmp_path):
+  with pytest.raises(SystemExit):
+    bench_official.main(["--official_script", str(tmp_path / "x.py"),
+                         "--tf_python", "python", "--steps", "100",
+                         "--every", "100"])
+  with pytest.raises(SystemExit, match="no such file"):
+    bench_official.run_official(type("Args", (), {
+        "official_script": str(tmp_path / "missing.py"),
+        "tf_python": "python", "steps": 200, "every": 100})())
