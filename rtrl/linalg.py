@@ -224,6 +224,19 @@ def thin_qr_rows(rows: jax.Array) -> tuple[jax.Array, jax.Array]:
   return jax.lax.fori_loop(0, num_vectors, body, init, unroll=True)
 
 
+def sum_over_batch(per_example: jax.Array) -> jax.Array:
+  """`per_example.sum(0)` as a product with a ones vector.
+
+  XLA:CPU lowers a reduction over the leading axis of a `(B, P, K n)` array
+  to a library fusion that takes ~3.5 ms at B=16, n=128 (about 50x its
+  memory time, measured with `jax.profiler` in the online trainer); the same
+  sum as a GEMV takes 0.07 ms. Exact in float64: products with 1 are exact.
+  """
+  ones = jnp.ones(per_example.shape[:1], per_example.dtype)
+  return jnp.tensordot(ones, per_example, axes=1,
+                       precision=jax.lax.Precision.HIGHEST)
+
+
 # Widths of the identity that `computed_once` multiplies by: a contraction
 # of size 1 would be rewritten by XLA into an element-wise multiply (and
 # fused again), so the smallest width used is 2.

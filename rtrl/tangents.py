@@ -263,9 +263,10 @@ def _two_row_blocks(blocks: jax.Array):
   diagonalises it (orthonormal to rounding), the right vectors `Bᵀ u / s`
   (0 where `s` is not positive), so `left diag(s) rightᵀ = left leftᵀ B` is
   the block to rounding whatever the accuracy of a small `s`. A singular
-  value below `sqrt(eps)` of the block's largest loses relative accuracy to
-  the squaring; it only weighs in the optimal mixing's variance, never in
-  what the factors reproduce."""
+  value far below the block's largest is accurate to about `eps` times the
+  largest (the rotation's angle comes from the squared entries); it only
+  weighs in the optimal mixing's variance, never in what the factors
+  reproduce."""
   gram = jnp.einsum("nsk,ntk->nst", blocks, blocks)
   a, b, c = gram[:, 0, 0], gram[:, 0, 1], gram[:, 1, 1]
   angle = 0.5 * jnp.arctan2(2 * b, a - c)

@@ -29,12 +29,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from rtrl import linalg
 from rtrl.cells.lru import LRU
-
-
-def _sum_over_batch(x):
-  ones = jnp.ones(x.shape[:1], x.dtype)
-  return jnp.tensordot(ones, x, axes=1, precision=jax.lax.Precision.HIGHEST)
 from rtrl.estimators.base import Estimator, TangentState
 
 
@@ -109,16 +105,16 @@ def exact_diagonal(cell: LRU) -> Estimator:
                              g_conj[:, None] * influence.B)
 
   def batch_gradient(params, tstates: TangentState, dloss_dstates):
-    """`gradient` summed over the batch, the batch contracted inside the
-    products: `Σ_b conj(g_b) e_B,b` is one complex contraction, so no
-    example's `(m, input_size)` gradient is formed."""
+    """`gradient` summed over the batch: `Σ_b conj(g_b) e_B,b` is summed
+    before the real and imaginary parts are taken, so one complex array of
+    products is formed where the per-example path forms two real ones."""
     g_conj = dloss_dstates[0] - 1j * dloss_dstates[1]        # (batch, m)
     influence = tstates.tangent
     g_conj = g_conj.astype(influence.lam.dtype)
     return from_contractions(
         params, jnp.sum(g_conj * influence.lam, axis=0),
         jnp.sum(g_conj * influence.gamma, axis=0),
-        _sum_over_batch(g_conj[:, :, None] * influence.B))
+        linalg.sum_over_batch(g_conj[:, :, None] * influence.B))
 
   def reset(tstate: TangentState) -> TangentState:
     return tstate._replace(
