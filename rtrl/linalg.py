@@ -43,7 +43,7 @@ References:
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -143,11 +143,44 @@ def gram_qr(gram_of: Callable[[jax.Array | None], jax.Array],
   Returns:
     `(transform, coords)` `(c, c)` as for `gram_qr_rows`.
   """
-  transform, coords = gram_factor(gram_of(None))
+  return gram_qr_together([gram_of], refine)[0]
+
+
+def gram_qr_together(gram_ofs: Sequence[Callable[[jax.Array | None],
+                                                  jax.Array]],
+                     refine: bool) -> list[tuple[jax.Array, jax.Array]]:
+  """`gram_qr` of several sets of `c` rows, factorised by one batched call.
+
+  The Kronecker-sum reduction orthonormalises its left and its right
+  factors; their `(c, c)` Gram matrices are stacked and factorised by a
+  single (batched) decomposition per pass, which also cannot start before
+  both Gram matrices exist. On XLA:CPU that matters beyond saving a call:
+  a LAPACK call free to start early runs beside the step's large GEMMs,
+  and there it was measured to stall both (GRU-128 16-OK: the left
+  factors' decomposition charged 58-84 ms of a 100-120 ms step, 1.2 of 2
+  cores busy; stacked, 75-78 ms at 1.9 cores).
+
+  Args:
+    gram_ofs: one `gram_of` (as for `gram_qr`) per set of rows, all of the
+      same `c`.
+    refine: as for `gram_qr`.
+
+  Returns:
+    `[(transform, coords), ...]`, one pair per `gram_ofs` entry, in order.
+  """
+  grams = [gram_of(None) for gram_of in gram_ofs]
+  shapes = {tuple(g.shape) for g in grams}
+  if len(shapes) != 1 or len(grams[0].shape) != 2:
+    raise ValueError("gram_qr_together needs Gram matrices of one square "
+                     f"shape (c, c), got shapes {[g.shape for g in grams]}")
+  transforms, coords = jax.vmap(gram_factor)(jnp.stack(grams))
   if refine:
-    transform2, coords2 = gram_factor(gram_of(transform))
-    transform, coords = transform2 @ transform, coords2 @ coords
-  return transform, coords
+    grams = jnp.stack([gram_of(transform) for gram_of, transform
+                       in zip(gram_ofs, transforms)])
+    transforms2, coords2 = jax.vmap(gram_factor)(grams)
+    transforms = transforms2 @ transforms
+    coords = coords2 @ coords
+  return [(transforms[i], coords[i]) for i in range(len(gram_ofs))]
 
 
 def default_refine(dtype) -> bool:
@@ -181,8 +214,12 @@ def gram_qr_rows(rows: jax.Array, refine: bool | None = None
   """
   if refine is None:
     refine = default_refine(rows.dtype)
-  return gram_qr(lambda t: gram(rows if t is None else matmul(t, rows)),
-                 refine)
+  return gram_qr(gram_of_rows(rows), refine)
+
+
+def gram_of_rows(rows: jax.Array) -> Callable[[jax.Array | None], jax.Array]:
+  """The `gram_of` of `gram_qr` for explicit rows `(c, M)`: one GEMM."""
+  return lambda t: gram(rows if t is None else matmul(t, rows))
 
 
 def thin_qr_rows(rows: jax.Array) -> tuple[jax.Array, jax.Array]:

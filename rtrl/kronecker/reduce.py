@@ -126,8 +126,7 @@ class Rows(NamedTuple):
 def dense_rows(rows: Array) -> Rows:
   """`Rows` of an explicit `(c, M)` matrix."""
   return Rows(
-      gram=lambda t: linalg.gram(rows if t is None else
-                                 linalg.matmul(t, rows)),
+      gram=linalg.gram_of_rows(rows),
       combine=lambda x: linalg.matmul(x, rows), dtype=rows.dtype)
 
 
@@ -146,8 +145,8 @@ def reduce_rows(us: Array, rows: Rows, key, *, biased: bool = False):
   refine = linalg.default_refine(rows.dtype)
   # CholeskyQR(2) by eigendecomposition (rtrl.linalg): the long rows only meet
   # GEMMs, and the bases are never formed: A'_j = (R'_j^T T_A) As.
-  transform_u, coords_u = linalg.gram_qr_rows(us, refine)
-  transform_a, coords_a = linalg.gram_qr(rows.gram, refine)
+  (transform_u, coords_u), (transform_a, coords_a) = linalg.gram_qr_together(
+      [linalg.gram_of_rows(us), rows.gram], refine)
   core = coords_u @ coords_a.T                      # (r+1, r+1)
   if biased:
     left, right = _truncated_factors(core, rank)

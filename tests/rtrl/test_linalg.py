@@ -66,6 +66,30 @@ def test_gram_qr_rows_orthonormal_and_reconstructs_float64(x64, refine):
                              atol=1e-12 if refine else 1e-9)
 
 
+@pytest.mark.parametrize("refine", [True, False])
+def test_gram_qr_together_is_each_gram_qr_exactly(x64, refine):
+  """Factorised by one stacked call, each set of rows gets the very
+  transform and coordinates it gets alone (bit for bit: the batched
+  decomposition treats every matrix on its own)."""
+  rng = np.random.default_rng(4)
+  left = jnp.asarray(rng.normal(size=(5, 30)))
+  right = np.asarray(rng.normal(size=(5, 200)))
+  right[2] = 0
+  right = jnp.asarray(right)
+  together = linalg.gram_qr_together(
+      [linalg.gram_of_rows(left), linalg.gram_of_rows(right)], refine)
+  alone = [linalg.gram_qr_rows(left, refine), linalg.gram_qr_rows(right, refine)]
+  for (t, c), (t_ref, c_ref) in zip(together, alone):
+    np.testing.assert_array_equal(np.asarray(t), np.asarray(t_ref))
+    np.testing.assert_array_equal(np.asarray(c), np.asarray(c_ref))
+
+
+def test_gram_qr_together_rejects_different_sizes():
+  with pytest.raises(ValueError, match=r"one square shape \(c, c\)"):
+    linalg.gram_qr_together([linalg.gram_of_rows(jnp.ones((3, 8))),
+                             linalg.gram_of_rows(jnp.ones((4, 8)))], False)
+
+
 def test_gram_qr_rows_zero_and_short_rows_float32():
   transform, coords = jax.jit(linalg.gram_qr_rows)(jnp.zeros((4, 3)))
   assert np.all(np.asarray(transform) == 0) and np.all(np.asarray(coords) == 0)
