@@ -5,9 +5,10 @@ Layouts (one example):
   * a parameter "column" index is `(P, K, n)` for `W` of shape `(P, K n)`,
   * the exact influence matrix `G = d state / d W` is `(P, K, n, S, n)`,
   * the right Kronecker factors of the Kronecker-sum estimators are stored
-    state-major, `(S, n, K, n, r)` (`(S, n, K, n)` for a single one), so
+    state-major, `(S n, K, n, r)` (`(S n, K, n)` for a single one), the
+    state row and unit merged into one leading axis (`s n + i`), so
     `G = Σ_i u_i ⊗ A[..., i]` with `u_i` of shape `(P,)` and
-    `G[p, k, j, s, i] = Σ_r u[r, p] A[s, i, k, j, r]`.
+    `G[p, k, j, s, i] = Σ_r u[r, p] A[s n + i, k, j, r]`.
 
 `H v` (the recurrent Jacobian applied to state tangents) is the one place
 every estimator spends its `n^3`: `apply_recurrent_jacobian` is it, for all.
@@ -72,39 +73,43 @@ def apply_recurrent_jacobian(jac: StepJacobians, hidden_row: int,
 
 
 # Kronecker right factors (and the exact influence, with the P rows of W as
-# its copies) are stored STATE-MAJOR, `(S, n, K, n, *copies)`: the state
-# axes (where `H` acts) first, the W-column axes next and the copies / rank
+# its copies) are stored STATE-MAJOR, `(S n, K, n, *copies)`: the state
+# axis (where `H` acts) first, the W-column axes next and the copies / rank
 # axis last. Then `H A` for all copies of an example is ONE
 # GEMM `(S n, S n) @ (S n, K n r)`, and the Gram matrix and the mixing of the
 # copies contract a tall `(S n K n, r)` matrix over its long side, the shape
 # XLA's GEMMs run fastest (measured on 2-core XLA:CPU at 16-OK, n=128, in a
 # scan: Gram 4 ms vs 21 ms, Gram + mix 12 ms vs 31 ms for rank-first rows).
+# The state row and the unit share one axis: with a separate `S` axis of
+# size 1 (RNN, RHN, GRU) XLA:CPU gave the scan's carried factors a layout
+# it did not recognise as row-major and copied the whole tangent every step
+# (3.6 of the 34 ms of a 16-OK RHN-128 step; exact RTRL's influence too).
 
 
 def propagate_factors(jac: StepJacobians, hidden_row: int,
                       factors: jax.Array) -> jax.Array:
-  """`H A` for state-major factors `(S, n, K, n, *copies)`: one GEMM."""
-  num_rows, n = factors.shape[:2]
+  """`H A` for state-major factors `(S n, K, n, *copies)`: one GEMM."""
   h = recurrent_jacobian_t(jac, hidden_row).T
-  flat = factors.reshape(num_rows * n, -1)
+  flat = factors.reshape(factors.shape[0], -1)
   return linalg.matmul(h, flat).reshape(factors.shape)
 
 
 def dense_D_factor(jac: StepJacobians) -> jax.Array:
-  """`D` as a state-major right factor `(S, n, K, n)`: `F_t = hhat ⊗ D`."""
-  n = jac.D.shape[0]
-  return jnp.einsum("isk,ij->sikj", jac.D, jnp.eye(n, dtype=jac.D.dtype))
+  """`D` as a state-major right factor `(S n, K, n)`: `F_t = hhat ⊗ D`."""
+  n, num_rows, num_gates = jac.D.shape
+  dense = jnp.einsum("isk,ij->sikj", jac.D, jnp.eye(n, dtype=jac.D.dtype))
+  return dense.reshape(num_rows * n, num_gates, n)
 
 
-# `dense_D_factor` is zero except on the "diagonal" `(s, j, k, j)`: `S n K`
+# `dense_D_factor` is zero except on the "diagonal" `(s n + j, k, j)`: `S n K`
 # of its `S n K n` entries. The helpers below touch only those entries (a
 # gather or an in-place scatter-add), so adding `D ⊗ c` to a propagated
 # factor costs no extra pass over it.
 
 
 def _factor_diagonal(n: int, num_rows: int, num_gates: int):
-  """Flat indices in `(S, n, K, n)` of `dense_D_factor`'s non-zero entries
-  `(s, j, k, j)`, in order `(s, j, k)`, the order of `_factor_D_values`."""
+  """Flat indices in `(S n, K, n)` of `dense_D_factor`'s non-zero entries
+  `(s n + j, k, j)`, in order `(s, j, k)`, the order of `_factor_D_values`."""
   s = jnp.arange(num_rows)[:, None, None]
   j = jnp.arange(n)[None, :, None]
   k = jnp.arange(num_gates)[None, None, :]
@@ -118,11 +123,11 @@ def _factor_D_values(jac: StepJacobians) -> jax.Array:
 
 def add_scaled_D_to_factors(factors: jax.Array, coef: jax.Array,
                             jac: StepJacobians) -> jax.Array:
-  """`factors + dense_D_factor ⊗ coef` for factors `(S, n, K, n, *copies)`
+  """`factors + dense_D_factor ⊗ coef` for factors `(S n, K, n, *copies)`
   and `coef` of shape `copies`: a scatter-add on the `S n K` diagonal
   entries, no pass over the factors."""
-  num_rows, n, num_gates = factors.shape[:3]
-  copies = factors.shape[4:]
+  n, num_rows, num_gates = jac.D.shape
+  copies = factors.shape[3:]
   flat = factors.reshape((-1,) + copies)
   values = _factor_D_values(jac).reshape((-1,) + (1,) * len(copies)) * coef
   positions = _factor_diagonal(n, num_rows, num_gates)
@@ -130,10 +135,10 @@ def add_scaled_D_to_factors(factors: jax.Array, coef: jax.Array,
 
 
 def inner_with_D_factors(factors: jax.Array, jac: StepJacobians) -> jax.Array:
-  """`<A_c, dense_D_factor>` for factors `(S, n, K, n, *copies)`: shape
+  """`<A_c, dense_D_factor>` for factors `(S n, K, n, *copies)`: shape
   `copies` (a gather of the diagonal entries)."""
-  num_rows, n, num_gates = factors.shape[:3]
-  copies = factors.shape[4:]
+  n, num_rows, num_gates = jac.D.shape
+  copies = factors.shape[3:]
   flat = factors.reshape((-1,) + copies)
   diagonal = flat[_factor_diagonal(n, num_rows, num_gates)]
   values = _factor_D_values(jac).reshape((-1,) + (1,) * len(copies))
@@ -141,10 +146,10 @@ def inner_with_D_factors(factors: jax.Array, jac: StepJacobians) -> jax.Array:
 
 
 def contract_factors(factors: jax.Array, g: jax.Array) -> jax.Array:
-  """`g · A` over the leading state axes of `(S, n, K, n, *copies)` factors:
-  `(K, n, *copies)`."""
+  """`g · A` over the leading state axis of `(S n, K, n, *copies)` factors,
+  for a state covector `g` `(S, n)`: `(K, n, *copies)`."""
   return linalg.matmul(g.reshape(-1),
-                       factors.reshape(g.size, -1)).reshape(factors.shape[2:])
+                       factors.reshape(g.size, -1)).reshape(factors.shape[1:])
 
 
 # XLA:CPU runs the Gram matrix and the mixing of a SMALL stack of FEW
@@ -165,11 +170,11 @@ def _rows_first(num_floats: int, rank: int) -> bool:
 
 def factors_and_D_rows(factors: jax.Array, jac: StepJacobians):
   """The `r + 1` right factors `[A_1..A_r, dense_D_factor]` as
-  `kronecker.Rows`, for state-major factors `(S, n, K, n, r)`.
+  `kronecker.Rows`, for state-major factors `(S n, K, n, r)`.
 
   The Gram matrix is one GEMM over the tall `(S n K n, r)` matrix plus a
   gather of its diagonal entries; a combination `X (m, r + 1)` is one GEMM
-  plus a scatter-add, returned state-major `(S, n, K, n, m)`. The stacked
+  plus a scatter-add, returned state-major `(S n, K, n, m)`. The stacked
   `(r + 1, S n K n)` rows are never formed. Small stacks on CPU go through
   an explicit row-major copy (see `_ROWS_FIRST_MAX_FLOATS`).
   """

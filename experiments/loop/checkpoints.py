@@ -127,6 +127,30 @@ def read_latest_checkpoint(workdir: str, log=None) -> tuple[int, Any] | None:
   return None
 
 
+def _merges_adjacent_axes(old_shape: tuple, new_shape: tuple) -> bool:
+  """Whether `new_shape` is `old_shape` with two neighbouring axes merged
+  (so a row-major reshape maps one onto the other element for element)."""
+  if len(old_shape) != len(new_shape) + 1:
+    return False
+  return any(old_shape[:i] + (old_shape[i] * old_shape[i + 1],)
+             + old_shape[i + 2:] == new_shape
+             for i in range(len(old_shape) - 1))
+
+
+def _upgrade_tangent_layout(template: Any, restored: Any) -> Any:
+  """Checkpoints written before the Kronecker factors and the exact
+  influence merged their state-row and unit axes (`(S, n, K, n, ...)` ->
+  `(S n, K, n, ...)`, `rtrl.tangents`) hold the same numbers in the same
+  order: their tangent leaves are reshaped, nothing else is."""
+  def upgrade(key_path, want, got):
+    name = jax.tree_util.keystr(key_path)
+    old, new = np.shape(got), np.shape(want)
+    if "tangent" in name and _merges_adjacent_axes(old, new):
+      return np.reshape(got, new)
+    return got
+  return jax.tree_util.tree_map_with_path(upgrade, template, restored)
+
+
 def _check_like(template: Any, restored: Any, path: str) -> None:
   want = jax.tree_util.tree_flatten_with_path(template)[0]
   got = jax.tree_util.tree_leaves(restored)
@@ -150,5 +174,6 @@ def restore_like(template: Any, raw: Any, path: str = "checkpoint") -> Any:
   except (ValueError, KeyError, TypeError) as e:
     raise CheckpointError(f"{path} does not match this run's state "
                           f"({e}); was it made with another config?") from e
+  target = _upgrade_tangent_layout(template, target)
   _check_like(template, target, path)
   return target

@@ -5,7 +5,7 @@ recursion uses the Lemma-1 factorisation of `F_t` rather than differentiating
 the step w.r.t. all parameters, the same structure the approximations reuse:
 the influence is stored like the Kronecker estimators' right factors,
 state-major with the `P` rows of `W` as the trailing copies axis,
-`G[s, i, k, j, p] = d state[s, i] / d W[p, k n + j]` (`rtrl.tangents`).
+`G[s n + i, k, j, p] = d state[s, i] / d W[p, k n + j]` (`rtrl.tangents`).
 
 References:
   Williams & Zipser, "A learning algorithm for continually running fully
@@ -26,7 +26,7 @@ def exact_rtrl(cell: Cell) -> base.Estimator:
 
   def zeros(params):
     p, k, s, n = base.sizes(cell, params)
-    return jnp.zeros((s, n, k, n, p), params["W"].dtype)
+    return jnp.zeros((s * n, k, n, p), params["W"].dtype)
 
   def update(influence, jac, key):
     del key  # exact: no randomness

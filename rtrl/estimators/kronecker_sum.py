@@ -1,7 +1,7 @@
-"""Estimators that store `G ≈ Σ_i u_i ⊗ A_i` (u_i: (P,), A_i: (S, n, K, n)).
+"""Estimators that store `G ≈ Σ_i u_i ⊗ A_i` (u_i: (P,), A_i: (S n, K, n)).
 
-The tangent is `(u (P,), A (S, n, K, n))` for a single product (KF,
-KF-approx) and `(u (r, P), A (S, n, K, n, r))` for `r` of them (KF-AVG, OK,
+The tangent is `(u (P,), A (S n, K, n))` for a single product (KF,
+KF-approx) and `(u (r, P), A (S n, K, n, r))` for `r` of them (KF-AVG, OK,
 B-OK): right factors state-major with the copies last (see `rtrl.tangents`).
 
 * `kf` — KF-RTRL (Mujika et al. 2018): one Kronecker product; `H G` is
@@ -43,9 +43,9 @@ def _kronecker_zeros(cell: Cell, params, copies: int | None):
   p, k, s, n = base.sizes(cell, params)
   dtype = params["W"].dtype
   if copies is None:
-    return jnp.zeros((p,), dtype), jnp.zeros((s, n, k, n), dtype)
+    return jnp.zeros((p,), dtype), jnp.zeros((s * n, k, n), dtype)
   return (jnp.zeros((copies, p), dtype),
-          jnp.zeros((s, n, k, n, copies), dtype))
+          jnp.zeros((s * n, k, n, copies), dtype))
 
 
 def _kronecker_readout(tangent, g):
@@ -68,7 +68,7 @@ def _forget_u(tangent, keep):
 def _kf_update(cell: Cell, approximate_D_rank: int | None = None,
                copies: int | None = None):
   """KF-RTRL's step, for one product or `copies` independent ones (KF-AVG:
-  `u (r, P)`, `A (S, n, K, n, r)`, all copies propagated by one GEMM)."""
+  `u (r, P)`, `A (S n, K, n, r)`, all copies propagated by one GEMM)."""
   def update(tangent, jac, key):
     u, factor = tangent
     propagated = tangents.propagate_factors(jac, cell.hidden_row, factor)
@@ -80,9 +80,8 @@ def _kf_update(cell: Cell, approximate_D_rank: int | None = None,
     # The sign trick with F = hhat ⊗ D, D added on its diagonal entries.
     norm = lambda x: jnp.sqrt(jnp.sum(x * x))
     u_norms = jnp.sqrt(jnp.sum(u * u, axis=-1))
-    # Over the (S, n, K, n) axes: a scalar, or one norm per copy.
-    factor_norms = jnp.sqrt(jnp.sum(propagated * propagated,
-                                    axis=(0, 1, 2, 3)))
+    # Over the (S n, K, n) axes: a scalar, or one norm per copy.
+    factor_norms = jnp.sqrt(jnp.sum(propagated * propagated, axis=(0, 1, 2)))
     scales = lambda u_norm, a_norm, key: kronecker.sign_trick_scales(
         u_norm, a_norm, norm(jac.hhat), norm(jac.D), key, propagated.dtype)
     if copies is None:
@@ -116,9 +115,10 @@ def low_rank_D_factors(jac, rank: int, key):
 
 
 def unbiased_low_rank_D(jac, rank: int, key) -> jax.Array:
-  """`D'` as a dense state-major right factor `(S, n, K, n)`."""
+  """`D'` as a dense state-major right factor `(S n, K, n)`."""
   state_vectors, column_vectors = low_rank_D_factors(jac, rank, key)
-  return jnp.einsum("rkj,rsi->sikj", column_vectors, state_vectors)
+  dense = jnp.einsum("rkj,rsi->sikj", column_vectors, state_vectors)
+  return dense.reshape((-1,) + dense.shape[2:])
 
 
 def kf(cell: Cell) -> base.Estimator:

@@ -171,7 +171,8 @@ def test_linearized_step_matches_step_and_jacobians(cls, x64):
       return cell.state_to_rows(cell.step(p, cell.rows_to_state(r), x))
 
     jw = jax.jacfwd(lambda w: step_rows({"W": w}, rows))(params["W"])
-    f = tangents.dense_D_factor(jac)[..., None] * jac.hhat   # (S,n,K,n,P)
+    f = (tangents.dense_D_factor(jac)[..., None] * jac.hhat).reshape(
+        s, N, k, N, -1)   # (S, n, K, n, P)
     hv = tangents.apply_recurrent_jacobian(jac, cell.hidden_row, vs)
     jvps = jax.vmap(lambda v: jax.jvp(lambda r: step_rows(params, r),
                                       (rows,), (v,))[1])(vs)

@@ -353,7 +353,7 @@ def _cancelling_tangent(name, tangent, rng):
   def rand_like(a):
     return jnp.asarray(rng.standard_normal(a.shape), a.dtype)
   if name in ("ok", "ok_biased", "kf_avg"):
-    u, a = tangent   # u (r, P), a (S, n, K, n, r): copies last
+    u, a = tangent   # u (r, P), a (S n, K, n, r): copies last
     u1, a1 = rand_like(u[0]), rand_like(a[..., 0])
     # rank 2: u_0 (x) A_0 + u_0 (x) (-A_0) == 0, linearly dependent u.
     return jnp.stack([u1, u1]), jnp.stack([a1, -a1], axis=-1)

@@ -114,7 +114,7 @@ def test_tangent_is_reset_and_contract_shapes(x64):
   assert not np.any(np.asarray(ts.tangent))
   assert np.abs(np.asarray(ts1.tangent)).max() > 1e-3
   p_dim = w.shape[0]
-  # (S, n, K, n, P) with S = 1 for RHN -> (n, P, K n), jw's layout.
+  # (S n, K, n, P) with S = 1 for RHN -> (n, P, K n), jw's layout.
   tangent = np.asarray(ts1.tangent).reshape(N, -1, p_dim)
   np.testing.assert_allclose(np.transpose(tangent, (0, 2, 1)), jw,
                              rtol=1e-12, atol=1e-14)

@@ -80,14 +80,17 @@ def test_rflo_exact_without_recurrent_weights(cell_name, x64):
 
 def _dense(influence):
   """`(S, P, K, n)` unit-diagonal influence as the exact layout
-  `G[s, i, k, j, p] = [i = j] J[s, p, k, j]`."""
-  eye = jnp.eye(influence.shape[-1], dtype=influence.dtype)
-  return jnp.einsum("spkj,ij->sikjp", influence, eye)
+  `G[s n + i, k, j, p] = [i = j] J[s, p, k, j]`."""
+  num_rows, n = influence.shape[0], influence.shape[-1]
+  eye = jnp.eye(n, dtype=influence.dtype)
+  dense = jnp.einsum("spkj,ij->sikjp", influence, eye)
+  return dense.reshape((num_rows * n,) + dense.shape[2:])
 
 
 def _unit_diagonal(dense):
   """The `i = j` entries of an exact-layout influence, as `(S, P, K, n)`."""
-  return jnp.einsum("sjkjp->spkj", dense)
+  n = dense.shape[2]
+  return jnp.einsum("sjkjp->spkj", dense.reshape((-1, n) + dense.shape[1:]))
 
 
 @pytest.mark.parametrize("cell_name", CELL_NAMES)

@@ -16,14 +16,14 @@ N, INPUT, COPIES = 5, 3, 4
 
 def _setup(cell_cls, seed=0):
   """A cell's step Jacobians at a random state, and random factors
-  `(S, n, K, n, COPIES)`, in float64."""
+  `(S n, K, n, COPIES)`, in float64."""
   cell = cell_cls(hidden_size=N)
   keys = jax.random.split(jax.random.PRNGKey(seed), 4)
   params = cell.init(keys[0], INPUT)
   rows = 0.5 * jax.random.normal(keys[1], (cell.num_state_rows, N))
   x = jax.random.normal(keys[2], (INPUT,))
   _, jac = cell.linearized_step(params, cell.rows_to_state(rows), x)
-  shape = (cell.num_state_rows, N, cell.num_gates, N, COPIES)
+  shape = (cell.num_state_rows * N, cell.num_gates, N, COPIES)
   factors = jax.random.normal(keys[3], shape)
   return cell, jac, factors
 
@@ -38,11 +38,11 @@ def test_factor_helpers_equal_dense_references(cell_cls, x64):
   s, n, k = cell.num_state_rows, N, cell.num_gates
   flat = np.asarray(factors).reshape(s * n, k * n, COPIES)
   dense_d = np.asarray(tangents.dense_D_factor(jac))
-  # dense_D_factor holds D[j, s, k] at (s, j, k, j) and zeros elsewhere.
+  # dense_D_factor holds D[j, s, k] at (s n + j, k, j), zeros elsewhere.
   expected_d = np.zeros((s, n, k, n))
   for j in range(n):
     expected_d[:, j, :, j] = np.asarray(jac.D)[j]
-  np.testing.assert_array_equal(dense_d, expected_d)
+  np.testing.assert_array_equal(dense_d, expected_d.reshape(s * n, k, n))
 
   propagated = tangents.propagate_factors(jac, cell.hidden_row, factors)
   np.testing.assert_allclose(
@@ -57,13 +57,14 @@ def test_factor_helpers_equal_dense_references(cell_cls, x64):
       rtol=1e-14, atol=1e-15)
   np.testing.assert_allclose(
       tangents.inner_with_D_factors(factors, jac),
-      np.einsum("sikjr,sikj->r", np.asarray(factors), dense_d),
+      np.einsum("akjr,akj->r", np.asarray(factors), dense_d),
       rtol=1e-13, atol=1e-14)
 
   g = jax.random.normal(jax.random.PRNGKey(9), (s, n))
   np.testing.assert_allclose(
       tangents.contract_factors(factors, g),
-      np.einsum("si,sikjr->kjr", np.asarray(g), np.asarray(factors)),
+      np.einsum("a,akjr->kjr", np.asarray(g).reshape(-1),
+                np.asarray(factors)),
       rtol=1e-13, atol=1e-14)
 
 
