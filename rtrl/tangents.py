@@ -168,6 +168,22 @@ def _rows_first(num_floats: int, rank: int) -> bool:
           and num_floats < _ROWS_FIRST_MAX_FLOATS)
 
 
+# The mixing `(S n K n, r) @ (r, m)` of a few tall columns ran faster on
+# XLA:CPU as `r` broadcast multiply-adds in one loop fusion than as a GEMM
+# (a YNNPACK call at ~2.5 GB/s on a 4 MB operand that sits in cache).
+# Full r-OK steps, batch 16, the two forms alternating three times in one
+# sitting (ms): 8-OK RHN-64 4.52-4.86 -> 3.88-4.64, RHN-128 13.6-14.8 ->
+# 9.5-13.2, GRU-128 27.6-32.3 -> 26.5-32.8, LSTM-128 75-92 -> 71-87; 4-OK
+# RHN-128 8.6-9.3 -> 6.3-7.6. Above rank 8 the fused loop lost to the GEMM
+# (12-OK RHN-64 6.3-6.8 -> 9.0; 16-OK RHN-128 22-28 -> 36-53).
+_ELEMENTWISE_MIX_MAX_RANK = 8
+
+
+def _elementwise_mix(rank: int) -> bool:
+  return (jax.default_backend() == "cpu"
+          and rank <= _ELEMENTWISE_MIX_MAX_RANK)
+
+
 def factors_and_D_rows(factors: jax.Array, jac: StepJacobians):
   """The `r + 1` right factors `[A_1..A_r, dense_D_factor]` as
   `kronecker.Rows`, for state-major factors `(S n, K, n, r)`.
@@ -176,7 +192,8 @@ def factors_and_D_rows(factors: jax.Array, jac: StepJacobians):
   gather of its diagonal entries; a combination `X (m, r + 1)` is one GEMM
   plus a scatter-add, returned state-major `(S n, K, n, m)`. The stacked
   `(r + 1, S n K n)` rows are never formed. Small stacks on CPU go through
-  an explicit row-major copy (see `_ROWS_FIRST_MAX_FLOATS`).
+  an explicit row-major copy (see `_ROWS_FIRST_MAX_FLOATS`), and low ranks
+  on CPU mix by multiply-adds instead of a GEMM (`_ELEMENTWISE_MIX_MAX_RANK`).
   """
   rank = factors.shape[-1]
   columns = factors.reshape(-1, rank)
@@ -189,7 +206,10 @@ def factors_and_D_rows(factors: jax.Array, jac: StepJacobians):
         linalg.matmul(coef, rows)).T
   else:
     gram_of_stack = lambda: linalg.gram_of_columns(columns)
-    mix = lambda coef: linalg.matmul(columns, coef.T)
+    if _elementwise_mix(rank):
+      mix = lambda coef: linalg.matmul_unrolled(columns, coef.T)
+    else:
+      mix = lambda coef: linalg.matmul(columns, coef.T)
 
   def combine(x):
     out = mix(x[:, :rank]).reshape(factors.shape[:-1] + (x.shape[0],))

@@ -150,3 +150,21 @@ def test_computed_once_is_a_dot_in_the_compiled_step():
   text = jax.jit(lambda a: jnp.tanh(linalg.computed_once(jax.nn.sigmoid(a)))
                  ).lower(x).compile().as_text()
   assert "dot(" in text
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_matmul_unrolled_is_the_product(k, x64):
+  """The multiply-add form of `a @ b` equals the product in float64 (to the
+  rounding of a k-term sum), under jit and vmap."""
+  a = jax.random.normal(jax.random.PRNGKey(0), (4, 300, k))
+  b = jax.random.normal(jax.random.PRNGKey(1), (4, k, 5))
+  expected = np.einsum("bmk,bkj->bmj", np.asarray(a), np.asarray(b))
+  np.testing.assert_allclose(jax.jit(jax.vmap(linalg.matmul_unrolled))(a, b),
+                             expected, rtol=1e-13, atol=1e-13)
+  np.testing.assert_allclose(linalg.matmul_unrolled(a[0], b[0]), expected[0],
+                             rtol=1e-13, atol=1e-13)
+
+
+def test_matmul_unrolled_rejects_mismatched_shapes():
+  with pytest.raises(ValueError, match=r"a \(M, k\) and b \(k, m\)"):
+    linalg.matmul_unrolled(jnp.ones((5, 3)), jnp.ones((4, 2)))

@@ -68,15 +68,22 @@ def test_factor_helpers_equal_dense_references(cell_cls, x64):
       rtol=1e-13, atol=1e-14)
 
 
-@pytest.mark.parametrize("rows_first_max_floats", [2**62, 0],
-                         ids=["row-major copy", "tall columns"])
+@pytest.mark.parametrize(
+    "rows_first_max_floats, elementwise_mix_max_rank",
+    [(2**62, 0), (0, 0), (0, 2**62)],
+    ids=["row-major copy", "tall columns, GEMM mix",
+         "tall columns, multiply-add mix"])
 def test_factors_and_D_rows_equal_the_stacked_rows(rows_first_max_floats,
+                                                   elementwise_mix_max_rank,
                                                    monkeypatch, x64):
-  """Both GEMM paths (the CPU row-major copy for small stacks, and the tall
-  `(S n K n, r)` columns) give the Gram matrix and the combinations of the
-  explicit rows `[A_1..A_r, dense_D_factor]`."""
+  """Every path (the CPU row-major copy for small stacks, and the tall
+  `(S n K n, r)` columns mixed by a GEMM or by multiply-adds) gives the
+  Gram matrix and the combinations of the explicit rows
+  `[A_1..A_r, dense_D_factor]`."""
   monkeypatch.setattr(tangents, "_ROWS_FIRST_MAX_FLOATS",
                       rows_first_max_floats)
+  monkeypatch.setattr(tangents, "_ELEMENTWISE_MIX_MAX_RANK",
+                      elementwise_mix_max_rank)
   cell, jac, factors = _setup(cells.LSTM, seed=1)
   stacked = np.concatenate(
       [np.moveaxis(np.asarray(factors), -1, 0).reshape(COPIES, -1),
