@@ -55,9 +55,11 @@ def kronecker_sum_reduce(us, As, key, *, biased: bool = False
      have orthonormal columns, the small-space balance is also the balance
      of `||u'_j||` and `||A'_j||`.
 
-  Only GEMMs touch the long dimension M (in float32 one Gram matrix and
-  one final product: As is read twice and written once; float64 adds the
-  second pass); everything else is (r+1)-sized. Zero summands (e.g. the
+  Only products touch the long dimension M (in float32 one Gram matrix and
+  one final product, a GEMM or, for the estimators' low ranks on CPU,
+  fused multiply-adds, see `rtrl.tangents.factors_and_D_rows`: As is read
+  twice and written once; float64 adds the second pass); everything else
+  is (r+1)-sized. Zero summands (e.g. the
   first RTRL step), linearly dependent or exactly cancelling summands give zero
   singular values, which are handled without NaN or Inf.
 
