@@ -90,11 +90,10 @@ def matmul_unrolled(a: jax.Array, b: jax.Array) -> jax.Array:
   one loop over the output instead of calling a GEMM; see
   `rtrl.tangents._ELEMENTWISE_MIX_MAX_RANK` for when that is faster. True
   products at the input's precision, whatever `matmul_precision()` says."""
-  if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
-    raise ValueError(f"matmul_unrolled needs a (M, k) and b (k, m), got "
-                     f"shapes {a.shape} and {b.shape}")
-  if a.shape[1] == 0:
-    return jnp.zeros((a.shape[0], b.shape[1]), jnp.result_type(a, b))
+  if (a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]
+      or a.shape[1] == 0):
+    raise ValueError(f"matmul_unrolled needs a (M, k) and b (k, m) with "
+                     f"k >= 1, got shapes {a.shape} and {b.shape}")
   out = a[:, 0:1] * b[0]
   for i in range(1, a.shape[1]):
     out = out + a[:, i:i + 1] * b[i]

@@ -59,9 +59,9 @@ def kronecker_sum_reduce(us, As, key, *, biased: bool = False
   one final product, a GEMM or, for the estimators' low ranks on CPU,
   fused multiply-adds, see `rtrl.tangents.factors_and_D_rows`: As is read
   twice and written once; float64 adds the second pass); everything else
-  is (r+1)-sized. Zero summands (e.g. the
-  first RTRL step), linearly dependent or exactly cancelling summands give zero
-  singular values, which are handled without NaN or Inf.
+  is (r+1)-sized. Zero summands (e.g. the first RTRL step), linearly
+  dependent or exactly cancelling summands give zero singular values,
+  which are handled without NaN or Inf.
 
   Args:
     us: (r + 1, a) the vectors u_i as rows.

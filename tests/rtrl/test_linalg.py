@@ -165,6 +165,9 @@ def test_matmul_unrolled_is_the_product(k, x64):
                              rtol=1e-13, atol=1e-13)
 
 
-def test_matmul_unrolled_rejects_mismatched_shapes():
+@pytest.mark.parametrize("a_shape, b_shape", [((5, 3), (4, 2)),
+                                              ((5, 0), (0, 2)),
+                                              ((5,), (5, 2))])
+def test_matmul_unrolled_rejects_bad_shapes(a_shape, b_shape):
   with pytest.raises(ValueError, match=r"a \(M, k\) and b \(k, m\)"):
-    linalg.matmul_unrolled(jnp.ones((5, 3)), jnp.ones((4, 2)))
+    linalg.matmul_unrolled(jnp.ones(a_shape), jnp.ones(b_shape))
