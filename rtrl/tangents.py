@@ -28,7 +28,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from rtrl import kronecker, linalg
+from rtrl import cpu_kernels, kronecker, linalg
 from rtrl.cells import StepJacobians
 
 # Below this many tangent rows the factorised `H v` beats forming `H`.
@@ -185,6 +185,22 @@ def _elementwise_mix(rank: int) -> bool:
           and rank <= _ELEMENTWISE_MIX_MAX_RANK)
 
 
+# On CPU, from rank 2 to 16, the Gram matrix and the mixing go to
+# `rtrl.cpu_kernels` (one pass over the factors each, a row per SIMD
+# register) instead of any of the XLA forms above. Full r-OK steps, batch
+# 16, the library's XLA forms against the kernels in one sitting
+# (`scripts/bench_cpu_kernels.py`, ms): RHN-64 2-OK 1.64 -> 1.06, 4-OK
+# 2.45 -> 1.84, 8-OK 4.54 -> 3.40, 16-OK 7.54 -> 5.60; RHN-128 2-OK 6.58 ->
+# 6.26, 8-OK 13.0 -> 10.8, 16-OK 27.3 -> 22.1. At rank 1 XLA's forms were
+# faster (RHN-64 0.75 vs 0.92 ms).
+_CPU_KERNELS_MIN_RANK = 2
+
+
+def _cpu_kernels(rank: int, dtype) -> bool:
+  return (rank >= _CPU_KERNELS_MIN_RANK
+          and cpu_kernels.usable(rank, dtype))
+
+
 def factors_and_D_rows(factors: jax.Array, jac: StepJacobians):
   """The `r + 1` right factors `[A_1..A_r, dense_D_factor]` as
   `kronecker.Rows`, for state-major factors `(S n, K, n, r)`.
@@ -192,14 +208,22 @@ def factors_and_D_rows(factors: jax.Array, jac: StepJacobians):
   The Gram matrix is one GEMM over the tall `(S n K n, r)` matrix plus a
   gather of its diagonal entries; a combination `X (m, r + 1)` is one GEMM
   plus a scatter-add, returned state-major `(S n, K, n, m)`. The stacked
-  `(r + 1, S n K n)` rows are never formed. Small stacks on CPU go through
-  an explicit row-major copy (see `_ROWS_FIRST_MAX_FLOATS`), and low ranks
-  on CPU mix by multiply-adds instead of a GEMM (`_ELEMENTWISE_MIX_MAX_RANK`).
+  `(r + 1, S n K n)` rows are never formed. On CPU, ranks 2-16 use
+  `rtrl.cpu_kernels` for both (`_CPU_KERNELS_MIN_RANK`); without them,
+  small stacks go through an explicit row-major copy (see
+  `_ROWS_FIRST_MAX_FLOATS`) and low ranks mix by multiply-adds instead of a
+  GEMM (`_ELEMENTWISE_MIX_MAX_RANK`).
   """
   rank = factors.shape[-1]
   columns = factors.reshape(-1, rank)
   d_norm_sq = jnp.sum(jac.D * jac.D)
-  if _rows_first(columns.size, rank):
+  if _cpu_kernels(rank, columns.dtype):
+    gram_of_stack = lambda: cpu_kernels.gram_of_columns(columns)
+    mix = lambda coef: (
+        cpu_kernels.mix_columns(columns, coef)
+        if cpu_kernels.usable(rank, columns.dtype, out_columns=coef.shape[0])
+        else linalg.matmul(columns, coef.T))
+  elif _rows_first(columns.size, rank):
     # The barrier keeps XLA from folding the transpose back into the GEMMs.
     rows = jax.lax.optimization_barrier(columns.T)
     gram_of_stack = lambda: linalg.gram(rows)

@@ -1,5 +1,6 @@
-"""`pip install .` installs the library packages `rtrl` and `rls` only; the
-experiments, configs and scripts run from the checkout."""
+"""`pip install .` installs the library packages `rtrl` and `rls` only (with
+the C++ source `rtrl.cpu_kernels` builds); the experiments, configs and
+scripts run from the checkout."""
 
 import subprocess
 import sys
@@ -17,6 +18,9 @@ def test_wheel_holds_only_rtrl_and_rls(tmp_path):
       capture_output=True, text=True, timeout=300, check=False)
   assert result.returncode == 0, result.stderr[-2000:]
   (wheel,) = tmp_path.glob("*.whl")
-  tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
+  names = zipfile.ZipFile(wheel).namelist()
+  tops = {name.split("/")[0] for name in names}
   packages = {top for top in tops if not top.endswith(".dist-info")}
   assert packages == {"rtrl", "rls"}
+  # rtrl.cpu_kernels compiles its C++ source on first use.
+  assert "rtrl/cpu_kernels/tall_skinny.cc" in names

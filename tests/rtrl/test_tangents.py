@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rtrl import cells, tangents
+from rtrl import cells, cpu_kernels, tangents
 
 N, INPUT, COPIES = 5, 3, 4
 
@@ -69,21 +69,26 @@ def test_factor_helpers_equal_dense_references(cell_cls, x64):
 
 
 @pytest.mark.parametrize(
-    "rows_first_max_floats, elementwise_mix_max_rank",
-    [(2**62, 0), (0, 0), (0, 2**62)],
+    "rows_first_max_floats, elementwise_mix_max_rank, cpu_kernels_min_rank",
+    [(2**62, 0, 2**62), (0, 0, 2**62), (0, 2**62, 2**62), (0, 0, 0)],
     ids=["row-major copy", "tall columns, GEMM mix",
-         "tall columns, multiply-add mix"])
+         "tall columns, multiply-add mix", "tall columns, CPU kernels"])
 def test_factors_and_D_rows_equal_the_stacked_rows(rows_first_max_floats,
                                                    elementwise_mix_max_rank,
+                                                   cpu_kernels_min_rank,
                                                    monkeypatch, x64):
-  """Every path (the CPU row-major copy for small stacks, and the tall
-  `(S n K n, r)` columns mixed by a GEMM or by multiply-adds) gives the
-  Gram matrix and the combinations of the explicit rows
-  `[A_1..A_r, dense_D_factor]`."""
+  """Every path (the CPU row-major copy for small stacks, the tall
+  `(S n K n, r)` columns mixed by a GEMM or by multiply-adds, and the CPU
+  kernels' Gram matrix and mixing) gives the Gram matrix and the
+  combinations of the explicit rows `[A_1..A_r, dense_D_factor]`."""
+  if cpu_kernels_min_rank == 0 and not cpu_kernels.usable(COPIES,
+                                                          jnp.float64):
+    pytest.skip("rtrl.cpu_kernels not built here (no C++ compiler?)")
   monkeypatch.setattr(tangents, "_ROWS_FIRST_MAX_FLOATS",
                       rows_first_max_floats)
   monkeypatch.setattr(tangents, "_ELEMENTWISE_MIX_MAX_RANK",
                       elementwise_mix_max_rank)
+  monkeypatch.setattr(tangents, "_CPU_KERNELS_MIN_RANK", cpu_kernels_min_rank)
   cell, jac, factors = _setup(cells.LSTM, seed=1)
   stacked = np.concatenate(
       [np.moveaxis(np.asarray(factors), -1, 0).reshape(COPIES, -1),
@@ -91,15 +96,18 @@ def test_factors_and_D_rows_equal_the_stacked_rows(rows_first_max_floats,
   rows = tangents.factors_and_D_rows(factors, jac)
   np.testing.assert_allclose(rows.gram(None), stacked @ stacked.T,
                              rtol=1e-13, atol=1e-13)
-  mix = jax.random.normal(jax.random.PRNGKey(5), (3, COPIES + 1))
-  combined = np.moveaxis(np.asarray(rows.combine(mix)), -1, 0)
-  np.testing.assert_allclose(combined.reshape(3, -1),
-                             np.asarray(mix) @ stacked, rtol=1e-13,
-                             atol=1e-13)
-  # The refinement pass's Gram matrix of `T @ rows`.
-  np.testing.assert_allclose(rows.gram(mix), (np.asarray(mix) @ stacked)
-                             @ (np.asarray(mix) @ stacked).T,
-                             rtol=1e-12, atol=1e-12)
+  # The reduction combines into r rows, its refinement into r + 1.
+  for num_out in (3, COPIES, COPIES + 1):
+    mix = jax.random.normal(jax.random.PRNGKey(num_out),
+                            (num_out, COPIES + 1))
+    combined = np.moveaxis(np.asarray(rows.combine(mix)), -1, 0)
+    np.testing.assert_allclose(combined.reshape(num_out, -1),
+                               np.asarray(mix) @ stacked, rtol=1e-13,
+                               atol=1e-13)
+    # The refinement pass's Gram matrix of `T @ rows`.
+    np.testing.assert_allclose(rows.gram(mix), (np.asarray(mix) @ stacked)
+                               @ (np.asarray(mix) @ stacked).T,
+                               rtol=1e-12, atol=1e-12)
 
 
 def _blocks_with_edge_cases(shape, seed):

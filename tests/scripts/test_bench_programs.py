@@ -157,3 +157,18 @@ def test_official_needs_two_intervals_and_the_script(tmp_path):
     bench_official.run_official(type("Args", (), {
         "official_script": str(tmp_path / "missing.py"),
         "tf_python": "python", "steps": 200, "every": 100})())
+
+
+def test_cpu_kernels_tiny_run(capsys):
+  """Both tables print, with a ratio per configuration (no timing is
+  checked). Skipped where the kernels cannot be built."""
+  from rtrl import cpu_kernels
+  import jax.numpy as jnp
+  if not cpu_kernels.usable(4, jnp.float32):
+    pytest.skip("rtrl.cpu_kernels not built here")
+  bench = _load("bench_cpu_kernels")
+  assert bench.main(["--sizes", "6", "--ranks", "4", "--steps", "2",
+                     "--repeats", "1", "--estimators", "ok"]) == 0
+  out = capsys.readouterr().out
+  assert "The products alone" in out and "4-ok rhn-6" in out
+  assert bench.tangents._CPU_KERNELS_MIN_RANK == bench.LIBRARY_MIN_RANK

@@ -1,0 +1,187 @@
+#!/usr/bin/env python
+"""r-OK's Gram matrix and mixing: XLA's GEMMs against `rtrl.cpu_kernels`.
+
+Two tables, every entry measured side by side in one run (the two forms of
+each program compiled once and timed alternately, best of `--repeats`):
+
+1. The two products alone on a batch of tall `(M, r)` factors, each
+   applied `--steps` times in a `lax.scan` whose carry feeds the next call
+   (ms per call, and the rate at which it reads and writes the factors).
+2. Full online training steps (`make_online_trainer(...).run`, Adam,
+   Copy-task inputs, batch `--batch`) of the estimators that use them
+   (r-OK and r-B-OK; the library uses the kernels at ranks 2-16 on CPU,
+   `tangents._CPU_KERNELS_MIN_RANK`, and this forces them at any rank),
+   with r-KF-AVG at the same rank for the overhead ratio the performance
+   issue tracks (it uses neither product, so it is timed once).
+
+  python scripts/bench_cpu_kernels.py                        # RHN-64/128, ranks 12, 16
+  python scripts/bench_cpu_kernels.py --skip_ops --ranks 2,4,8 --estimators ok
+  python scripts/bench_cpu_kernels.py --cells rhn,gru,lstm --sizes 128 --ranks 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import pathlib
+import sys
+
+SCRIPTS = pathlib.Path(__file__).resolve().parent
+sys.path[:0] = [str(SCRIPTS), str(SCRIPTS.parent)]
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import optax  # noqa: E402
+
+from _bench_lib import compiled, load_average, run_timed  # noqa: E402
+from experiments.online.setup import init_params  # noqa: E402
+from rtrl import cells, cpu_kernels, estimators, online, tangents  # noqa: E402
+from rtrl.tasks import copy_task  # noqa: E402
+
+FORMS = ("xla", "kernels")
+LIBRARY_MIN_RANK = tangents._CPU_KERNELS_MIN_RANK  # pylint: disable=protected-access
+
+
+def _use_kernels(on: bool) -> None:
+  """Routes the programs traced next: r-OK's products on the kernels at
+  every rank (on), or on XLA's GEMMs (off)."""
+  tangents._CPU_KERNELS_MIN_RANK = 1 if on else 2**62  # pylint: disable=protected-access
+
+
+def _products(form):
+  """(Gram matrix, mix) of `(B, M, r)` factors in `form`."""
+  if form == "kernels":
+    return cpu_kernels.gram_of_columns, cpu_kernels.mix_columns
+  gram = lambda x: jnp.einsum("bmi,bmj->bij", x, x, precision="highest")
+  mix = lambda x, c: jnp.einsum("bmi,bji->bmj", x, c, precision="highest")
+  return gram, mix
+
+
+def _best_alternating(entries, steps, repeats, warm_up=False):
+  """Seconds per step of each compiled entry: best of `repeats` rounds, in
+  each round every entry once (so a slower minute hits all of them)."""
+  if warm_up:
+    for entry in entries.values():
+      run_timed(entry)
+  best = {key: float("inf") for key in entries}
+  for _ in range(repeats):
+    for key, entry in entries.items():
+      best[key] = min(best[key], run_timed(entry) / steps)
+  return best
+
+
+def op_table(batch, rows_list, ranks, steps, repeats):
+  print(f"\nThe products alone: batch {batch}, ms per call (GB/s of factor "
+        f"traffic: the Gram matrix reads them, the mix reads and writes)")
+  print(f"{'rows':>8s} {'r':>3s} | {'Gram XLA':>14s} {'Gram kernel':>14s} |"
+        f" {'mix XLA':>14s} {'mix kernel':>14s}")
+  for rows, rank in itertools.product(rows_list, ranks):
+    x = jax.random.normal(jax.random.PRNGKey(rank), (batch, rows, rank))
+    x = x / jnp.sqrt(rows * rank)
+    coef = jnp.eye(rank)[None] + 0.01 * jax.random.normal(
+        jax.random.PRNGKey(1), (batch, rank, rank))
+    entries = {}
+    for form in FORMS:
+      gram, mix = _products(form)
+
+      def gram_chain(x, gram=gram):
+        def body(x, _):
+          g = gram(x)
+          return x * (1.0 + 1e-6 * jnp.trace(g, axis1=1, axis2=2)
+                      )[:, None, None], None
+        return jax.lax.scan(body, x, None, length=steps)[0]
+
+      def mix_chain(x, mix=mix):
+        return jax.lax.scan(lambda x, _: (mix(x, coef), None), x, None,
+                            length=steps)[0]
+
+      entries[("gram", form)] = compiled(gram_chain, x)
+      entries[("mix", form)] = compiled(mix_chain, x)
+    best = _best_alternating(entries, steps, repeats)
+    size = 4 * batch * rows * rank
+    cells_out = []
+    for key in [("gram", "xla"), ("gram", "kernels"), ("mix", "xla"),
+                ("mix", "kernels")]:
+      traffic = size * (1 if key[0] == "gram" else 2)
+      cells_out.append(f"{best[key] * 1e3:7.3f} ({traffic / best[key] / 1e9:4.1f})")
+    print(f"{rows:8d} {rank:3d} | " + " ".join(f"{c:>14s}" for c in
+                                                 cells_out[:2])
+          + " | " + " ".join(f"{c:>14s}" for c in cells_out[2:]),
+          flush=True)
+
+
+def _trainer_entry(cell_name, hidden_size, name, rank, batch, steps):
+  cell = cells.make(cell_name, hidden_size)
+  vocab = copy_task.VOCAB_SIZE
+  params = init_params(cell, jax.random.PRNGKey(0), vocab, vocab)
+  estimator = estimators.make(name, cell, rank=rank)
+  trainer = online.make_online_trainer(cell, estimator, optax.adam(1e-3))
+  state = trainer.init(params, jax.random.PRNGKey(1), batch)
+  key = jax.random.PRNGKey(2)
+  chunk = online.StepBatch(
+      inputs=jax.nn.one_hot(jax.random.randint(key, (steps, batch), 0,
+                                               vocab), vocab),
+      targets=jax.random.randint(key, (steps, batch), 0, vocab),
+      weights=jnp.ones((steps, batch)),
+      resets=jnp.zeros((steps, batch), bool))
+  return compiled(trainer.run, state, chunk)
+
+
+def step_table(cell_names, sizes, ranks, estimator_names, batch, steps,
+               repeats):
+  print(f"\nFull training steps: batch {batch}, ms per step; ratio = XLA / "
+        f"kernels; overhead = kernels step / r-KF-AVG step")
+  print(f"{'config':>22s} {'XLA':>9s} {'kernels':>9s} {'ratio':>6s} "
+        f"{'KF-AVG':>8s} {'overhead':>8s}")
+  for cell_name, n, rank in itertools.product(cell_names, sizes, ranks):
+    entries = {}
+    for name in estimator_names:
+      for form in FORMS:
+        _use_kernels(form == "kernels")
+        entries[(name, form)] = _trainer_entry(cell_name, n, name, rank,
+                                               batch, steps)
+    _use_kernels(False)
+    entries[("kf_avg", "xla")] = _trainer_entry(cell_name, n, "kf_avg",
+                                                rank, batch, steps)
+    best = _best_alternating(entries, steps, repeats, warm_up=True)
+    kf_avg = best[("kf_avg", "xla")]
+    for name in estimator_names:
+      xla, kern = best[(name, "xla")], best[(name, "kernels")]
+      label = f"{rank}-{name} {cell_name}-{n}"
+      print(f"{label:>22s} {xla * 1e3:9.3f} {kern * 1e3:9.3f} "
+            f"{xla / kern:6.2f} {kf_avg * 1e3:8.3f} {kern / kf_avg:8.2f}",
+            flush=True)
+  tangents._CPU_KERNELS_MIN_RANK = LIBRARY_MIN_RANK  # pylint: disable=protected-access
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--cells", default="rhn")
+  parser.add_argument("--sizes", default="64,128")
+  parser.add_argument("--ranks", default="12,16")
+  parser.add_argument("--estimators", default="ok,ok_biased")
+  parser.add_argument("--batch", type=int, default=16)
+  parser.add_argument("--steps", type=int, default=20)
+  parser.add_argument("--repeats", type=int, default=5)
+  parser.add_argument("--skip_ops", action="store_true",
+                      help="only the full-step table")
+  args = parser.parse_args(argv)
+  if not cpu_kernels.usable(16, jnp.float32):
+    print("rtrl.cpu_kernels is not available here (no C++ compiler, "
+          "RTRL_CPU_KERNELS=0, or not a CPU backend): nothing to compare.")
+    return 1
+  sizes = [int(s) for s in args.sizes.split(",")]
+  ranks = [int(r) for r in args.ranks.split(",")]
+  print(f"device {jax.devices()[0].device_kind}; {load_average()}")
+  if not args.skip_ops:
+    # The tall factors of RHN-n: (S n K n) rows, K = 2.
+    op_table(args.batch, [2 * n * n for n in sizes], ranks, args.steps,
+             args.repeats)
+  step_table(args.cells.split(","), sizes, ranks,
+             args.estimators.split(","), args.batch, args.steps, args.repeats)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
