@@ -22,7 +22,8 @@ Orthonormalisation. The Kronecker-sum reduction needs an orthonormal basis
 of `c` tall rows `(c, M)` (`c = rank + 1 <= ~33`, `M` up to `K S n^2`).
 `gram_qr_rows` is CholeskyQR2 written with a symmetric eigendecomposition:
 the `(c, c)` Gram matrix by one GEMM, its (diagonally scaled)
-eigendecomposition (computed by SVD), repeated once on the basis so found
+eigendecomposition (computed by SVD, `small_svd`: on CPU a batched Jacobi
+kernel), repeated once on the basis so found
 ("twice is enough") in float64 (`default_refine` says when). It touches the
 tall rows only through GEMMs, where Gram-Schmidt (`thin_qr_rows`, kept as
 the reference) makes `4 c` matrix-vector passes. An eigendecomposition
@@ -47,6 +48,8 @@ from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+
+from rtrl import cpu_kernels
 
 MATMUL_PRECISIONS = {
     "highest": jax.lax.Precision.HIGHEST,
@@ -112,6 +115,30 @@ def gram_of_columns(columns: jax.Array) -> jax.Array:
                     precision=matmul_precision())
 
 
+# Set False to measure what the Jacobi kernel saves; read at trace time, so
+# set it before the function is first jitted.
+SMALL_SVD_ON_CPU_KERNEL = True
+
+
+def small_svd(matrices: jax.Array):
+  """Thin SVD `(u, s, vt)` of `(..., m, n)` matrices, `s` non-increasing,
+  as `jnp.linalg.svd(matrices, full_matrices=False)`.
+
+  Square matrices up to `cpu_kernels.MAX_SVD_SIZE` in a CPU program go to
+  `rtrl.cpu_kernels.svd`, a one-sided Jacobi SVD with one matrix per SIMD
+  lane: r-OK factorises three `(r + 1)`-square matrices per example and
+  step, and LAPACK takes each on its own (`scripts/bench_small_linalg.py`).
+  There, `u`'s columns for zero singular values are zero rather than an
+  orthonormal completion; the callers here only use them scaled by their
+  singular value (or a factor that vanishes with it).
+  """
+  m, n = matrices.shape[-2:]
+  if (SMALL_SVD_ON_CPU_KERNEL and m == n
+      and cpu_kernels.svd_usable(n, matrices.dtype)):
+    return cpu_kernels.svd(matrices)
+  return jnp.linalg.svd(matrices, full_matrices=False)
+
+
 def gram_factor(gram_matrix: jax.Array) -> tuple[jax.Array, jax.Array]:
   """Orthonormalising transform of rows from their Gram matrix alone.
 
@@ -134,8 +161,10 @@ def gram_factor(gram_matrix: jax.Array) -> tuple[jax.Array, jax.Array]:
   scaled = gram_matrix * inverse[:, None] * inverse[None, :]
   # The eigendecomposition of this symmetric PSD matrix, by SVD: XLA:CPU's
   # eigh custom call was seen to stall (0% CPU, never returning) inside the
-  # vmapped, scanned estimator step; the SVD path has not.
-  vectors, values, _ = jnp.linalg.svd(scaled)     # descending
+  # vmapped, scanned estimator step; the SVD path has not. Its right
+  # singular vectors are the eigenvectors (orthonormal on every path).
+  _, values, vectors_t = small_svd(scaled)     # descending
+  vectors = vectors_t.T
   tolerance = c * jnp.finfo(dtype).eps * jnp.maximum(values[0], 1)
   keep = values > tolerance
   root = jnp.sqrt(jnp.where(keep, values, 1))

@@ -1,7 +1,8 @@
 #!/usr/bin/env python
-"""r-OK's Gram matrix and mixing: XLA's GEMMs against `rtrl.cpu_kernels`.
+"""r-OK's Gram matrix, mixing and small SVDs: XLA and LAPACK against
+`rtrl.cpu_kernels`.
 
-Two tables, every entry measured side by side in one run (the two forms of
+Two tables, every entry measured side by side in one run (the forms of
 each program compiled once and timed alternately, best of `--repeats`):
 
 1. The two products alone on a batch of tall `(M, r)` factors, each
@@ -9,10 +10,14 @@ each program compiled once and timed alternately, best of `--repeats`):
    (ms per call, and the rate at which it reads and writes the factors).
 2. Full online training steps (`make_online_trainer(...).run`, Adam,
    Copy-task inputs, batch `--batch`) of the estimators that use them
-   (r-OK and r-B-OK; the library uses the kernels at ranks 2-16 on CPU,
-   `tangents._CPU_KERNELS_MIN_RANK`, and this forces them at any rank),
-   with r-KF-AVG at the same rank for the overhead ratio the performance
-   issue tracks (it uses neither product, so it is timed once).
+   (r-OK and r-B-OK) in three forms: "XLA" (XLA's GEMMs, LAPACK's SVDs),
+   "products" (the tall-skinny kernels, LAPACK's SVDs) and "+svd" (both
+   kernels, the library's default on CPU: the products at ranks 2-16,
+   `tangents._CPU_KERNELS_MIN_RANK`, forced here at any rank; the Jacobi
+   SVD for the `(r + 1)`-square factorisations,
+   `linalg.SMALL_SVD_ON_CPU_KERNEL`), with r-KF-AVG at the same rank for
+   the overhead ratio the performance issue tracks (it uses neither, so it
+   is timed once).
 
   python scripts/bench_cpu_kernels.py                        # RHN-64/128, ranks 12, 16
   python scripts/bench_cpu_kernels.py --skip_ops --ranks 2,4,8 --estimators ok
@@ -36,17 +41,29 @@ import optax  # noqa: E402
 
 from _bench_lib import compiled, load_average, run_timed  # noqa: E402
 from experiments.online.setup import init_params  # noqa: E402
-from rtrl import cells, cpu_kernels, estimators, online, tangents  # noqa: E402
+from rtrl import (cells, cpu_kernels, estimators, linalg, online,  # noqa: E402
+                  tangents)
 from rtrl.tasks import copy_task  # noqa: E402
 
 FORMS = ("xla", "kernels")
+# Full steps: (products on the kernels, SVDs on the kernel) per form.
+STEP_FORMS = {"XLA": (False, False), "products": (True, False),
+              "+svd": (True, True)}
 LIBRARY_MIN_RANK = tangents._CPU_KERNELS_MIN_RANK  # pylint: disable=protected-access
 
 
-def _use_kernels(on: bool) -> None:
+def _use_kernels(products: bool, svd: bool = False) -> None:
   """Routes the programs traced next: r-OK's products on the kernels at
-  every rank (on), or on XLA's GEMMs (off)."""
-  tangents._CPU_KERNELS_MIN_RANK = 1 if on else 2**62  # pylint: disable=protected-access
+  every rank or on XLA's GEMMs; its small SVDs on the Jacobi kernel or on
+  LAPACK."""
+  tangents._CPU_KERNELS_MIN_RANK = 1 if products else 2**62  # pylint: disable=protected-access
+  linalg.SMALL_SVD_ON_CPU_KERNEL = svd
+
+
+def _library_routes() -> None:
+  """The library's own choices again (r-KF-AVG is timed with them)."""
+  tangents._CPU_KERNELS_MIN_RANK = LIBRARY_MIN_RANK  # pylint: disable=protected-access
+  linalg.SMALL_SVD_ON_CPU_KERNEL = True
 
 
 def _products(form):
@@ -131,28 +148,28 @@ def _trainer_entry(cell_name, hidden_size, name, rank, batch, steps):
 def step_table(cell_names, sizes, ranks, estimator_names, batch, steps,
                repeats):
   print(f"\nFull training steps: batch {batch}, ms per step; ratio = XLA / "
-        f"kernels; overhead = kernels step / r-KF-AVG step")
-  print(f"{'config':>22s} {'XLA':>9s} {'kernels':>9s} {'ratio':>6s} "
-        f"{'KF-AVG':>8s} {'overhead':>8s}")
+        f"+svd; overhead = +svd step / r-KF-AVG step")
+  print(f"{'config':>22s} " + "".join(f"{form:>9s} " for form in STEP_FORMS)
+        + f"{'ratio':>6s} {'KF-AVG':>8s} {'overhead':>8s}")
   for cell_name, n, rank in itertools.product(cell_names, sizes, ranks):
     entries = {}
     for name in estimator_names:
-      for form in FORMS:
-        _use_kernels(form == "kernels")
+      for form, routes in STEP_FORMS.items():
+        _use_kernels(*routes)
         entries[(name, form)] = _trainer_entry(cell_name, n, name, rank,
                                                batch, steps)
-    _use_kernels(False)
-    entries[("kf_avg", "xla")] = _trainer_entry(cell_name, n, "kf_avg",
+    _library_routes()
+    entries[("kf_avg", "XLA")] = _trainer_entry(cell_name, n, "kf_avg",
                                                 rank, batch, steps)
     best = _best_alternating(entries, steps, repeats, warm_up=True)
-    kf_avg = best[("kf_avg", "xla")]
+    kf_avg = best[("kf_avg", "XLA")]
     for name in estimator_names:
-      xla, kern = best[(name, "xla")], best[(name, "kernels")]
+      times = [best[(name, form)] for form in STEP_FORMS]
       label = f"{rank}-{name} {cell_name}-{n}"
-      print(f"{label:>22s} {xla * 1e3:9.3f} {kern * 1e3:9.3f} "
-            f"{xla / kern:6.2f} {kf_avg * 1e3:8.3f} {kern / kf_avg:8.2f}",
-            flush=True)
-  tangents._CPU_KERNELS_MIN_RANK = LIBRARY_MIN_RANK  # pylint: disable=protected-access
+      print(f"{label:>22s} " + "".join(f"{t * 1e3:9.3f} " for t in times)
+            + f"{times[0] / times[-1]:6.2f} {kf_avg * 1e3:8.3f} "
+            f"{times[-1] / kf_avg:8.2f}", flush=True)
+  _library_routes()
 
 
 def main(argv=None) -> int:

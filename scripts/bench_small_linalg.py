@@ -8,9 +8,10 @@ batched library call (cuSOLVER's Jacobi SVD for matrices up to 32 x 32)
 whose cost is latency, not FLOPs. This times, side by side in one run, the
 candidates for that work on `(B, c, c)` symmetric positive semi-definite
 batches (B = examples x runs): `jnp.linalg.svd`, `jnp.linalg.eigh`,
-`jnp.linalg.cholesky` and `jnp.linalg.qr`, each called `--steps` times in a
-`lax.scan` whose carry feeds the next call (so nothing is hoisted), in ms
-per call.
+`jnp.linalg.cholesky`, `jnp.linalg.qr` and, on CPU, the one-sided Jacobi
+SVD of `rtrl.cpu_kernels.svd` that `rtrl.linalg.small_svd` uses there
+("jacobi"), each called `--steps` times in a `lax.scan` whose carry feeds
+the next call (so nothing is hoisted), in ms per call.
 
   python scripts/bench_small_linalg.py --sizes 2,3,9,17 --batches 16,320
 """
@@ -29,6 +30,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from _bench_lib import compiled, run_timed  # noqa: E402
+from rtrl import cpu_kernels  # noqa: E402
 
 
 def _svd(a):
@@ -51,8 +53,13 @@ def _qr(a):
   return q @ r
 
 
+def _jacobi(a):
+  u, s, _ = cpu_kernels.svd(a)
+  return u * s[..., None, :]
+
+
 FACTORISATIONS = {"svd": _svd, "eigh": _eigh, "cholesky": _cholesky,
-                  "qr": _qr}
+                  "qr": _qr, "jacobi": _jacobi}
 
 
 def scanned(factorise, steps):
@@ -76,17 +83,20 @@ def main(argv=None) -> int:
   args = parser.parse_args(argv)
   sizes = [int(s) for s in args.sizes.split(",")]
   batches = [int(b) for b in args.batches.split(",")]
+  factorisations = dict(FACTORISATIONS)
+  if not cpu_kernels.svd_usable(max(sizes), jnp.float32):
+    del factorisations["jacobi"]   # not a CPU, or no compiler
   print(f"device {jax.devices()[0].device_kind}; ms per batched call "
         f"(min over {args.repeats} runs of {args.steps} dependent calls)")
   header = "  batch     c " + "".join(f"{name:>11s}"
-                                       for name in FACTORISATIONS)
+                                       for name in factorisations)
   print(header)
   for batch in batches:
     for c in sizes:
       x = jax.random.normal(jax.random.PRNGKey(c), (batch, c, c))
       a = jnp.einsum("bij,bkj->bik", x, x)
       row = f"{batch:7d} {c:5d} "
-      for factorise in FACTORISATIONS.values():
+      for factorise in factorisations.values():
         entry = compiled(scanned(factorise, args.steps), a)
         run_timed(entry)
         best = min(run_timed(entry) for _ in range(args.repeats))

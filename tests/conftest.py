@@ -1,4 +1,5 @@
-"""Shared pytest fixtures: float64 switches and the location of ../shared/data."""
+"""Shared pytest fixtures: float64 switches, the location of ../shared/data
+and the built CPU kernels."""
 
 import os
 import pathlib
@@ -47,3 +48,17 @@ def x64():
   """Runs the test body with float64 enabled."""
   with jax.enable_x64(True):
     yield
+
+
+@pytest.fixture(scope="module")
+def kernels():
+  """`rtrl.cpu_kernels`, built. Skips where no C++ compiler exists; where
+  one does, the build must succeed (a silent fallback would hide a broken
+  kernel behind XLA's products and LAPACK)."""
+  from helpers import HAVE_COMPILER  # pylint: disable=g-import-not-at-top
+  from rtrl import cpu_kernels  # pylint: disable=g-import-not-at-top
+  if not HAVE_COMPILER:
+    pytest.skip("no C++ compiler: the kernels cannot be built here")
+  assert cpu_kernels.usable(16, jax.numpy.float32)
+  assert cpu_kernels.svd_usable(17, jax.numpy.float32)
+  return cpu_kernels

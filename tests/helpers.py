@@ -6,6 +6,9 @@ from __future__ import annotations
 from experiments.loop.config_files import REPO_ROOT as _ROOT
 from experiments.loop.config_files import load_config
 import pathlib
+import shutil
+
+import numpy as np
 
 REPO_ROOT = pathlib.Path(_ROOT)
 
@@ -23,4 +26,16 @@ def copy_config(**overrides):
   return load_config("copy_task", **{**COPY_PINNED, **overrides})
 
 
-__all__ = ["REPO_ROOT", "COPY_PINNED", "copy_config", "load_config"]
+# Whether `rtrl.cpu_kernels` can be built here; where it can, its tests
+# require the build to succeed (a silent fallback would hide a broken kernel
+# behind XLA's products).
+HAVE_COMPILER = any(shutil.which(c) for c in ("g++", "c++", "clang++"))
+
+
+def random_normal(shape, dtype, seed):
+  """Standard normal numpy array of `shape` and `dtype` from `seed`."""
+  return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+__all__ = ["REPO_ROOT", "COPY_PINNED", "HAVE_COMPILER", "copy_config",
+           "load_config", "random_normal"]

@@ -22,5 +22,6 @@ def test_wheel_holds_only_rtrl_and_rls(tmp_path):
   tops = {name.split("/")[0] for name in names}
   packages = {top for top in tops if not top.endswith(".dist-info")}
   assert packages == {"rtrl", "rls"}
-  # rtrl.cpu_kernels compiles its C++ source on first use.
-  assert "rtrl/cpu_kernels/tall_skinny.cc" in names
+  # rtrl.cpu_kernels compiles its C++ sources on first use.
+  for source in ("tall_skinny.cc", "small_svd.cc", "common.h"):
+    assert f"rtrl/cpu_kernels/{source}" in names

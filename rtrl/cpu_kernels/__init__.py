@@ -1,4 +1,5 @@
-"""CPU kernels for the tall, skinny products of the Kronecker-sum estimators.
+"""CPU kernels for the Kronecker-sum estimators: tall, skinny products and
+small SVDs.
 
 r-OK's step makes two passes over its `(S n K n, r)` tangent factors besides
 `H A`: their Gram matrix `Aᵀ A` `(r, r)` and their mixing `A Xᵀ` by a small
@@ -15,10 +16,16 @@ products otherwise, so nothing depends on a compiler being present.
 `RTRL_CPU_KERNELS=0` turns them off. Where they are used and what they
 gained: `rtrl.tangents._cpu_kernels`.
 
-Both functions take any leading batch axes and are differentiable (their
-derivatives are XLA's products, so reverse mode works too); under
-`jax.vmap` the batch axes reach the kernel, which spreads rows and examples
-over XLA's intra-op threads.
+The same step also factorises three `(r + 1, r + 1)` matrices per example
+(`rtrl.linalg.small_svd`), which LAPACK takes one at a time (about 24 us at
+17 x 17). `svd` (`small_svd.cc`) is a one-sided Jacobi SVD with one matrix
+per SIMD lane, for float32 or float64 matrices up to `MAX_SVD_SIZE`
+square; `svd_usable(size, dtype)` says when it can be used.
+
+All three functions take any leading batch axes and are differentiable
+(their derivatives are built from XLA's operations, so reverse mode works
+too); under `jax.vmap` the batch axes reach the kernel, which spreads rows,
+examples and matrices over XLA's intra-op threads.
 """
 
 from __future__ import annotations
@@ -29,28 +36,41 @@ import jax.numpy as jnp
 from rtrl.cpu_kernels import build
 
 MAX_WIDTH = 16
+MAX_SVD_SIZE = 32
 _DTYPES = (jnp.float32, jnp.float64)
+
+
+def _cpu_float(dtype) -> bool:
+  """A CPU program and a float32 or float64 dtype."""
+  return (jax.default_backend() == "cpu"
+          and jnp.dtype(dtype) in [jnp.dtype(d) for d in _DTYPES])
 
 
 def usable(width: int, dtype, out_columns: int | None = None) -> bool:
   """Whether a product of `width`-column factors (mixed into `out_columns`
   columns, if given) runs on these kernels in the program being traced."""
-  if jax.default_backend() != "cpu":
-    return False
-  if jnp.dtype(dtype) not in [jnp.dtype(d) for d in _DTYPES]:
-    return False
-  if not 1 <= width <= MAX_WIDTH:
+  if not _cpu_float(dtype) or not 1 <= width <= MAX_WIDTH:
     return False
   if out_columns is not None and out_columns not in (width, width + 1):
     return False
   return build.load()
 
 
-def _check_tall(columns: jax.Array, name: str) -> None:
+def svd_usable(size: int, dtype) -> bool:
+  """Whether `(..., size, size)` matrices of `dtype` can be factorised by
+  `svd` in the program being traced."""
+  return _cpu_float(dtype) and 1 <= size <= MAX_SVD_SIZE and build.load()
+
+
+def _check_loaded(name: str) -> None:
   if not build.load():
     raise RuntimeError(f"{name}: the CPU kernels are not available here "
                        "(see the warning above, or RTRL_CPU_KERNELS=0); "
                        "check rtrl.cpu_kernels.usable first")
+
+
+def _check_tall(columns: jax.Array, name: str) -> None:
+  _check_loaded(name)
   if columns.ndim < 2 or not 1 <= columns.shape[-1] <= MAX_WIDTH:
     raise ValueError(f"{name} needs columns of shape (..., M, r) with "
                      f"1 <= r <= {MAX_WIDTH}, got {columns.shape}")
@@ -106,3 +126,54 @@ def _mix_jvp(primals, tangents):
                                     precision=jax.lax.Precision.HIGHEST)
   return (mix_columns(columns, coef),
           product(d_columns, coef) + product(columns, d_coef))
+
+
+@jax.custom_jvp
+def svd(matrices: jax.Array):
+  """Thin SVD of square matrices `(..., c, c)`, `1 <= c <= MAX_SVD_SIZE`,
+  on the CPU kernel (check `svd_usable` first).
+
+  Returns:
+    `(u (..., c, c), s (..., c), vt (..., c, c))` with `a = u diag(s) vt`,
+    `s` non-increasing, as `jnp.linalg.svd(a, full_matrices=False)`. `u`
+    has orthonormal columns where `s > 0` and zero columns where `s == 0`
+    (LAPACK completes them to an orthonormal basis instead); `vt` is always
+    orthogonal.
+  """
+  _check_loaded("svd")
+  matrices = jnp.asarray(matrices)
+  if (matrices.ndim < 2 or matrices.shape[-1] != matrices.shape[-2]
+      or not 1 <= matrices.shape[-1] <= MAX_SVD_SIZE):
+    raise ValueError(f"svd needs square matrices (..., c, c) with 1 <= c <= "
+                     f"{MAX_SVD_SIZE}, got shape {matrices.shape}")
+  if jnp.dtype(matrices.dtype) not in [jnp.dtype(d) for d in _DTYPES]:
+    raise ValueError(f"svd needs float32 or float64 matrices, got "
+                     f"{matrices.dtype}")
+  square = jax.ShapeDtypeStruct(matrices.shape, matrices.dtype)
+  values = jax.ShapeDtypeStruct(matrices.shape[:-1], matrices.dtype)
+  return jax.ffi.ffi_call("rtrl_small_svd", (square, values, square),
+                          vmap_method="broadcast_all")(matrices)
+
+
+@svd.defjvp
+def _svd_jvp(primals, tangents):
+  # The first-order perturbation of a square SVD with distinct singular
+  # values: with dP = Uᵀ dA V, ds = diag(dP), and off the diagonal
+  # dU = U (F ∘ (dP S + S dPᵀ)), dV = V (F ∘ (S dP + dPᵀ S)) for
+  # F_ij = 1 / (s_j² - s_i²) (0 where that difference is 0).
+  (matrices,), (d_matrices,) = primals, tangents
+  u, s, vt = svd(matrices)
+  v = jnp.swapaxes(vt, -1, -2)
+  product = lambda a, b: jnp.matmul(a, b, precision=jax.lax.Precision.HIGHEST)
+  d_p = product(product(jnp.swapaxes(u, -1, -2), d_matrices), v)
+  d_s = jnp.diagonal(d_p, axis1=-2, axis2=-1)
+  s_col = s[..., None, :]
+  s_row = s[..., :, None]
+  difference = (s_col + s_row) * (s_col - s_row)
+  safe = difference != 0
+  f = jnp.where(safe, 1 / jnp.where(safe, difference, 1), 0)
+  d_p_s = d_p * s_col
+  s_d_p = s_row * d_p
+  d_u = product(u, f * (d_p_s + jnp.swapaxes(d_p_s, -1, -2)))
+  d_v = product(v, f * (s_d_p + jnp.swapaxes(s_d_p, -1, -2)))
+  return (u, s, vt), (d_u, d_s, jnp.swapaxes(d_v, -1, -2))

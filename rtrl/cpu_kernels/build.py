@@ -1,10 +1,11 @@
-"""Compiles `tall_skinny.cc` once per machine and registers its custom calls.
+"""Compiles the kernels (`tall_skinny.cc`, `small_svd.cc`) once per machine
+into one library and registers their custom calls.
 
 The library is built on first use with the C++ compiler found on `PATH`
 (`$CXX`, else `g++`, `c++`, `clang++`), at `-O3 -march=native`, against the
 XLA FFI headers that ship with jaxlib (`jax.ffi.include_dir()`). The shared
 object is cached under `$RTRL_KERNEL_CACHE` (default
-`~/.cache/rtrl-rls/kernels`), keyed by a hash of the source, the flags, the
+`~/.cache/rtrl-rls/kernels`), keyed by a hash of the sources, the flags, the
 compiler's version, jaxlib's version and this CPU's model and feature
 flags, so a cache shared between machines never hands one machine's
 `-march=native` build to another. Concurrent processes (pytest workers)
@@ -32,9 +33,14 @@ import warnings
 
 import jax
 
-SOURCE = pathlib.Path(__file__).with_name("tall_skinny.cc")
-FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w")
-TARGETS = {"rtrl_tall_gram": "RtrlTallGram", "rtrl_tall_mix": "RtrlTallMix"}
+_HERE = pathlib.Path(__file__).parent
+SOURCES = (_HERE / "tall_skinny.cc", _HERE / "small_svd.cc")
+HEADERS = (_HERE / "common.h",)
+# -fno-math-errno lets GCC vectorise the per-lane square roots.
+FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w",
+         "-fno-math-errno")
+TARGETS = {"rtrl_tall_gram": "RtrlTallGram", "rtrl_tall_mix": "RtrlTallMix",
+           "rtrl_small_svd": "RtrlSmallSvd"}
 DISABLE_ENV = "RTRL_CPU_KERNELS"
 
 
@@ -75,10 +81,11 @@ def _compile(compiler: str, include_dir: str, target: pathlib.Path) -> None:
     os.close(fd)
     try:
       result = subprocess.run(
-          [compiler, *FLAGS, f"-I{include_dir}", str(SOURCE), "-o", partial],
+          [compiler, *FLAGS, f"-I{include_dir}",
+           *[str(source) for source in SOURCES], "-o", partial],
           capture_output=True, text=True, timeout=600, check=False)
       if result.returncode != 0:
-        raise RuntimeError(f"{compiler} failed on {SOURCE.name}:\n"
+        raise RuntimeError(f"{compiler} failed on the kernels:\n"
                            f"{result.stderr[-3000:]}")
       os.replace(partial, target)
     finally:
@@ -99,10 +106,11 @@ def library_path() -> pathlib.Path:
   version = subprocess.run([compiler, "--version"], capture_output=True,
                            text=True, check=False).stdout
   key = hashlib.sha256("\0".join([
-      SOURCE.read_text(), " ".join(FLAGS), version, jax.__version__,
+      *[path.read_text() for path in SOURCES + HEADERS], " ".join(FLAGS),
+      version, jax.__version__,
       importlib.metadata.version("jaxlib"),
       platform.machine(), _cpu_identity()]).encode()).hexdigest()[:20]
-  target = _cache_dir() / f"tall_skinny-{key}.so"
+  target = _cache_dir() / f"rtrl_kernels-{key}.so"
   if not target.exists():
     _compile(compiler, include_dir, target)
   return target

@@ -8,6 +8,7 @@ from typing import Tuple
 
 import jax.numpy as jnp
 
+from rtrl import linalg
 from rtrl.kronecker._common import (Array, _check_matrix, _random_signs,
                                     _static_rank)
 from rtrl.kronecker.diagonal import _diagonal_factor_sorted, _sorted_variance
@@ -26,7 +27,7 @@ def _svd_with_clean_spectrum(C: Array):
   rounding level, to matrices that are exactly representable at the target
   rank. Zeroing them changes C by at most that tolerance.
   """
-  u, s, vt = jnp.linalg.svd(C, full_matrices=False)
+  u, s, vt = linalg.small_svd(C)
   tolerance = max(C.shape) * jnp.finfo(C.dtype).eps * s[0]
   s = jnp.where(s > tolerance, s, 0)
   return u, s, vt
@@ -41,14 +42,14 @@ def _unbiased_factors(C: Array, rank: int, key) -> Tuple[Array, Array]:
 def _unbiased_factors_with_signs(C: Array, rank: int,
                                  signs: Array) -> Tuple[Array, Array]:
   u, s, vt = _svd_with_clean_spectrum(C)
-  # jnp.linalg.svd returns s non-increasing: no sort needed.
+  # small_svd returns s non-increasing: no sort needed.
   factor = _diagonal_factor_sorted(s, rank, signs)    # (q, rank)
   return u @ factor, vt.T @ factor
 
 
 def _truncated_factors(C: Array, rank: int) -> Tuple[Array, Array]:
   """Eckart-Young factors (m, rank), (n, rank); zero-padded if rank > q."""
-  u, s, vt = jnp.linalg.svd(C, full_matrices=False)
+  u, s, vt = linalg.small_svd(C)
   q = s.shape[0]
   keep = min(q, rank)
   root = jnp.sqrt(s[:keep])

@@ -15,24 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import REPO_ROOT
-from rtrl import cpu_kernels
-
-HAVE_COMPILER = any(shutil.which(c) for c in ("g++", "c++", "clang++"))
-
-
-@pytest.fixture(scope="module")
-def kernels():
-  if not HAVE_COMPILER:
-    pytest.skip("no C++ compiler: the kernels cannot be built here")
-  # Where a compiler exists, the build must work (a silent fallback would
-  # hide a broken kernel behind XLA's products).
-  assert cpu_kernels.usable(16, jnp.float32)
-  return cpu_kernels
-
-
-def _random(shape, dtype, seed):
-  return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+from helpers import REPO_ROOT, random_normal
 
 
 @pytest.mark.parametrize("width", [1, 3, 8, 9, 16])
@@ -42,20 +25,20 @@ def test_gram_and_mix_are_the_products_in_float64(kernels, width, rows, x64):
   rank 0 to 2, mixing into r and r + 1 columns: equal to numpy's float64
   products to rounding."""
   for batch in [(), (3,), (2, 2)]:
-    x = _random(batch + (rows, width), np.float64, seed=width + rows)
+    x = random_normal(batch + (rows, width), np.float64, seed=width + rows)
     np.testing.assert_allclose(
         kernels.gram_of_columns(jnp.asarray(x)),
         np.einsum("...mi,...mj->...ij", x, x), rtol=1e-13, atol=1e-12)
     for out_columns in (width, width + 1):
-      coef = _random(batch + (out_columns, width), np.float64, seed=1)
+      coef = random_normal(batch + (out_columns, width), np.float64, seed=1)
       np.testing.assert_allclose(
           kernels.mix_columns(jnp.asarray(x), jnp.asarray(coef)),
           np.einsum("...mi,...ji->...mj", x, coef), rtol=1e-13, atol=1e-13)
 
 
 def test_float32_matches_the_float64_products(kernels):
-  x = _random((4, 9000, 16), np.float32, seed=3)
-  coef = _random((4, 16, 16), np.float32, seed=4)
+  x = random_normal((4, 9000, 16), np.float32, seed=3)
+  coef = random_normal((4, 16, 16), np.float32, seed=4)
   exact = np.einsum("bmi,bmj->bij", x.astype(np.float64), x)
   np.testing.assert_allclose(kernels.gram_of_columns(jnp.asarray(x)), exact,
                              rtol=2e-5, atol=2e-2)
@@ -68,8 +51,8 @@ def test_float32_matches_the_float64_products(kernels):
 def test_vmap_jit_and_scan_reach_the_kernel_with_batch_axes(kernels, x64):
   """vmapped (the estimators' per-example step), with an unbatched `coef`,
   and inside a jitted scan: the same values as the direct products."""
-  x = jnp.asarray(_random((5, 300, 9), np.float64, seed=5))
-  coef = jnp.asarray(_random((9, 9), np.float64, seed=6))
+  x = jnp.asarray(random_normal((5, 300, 9), np.float64, seed=5))
+  coef = jnp.asarray(random_normal((9, 9), np.float64, seed=6))
   mixed = jax.jit(jax.vmap(kernels.mix_columns, (0, None)))(x, coef)
   np.testing.assert_allclose(mixed, np.einsum("bmi,ji->bmj", x, coef),
                              rtol=1e-13, atol=1e-13)
@@ -89,8 +72,8 @@ def test_vmap_jit_and_scan_reach_the_kernel_with_batch_axes(kernels, x64):
 
 
 def test_derivatives_are_those_of_the_products(kernels, x64):
-  x = jnp.asarray(_random((2, 50, 5), np.float64, seed=7))
-  coef = jnp.asarray(_random((2, 6, 5), np.float64, seed=8))
+  x = jnp.asarray(random_normal((2, 50, 5), np.float64, seed=7))
+  coef = jnp.asarray(random_normal((2, 6, 5), np.float64, seed=8))
 
   def loss(gram_fn, mix_fn):
     return lambda x, c: jnp.sum(jnp.sin(gram_fn(x))) + jnp.sum(
@@ -108,7 +91,7 @@ def test_derivatives_are_those_of_the_products(kernels, x64):
 
 def test_results_do_not_depend_on_the_thread_schedule(kernels):
   """The row blocks' partial Gram matrices are added in a fixed order."""
-  x = jnp.asarray(_random((3, 40000, 12), np.float32, seed=9))
+  x = jnp.asarray(random_normal((3, 40000, 12), np.float32, seed=9))
   gram = jax.jit(kernels.gram_of_columns)
   first = np.asarray(gram(x))
   for _ in range(5):

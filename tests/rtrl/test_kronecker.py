@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rtrl import kronecker
+from rtrl import kronecker, linalg
 from rtrl.kronecker import diagonal
 
 FAMILY_WISE_ALPHA = 1e-6
@@ -318,6 +318,15 @@ def test_biased_low_rank_is_truncated_svd(x64, m, n, rank):
 # ---------------------------------------------------------------------------
 
 
+@pytest.fixture(params=["kernel", "lapack"])
+def svd_route(request, monkeypatch):
+  """The reduction's small SVDs on the CPU Jacobi kernel (the default on
+  CPU where it builds) or on `jnp.linalg.svd` (what GPUs and TPUs run)."""
+  monkeypatch.setattr(linalg, "SMALL_SVD_ON_CPU_KERNEL",
+                      request.param == "kernel")
+  return request.param
+
+
 def _unfolded(us, As):
   return np.asarray(us, np.float64).T @ np.asarray(As, np.float64)
 
@@ -325,7 +334,8 @@ def _unfolded(us, As):
 # Shapes (r + 1, a) = (4, 5) and (4, 9) recur below so that the compiled
 # sampler is shared between tests.
 @pytest.mark.parametrize("rank,a,M", [(1, 3, 6), (3, 5, 9), (3, 2, 8)])
-def test_kronecker_sum_reduce_unbiased_and_optimal(x64, rank, a, M):
+def test_kronecker_sum_reduce_unbiased_and_optimal(x64, rank, a, M,
+                                                  svd_route):
   rng = np.random.default_rng(rank * 7 + a)
   us = jnp.asarray(rng.standard_normal((rank + 1, a)))
   As = jnp.asarray(rng.standard_normal((rank + 1, M)))
@@ -348,7 +358,8 @@ def test_kronecker_sum_reduce_unbiased_and_optimal(x64, rank, a, M):
                              np.linalg.norm(As_new, axis=-1), rtol=1e-9)
 
 
-def test_kronecker_sum_reduce_exact_when_kronecker_rank_suffices(x64):
+def test_kronecker_sum_reduce_exact_when_kronecker_rank_suffices(x64,
+                                                                 svd_route):
   rng = np.random.default_rng(5)
   rank = 3
   keys = _keys(12, SMALL)
@@ -390,7 +401,8 @@ def test_kronecker_sum_reduce_biased_is_eckart_young(x64):
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
-def test_kronecker_sum_reduce_degenerate_inputs_no_nan(x64, dtype):
+def test_kronecker_sum_reduce_degenerate_inputs_no_nan(x64, dtype,
+                                                       svd_route):
   rng = np.random.default_rng(7)
   keys = _keys(13, SMALL)
   u1 = rng.standard_normal(5)

@@ -133,6 +133,9 @@ def test_small_linalg_candidates_compute_what_they_replace(x64):
   np.testing.assert_allclose(square(small_linalg._cholesky(a)),
                              a + 1e-3 * np.eye(5), atol=1e-10)
   np.testing.assert_allclose(small_linalg._qr(a), a, atol=1e-10)
+  if small_linalg.cpu_kernels.svd_usable(5, np.float64):
+    np.testing.assert_allclose(square(small_linalg._jacobi(a)), a @ a,
+                               atol=1e-10)
 
 
 bench_official = _load("bench_official")
@@ -172,3 +175,4 @@ def test_cpu_kernels_tiny_run(capsys):
   out = capsys.readouterr().out
   assert "The products alone" in out and "4-ok rhn-6" in out
   assert bench.tangents._CPU_KERNELS_MIN_RANK == bench.LIBRARY_MIN_RANK
+  assert bench.linalg.SMALL_SVD_ON_CPU_KERNEL
