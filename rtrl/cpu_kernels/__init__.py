@@ -66,7 +66,7 @@ def _check_loaded(name: str) -> None:
   if not build.load():
     raise RuntimeError(f"{name}: the CPU kernels are not available here "
                        "(see the warning above, or RTRL_CPU_KERNELS=0); "
-                       "check rtrl.cpu_kernels.usable first")
+                       "check rtrl.cpu_kernels.usable or svd_usable first")
 
 
 def _check_tall(columns: jax.Array, name: str) -> None:

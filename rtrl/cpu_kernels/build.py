@@ -14,7 +14,8 @@ and renamed into place.
 
 Anything that fails (no compiler, no headers, a compile error, a load
 error) is reported once as a warning and the callers fall back to XLA's
-own products: the kernels are an optimisation, never a requirement.
+own products and `jnp.linalg.svd`: the kernels are an optimisation, never
+a requirement.
 """
 
 from __future__ import annotations
@@ -138,8 +139,8 @@ def load() -> bool:
           name, jax.ffi.pycapsule(getattr(library, symbol)), platform="cpu")
   except Exception as error:  # noqa: BLE001 - any failure means: fall back
     warnings.warn(
-        f"rtrl.cpu_kernels: using XLA's own products instead of the "
-        f"tall-skinny kernels ({type(error).__name__}: {error}). Set "
+        f"rtrl.cpu_kernels: using XLA's own products and LAPACK's SVD "
+        f"instead of these kernels ({type(error).__name__}: {error}). Set "
         f"{DISABLE_ENV}=0 to skip the build.", RuntimeWarning, stacklevel=2)
     return False
   return True

@@ -68,9 +68,11 @@ bool AnyLane(M mask, int lanes) {
 // independent, so they are computed side by side and the processor
 // overlaps their latencies, which the row-cyclic order (each pair waiting
 // on the previous one's rotation) does not allow.
-std::vector<std::vector<std::pair<int64_t, int64_t>>> RoundRobin(int64_t c) {
+using Rounds = std::vector<std::vector<std::pair<int64_t, int64_t>>>;
+
+Rounds RoundRobin(int64_t c) {
   const int64_t players = c + (c % 2);   // an odd c sits one out per round
-  std::vector<std::vector<std::pair<int64_t, int64_t>>> rounds;
+  Rounds rounds;
   for (int64_t round = 0; round + 1 < players; ++round) {
     std::vector<std::pair<int64_t, int64_t>> pairs;
     for (int64_t k = 0; k < players / 2; ++k) {
@@ -88,8 +90,9 @@ std::vector<std::vector<std::pair<int64_t, int64_t>>> RoundRobin(int64_t c) {
 // `a` into `u`, `s`, `vt`. w and v are scratch of c * c vectors each,
 // column-major: w[j * c + i] is row i of column j, one matrix per lane.
 template <typename T>
-void SvdLanes(const T* a, int64_t first, int64_t count, int64_t c, T* u,
-              T* s, T* vt, Vec<T>* w, Vec<T>* v) {
+void SvdLanes(const T* a, int64_t first, int64_t count, int64_t c,
+              const Rounds& rounds, T* u, T* s, T* vt, Vec<T>* w,
+              Vec<T>* v) {
   constexpr int kLanes = Lanes<T>();
   const Vec<T> zero = Broadcast<T>(0), one = Broadcast<T>(1);
   T scale[kLanes];
@@ -115,7 +118,6 @@ void SvdLanes(const T* a, int64_t first, int64_t count, int64_t c, T* u,
 
   const Vec<T> tolerance =
       Broadcast<T>(T(c) * std::numeric_limits<T>::epsilon());
-  const auto rounds = RoundRobin(c);
   const int64_t max_pairs = c / 2;
   std::vector<Vec<T>> squared_norm(c), gamma(max_pairs), cosine(max_pairs),
       sine(max_pairs);
@@ -226,11 +228,12 @@ ffi::Error Svd(ffi::ThreadPool pool, ffi::AnyBuffer a,
   T* up = u->typed_data<T>();
   T* sp = s->typed_data<T>();
   T* vtp = vt->typed_data<T>();
+  const Rounds rounds = RoundRobin(c);
   ParallelFor(pool, groups, [&](int64_t group) {
     std::vector<Vec<T>> w(c * c), v(c * c);
     const int64_t first = group * kLanes;
-    SvdLanes<T>(ap, first, std::min<int64_t>(kLanes, batch - first), c, up,
-                sp, vtp, w.data(), v.data());
+    SvdLanes<T>(ap, first, std::min<int64_t>(kLanes, batch - first), c,
+                rounds, up, sp, vtp, w.data(), v.data());
   });
   return ffi::Error::Success();
 }

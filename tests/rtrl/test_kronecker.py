@@ -1,68 +1,20 @@
-"""Tests for rtrl.kronecker: optimal unbiased / biased low-rank approximations.
-
-Statistical tolerances. Monte Carlo means are checked entry-wise against
-`z * sd / sqrt(N)` with `sd` the sample standard deviation of that entry and
-`z` the two-sided normal quantile for a family-wise false-alarm probability
-of 1e-6 over all checked entries (Bonferroni). The estimators are bounded, so
-with N >= 10^4 the normal approximation of the sample mean is accurate. The
-PRNG seeds are fixed, so the tests are deterministic; the bound says how
-unlikely a false failure would be for a fresh seed. Entries whose sample
-variance is 0 (deterministic entries) must match to rounding (1e-10).
+"""Tests for rtrl.kronecker: optimal unbiased / biased low-rank approximations,
+the sign trick and the optimal diagonal mixing (the Kronecker-sum reduction
+is in `test_kronecker_reduce.py`). Monte Carlo tolerances: `monte_carlo.py`.
 """
 
 import functools
 import itertools
-import statistics
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rtrl import kronecker, linalg
+from monte_carlo import (NUM_SAMPLES, SMALL, assert_mean_error_matches,
+                         assert_mean_matches, keys as _keys)
+from rtrl import kronecker
 from rtrl.kronecker import diagonal
-
-FAMILY_WISE_ALPHA = 1e-6
-NUM_SAMPLES = 20_000
-SMALL = 64  # samples for checks that hold for every sample
-
-
-def _z_for(num_tests: int) -> float:
-  """Two-sided normal quantile with Bonferroni correction."""
-  return statistics.NormalDist().inv_cdf(
-      1 - FAMILY_WISE_ALPHA / (2 * num_tests))
-
-
-def _assert_mean_matches(samples, target, scale=1.0):
-  """Entry-wise CLT check of a Monte Carlo mean (see module docstring)."""
-  samples = np.asarray(samples, np.float64)
-  target = np.asarray(target, np.float64)
-  n = samples.shape[0]
-  mean = samples.mean(axis=0)
-  sd = samples.std(axis=0, ddof=1)
-  z = _z_for(target.size)
-  tolerance = z * sd / np.sqrt(n) + 1e-10 * scale
-  excess = np.abs(mean - target) - tolerance
-  assert np.all(excess <= 0), (
-      f"Monte Carlo mean off by up to {np.max(np.abs(mean - target)):.3g}, "
-      f"worst excess over the {z:.2f}-sigma bound: {excess.max():.3g}")
-
-
-def _assert_mean_error_matches(squared_errors, expected):
-  """Checks E||X' - X||^2 against its closed form, CLT tolerance."""
-  squared_errors = np.asarray(squared_errors, np.float64)
-  n = squared_errors.shape[0]
-  tolerance = (_z_for(1) * squared_errors.std(ddof=1) / np.sqrt(n)
-               + 1e-9 * max(expected, 1e-12))
-  assert abs(squared_errors.mean() - expected) <= tolerance, (
-      squared_errors.mean(), expected, tolerance)
-
-
-def _keys(seed, n=NUM_SAMPLES):
-  # "rbg" keys: the same statistical quality for these tests, and much
-  # cheaper for XLA to compile than threefry under vmap.
-  return jax.random.split(jax.random.key(seed, impl="rbg"), n)
-
 
 # The closed forms, jitted: eager dispatch compiles every small op separately.
 _optimal_variance = jax.jit(kronecker.optimal_variance, static_argnums=1)
@@ -76,14 +28,6 @@ def _unbiased_samples(C, rank, keys):
   left, right = jax.vmap(
       lambda key: kronecker.unbiased_low_rank(C, rank, key))(keys)
   return jnp.einsum("sik,sjk->sij", left, right)
-
-
-@functools.partial(jax.jit, static_argnames=("biased",))
-def _reduce_samples(us, As, keys, biased=False):
-  us_new, As_new = jax.vmap(
-      lambda key: kronecker.kronecker_sum_reduce(us, As, key, biased=biased)
-  )(keys)
-  return us_new, As_new, jnp.einsum("ska,skm->sam", us_new, As_new)
 
 
 @jax.jit
@@ -144,14 +88,14 @@ def test_unbiased_low_rank_is_unbiased_low_rank_and_optimal(
   assert np.all(np.isfinite(samples))
 
   # E[C'] = C.
-  _assert_mean_matches(samples, C, scale=float(jnp.linalg.norm(C)))
+  assert_mean_matches(samples, C, scale=float(jnp.linalg.norm(C)))
   # rank(C') <= rank for every sample.
   assert _numerical_rank(samples).max() <= rank
   # E||C' - C||^2 equals the closed-form minimum of Theorem 6.
   variance = float(_optimal_variance(C, rank))
   assert variance > 0
   squared_errors = np.sum((samples - np.asarray(C)) ** 2, axis=(1, 2))
-  _assert_mean_error_matches(squared_errors, variance)
+  assert_mean_error_matches(squared_errors, variance)
   # Stronger: Theorem 6's equality condition makes the squared error the
   # same for every sign vector (see _diagonal_factor_sorted's docstring).
   np.testing.assert_allclose(squared_errors, variance, rtol=1e-9)
@@ -216,7 +160,7 @@ def test_sign_trick_is_unbiased_with_closed_form_variance(x64):
   u1, A1, u2, A2 = _two_summands(np.random.default_rng(1))
   C = _kron_matrix(u1, A1) + _kron_matrix(u2, A2)
   samples = np.asarray(_sign_trick_samples(u1, A1, u2, A2, _keys(7)))
-  _assert_mean_matches(samples, C, scale=np.linalg.norm(C))
+  assert_mean_matches(samples, C, scale=np.linalg.norm(C))
   squared_errors = np.sum((samples - C) ** 2, axis=(1, 2))
   variance = float(_sign_trick_variance(u1, A1, u2, A2))
   # With one random sign the squared error is deterministic.
@@ -314,144 +258,6 @@ def test_biased_low_rank_is_truncated_svd(x64, m, n, rank):
 
 
 # ---------------------------------------------------------------------------
-# kronecker_sum_reduce (Algorithm 4)
-# ---------------------------------------------------------------------------
-
-
-@pytest.fixture(params=["kernel", "lapack"])
-def svd_route(request, monkeypatch):
-  """The reduction's small SVDs on the CPU Jacobi kernel (the default on
-  CPU where it builds) or on `jnp.linalg.svd` (what GPUs and TPUs run)."""
-  monkeypatch.setattr(linalg, "SMALL_SVD_ON_CPU_KERNEL",
-                      request.param == "kernel")
-  return request.param
-
-
-def _unfolded(us, As):
-  return np.asarray(us, np.float64).T @ np.asarray(As, np.float64)
-
-
-# Shapes (r + 1, a) = (4, 5) and (4, 9) recur below so that the compiled
-# sampler is shared between tests.
-@pytest.mark.parametrize("rank,a,M", [(1, 3, 6), (3, 5, 9), (3, 2, 8)])
-def test_kronecker_sum_reduce_unbiased_and_optimal(x64, rank, a, M,
-                                                  svd_route):
-  rng = np.random.default_rng(rank * 7 + a)
-  us = jnp.asarray(rng.standard_normal((rank + 1, a)))
-  As = jnp.asarray(rng.standard_normal((rank + 1, M)))
-  G = _unfolded(us, As)
-  us_new, As_new, samples = map(
-      np.asarray, _reduce_samples(us, As, _keys(rank + 20)))
-  assert us_new.shape == (NUM_SAMPLES, rank, a)
-  assert As_new.shape == (NUM_SAMPLES, rank, M)
-  _assert_mean_matches(samples, G, scale=np.linalg.norm(G))
-  # Theorem 3 / Lemma 3: G' has the optimal variance of C = L R^T, whose
-  # singular values are G's.
-  variance = float(_optimal_variance(jnp.asarray(G), min(rank, a)))
-  squared_errors = np.sum((samples - G) ** 2, axis=(1, 2))
-  _assert_mean_error_matches(squared_errors, variance)
-  np.testing.assert_allclose(squared_errors, variance, rtol=1e-9, atol=1e-12)
-  if a > rank:
-    assert variance > 0
-  # Norm balancing: ||u'_j|| = ||A'_j||.
-  np.testing.assert_allclose(np.linalg.norm(us_new, axis=-1),
-                             np.linalg.norm(As_new, axis=-1), rtol=1e-9)
-
-
-def test_kronecker_sum_reduce_exact_when_kronecker_rank_suffices(x64,
-                                                                 svd_route):
-  rng = np.random.default_rng(5)
-  rank = 3
-  keys = _keys(12, SMALL)
-  # Linearly dependent u's: G = sum over r+1 terms has Kronecker rank <= r.
-  us = rng.standard_normal((rank + 1, 5))
-  us[-1] = 0.3 * us[0] - 2.0 * us[1]
-  As = rng.standard_normal((rank + 1, 9))
-  # Dependent A's instead.
-  us2 = rng.standard_normal((rank + 1, 5))
-  As2 = rng.standard_normal((rank + 1, 9))
-  As2[0] = As2[2]
-  # Only one non-zero summand (Kronecker rank 1).
-  us3 = np.zeros((rank + 1, 5))
-  us3[-1] = rng.standard_normal(5)
-  As3 = rng.standard_normal((rank + 1, 9))
-  for biased in (False, True):
-    for u, A in [(us, As), (us2, As2), (us3, As3)]:
-      G = _unfolded(u, A)
-      *_, samples = _reduce_samples(jnp.asarray(u), jnp.asarray(A), keys,
-                                    biased=biased)
-      np.testing.assert_allclose(
-          np.asarray(samples), np.broadcast_to(G, samples.shape),
-          atol=1e-12 * max(1.0, np.linalg.norm(G)))
-
-
-def test_kronecker_sum_reduce_biased_is_eckart_young(x64):
-  rng = np.random.default_rng(6)
-  us = jnp.asarray(rng.standard_normal((4, 5)))
-  As = jnp.asarray(rng.standard_normal((4, 9)))
-  G = _unfolded(us, As)
-  us_new, As_new, samples = _reduce_samples(us, As, _keys(0, SMALL),
-                                            biased=True)
-  u, s, vt = np.linalg.svd(G, full_matrices=False)
-  truncated = (u[:, :3] * s[:3]) @ vt[:3]
-  np.testing.assert_allclose(np.asarray(samples[0]), truncated, atol=1e-12)
-  np.testing.assert_allclose(np.asarray(samples[1]), truncated, atol=1e-12)
-  np.testing.assert_allclose(np.linalg.norm(us_new, axis=-1),
-                             np.linalg.norm(As_new, axis=-1), rtol=1e-9)
-
-
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
-def test_kronecker_sum_reduce_degenerate_inputs_no_nan(x64, dtype,
-                                                       svd_route):
-  rng = np.random.default_rng(7)
-  keys = _keys(13, SMALL)
-  u1 = rng.standard_normal(5)
-  A1 = rng.standard_normal(9)
-  zero_u, zero_a = np.zeros(5), np.zeros(9)
-  cases = {
-      # First RTRL step: everything stored is zero, and F = h (x) D too.
-      "all_zero": (np.zeros((4, 5)), np.zeros((4, 9)), True),
-      # Exact cancellation: u2 = -u1, A2 = A1.
-      "cancel": (np.stack([u1, -u1, zero_u, zero_u]),
-                 np.stack([A1, A1, zero_a, zero_a]), True),
-      # Stored factors zero, only the new summand h (x) D is non-zero.
-      "one_term": (np.stack([zero_u, zero_u, zero_u, u1]),
-                   np.stack([zero_a, zero_a, zero_a, A1]), False),
-      "tiny": (1e-30 * rng.standard_normal((4, 5)),
-               1e-30 * rng.standard_normal((4, 9)), False),
-      "ties": (np.eye(4, 5), np.eye(4, 9), False),
-  }
-  for name, (us, As, is_zero) in cases.items():
-    for biased in (False, True):
-      us_new, As_new, samples = _reduce_samples(
-          jnp.asarray(us, dtype), jnp.asarray(As, dtype), keys, biased=biased)
-      for array in (us_new, As_new, samples):
-        assert array.dtype == dtype
-        assert np.all(np.isfinite(np.asarray(array))), (name, biased)
-      if is_zero:
-        np.testing.assert_allclose(np.asarray(samples), 0, atol=1e-6,
-                                   err_msg=name)
-      if name == "one_term":
-        np.testing.assert_allclose(
-            np.asarray(samples),
-            np.broadcast_to(np.outer(u1, A1), samples.shape),
-            rtol=1e-5, atol=1e-5, err_msg=name)
-
-
-def test_kronecker_sum_reduce_ties_are_unbiased(x64):
-  """Equal singular values (4 orthonormal summands into 3): p = 3/4 each."""
-  us = jnp.eye(4, 5)
-  As = jnp.eye(4, 9)
-  *_, samples = _reduce_samples(us, As, _keys(14))
-  G = _unfolded(us, As)
-  _assert_mean_matches(np.asarray(samples), G, scale=1.0)
-  # s1 = 4, k = 3, s2 = 4: s1^2 / k - s2 = 4/3.
-  np.testing.assert_allclose(
-      np.sum((np.asarray(samples) - G) ** 2, axis=(1, 2)), 16 / 3 - 4,
-      rtol=1e-9)
-
-
-# ---------------------------------------------------------------------------
 # optimal_diagonal_mixing (Theorems 6 and 7, Lemmas 5 and 6)
 # ---------------------------------------------------------------------------
 
@@ -498,7 +304,7 @@ def test_diagonal_mixing_keeps_large_entries_deterministically(x64):
   mixed = products[:, [0, 2, 4]][:, :, [0, 2, 4]]
   # The three small entries are mixed into rank one and do vary.
   assert np.std(mixed[:, 0, 1]) > 0.1
-  _assert_mean_matches(products, np.diag(d), scale=10.0)
+  assert_mean_matches(products, np.diag(d), scale=10.0)
 
 
 def test_diagonal_mixing_degenerate_inputs_no_nan():
