@@ -31,8 +31,9 @@ PAPER_CLIP_NORM = 5.0
 
 
 def get_config(arg: str = "rls") -> ml_collections.ConfigDict:
-  config, small = presets.preset_config(arg, PAPER_L1, PAPER_CLIP_NORM,
-                                           "configs/cifar10.py")
+  config, small = presets.preset_config(
+    arg, PAPER_L1, PAPER_CLIP_NORM, "configs/cifar10.py"
+  )
   config.conv_features = (64, 64, "pool", 128, 128, "pool", 256)
   config.pool_after_conv5 = True
   config.hidden_size = 1024

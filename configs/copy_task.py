@@ -53,19 +53,20 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
   # estimator, rank, truncation, cell, readout and the stack's fields
   # (experiments/online/setup.py: add_trainer_fields).
-  online_setup.add_trainer_fields(config, estimator="ok", truncation=20,
-                                  cell="rhn")
+  online_setup.add_trainer_fields(
+    config, estimator="ok", truncation=20, cell="rhn"
+  )
   config.hidden_size = 32
   config.batch_size = 16
-  config.learning_rate = 10 ** -2.5
-  config.clip_norm = 0.0       # 0 disables global-norm clipping
+  config.learning_rate = 10**-2.5
+  config.clip_norm = 0.0  # 0 disables global-norm clipping
   # adam (optax, on the batch-mean gradient) | tf1_adam (the official OK
   # code's update: TF1's Adam fed the cell gradient / batch size).
   config.optimizer = "adam"
   # Clip only the cell's gradient (the batch-mean gradient's norm; the
   # readout's stays unclipped); 0: off.
   config.cell_clip_norm = 0.0
-  config.init_stddev = 0.0     # > 0: every weight normal(0, it); 0: defaults
+  config.init_stddev = 0.0  # > 0: every weight normal(0, it); 0: defaults
   config.accumulate_steps = 1
   # The GEMM precision the training chunk is traced under (rtrl.linalg):
   # highest (true float32) | tensorfloat32 | bfloat16 (GPU/TPU only).
@@ -74,18 +75,20 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   # Runs trained together as one vmapped program: run j of each learning
   # rate equals the single run with seed + j (see experiments/loop/run_axes.py).
   config.num_seeds = 1
-  config.learning_rates = ()   # e.g. (10**-2.5, 1e-3); empty: learning_rate
+  config.learning_rates = ()  # e.g. (10**-2.5, 1e-3); empty: learning_rate
   config.num_steps = 20000
   config.curriculum = "official"  # official | output_only (see above)
   # How a sequence's length is drawn from T: uniform on max(1, T-4)..T, or
   # clipped, max(1, T - k) with k uniform on 0..4 (the official script's;
   # more length-1 sequences while T < 5). rtrl/tasks/copy_task.py.
   config.length_rule = "uniform"
-  config.chunk_steps = 100     # steps per jitted chunk (output_only: the
-                               # curriculum's check period)
-  config.log_every = 500       # steps between progress lines (multiple of chunk_steps)
+  config.chunk_steps = 100  # steps per jitted chunk (output_only: the
+  # curriculum's check period)
+  config.log_every = (
+    500  # steps between progress lines (multiple of chunk_steps)
+  )
   config.checkpoint_every = 5000
-  config.max_length = 100      # largest curriculum length the generator supports
+  config.max_length = 100  # largest curriculum length the generator supports
   config.error_threshold = 0.15  # bits/char to advance the curriculum
   # Run-loop fields (resume, NaN policy, devices): experiments/loop/run_config.py.
   run_config.add_run_fields(config)
@@ -93,11 +96,15 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     _official(config)
   elif preset == "lru_paper":
     _official(config)  # The task as the official preset runs it.
-    config.update(lru_paper.online_lru_fields(
-        lru_paper.COPY_LEARNING_RATES, num_steps=config.num_steps))
+    config.update(
+      lru_paper.online_lru_fields(
+        lru_paper.COPY_LEARNING_RATES, num_steps=config.num_steps
+      )
+    )
   elif preset:
-    raise ValueError(f"unknown preset {preset!r}; known: 'official', "
-                     "'lru_paper'")
+    raise ValueError(
+      f"unknown preset {preset!r}; known: 'official', 'lru_paper'"
+    )
   return config
 
 
@@ -108,11 +115,24 @@ def _official(config: ml_collections.ConfigDict) -> None:
   cell gradient clipped at 1.0 in its units (16 on our batch-mean gradient),
   its curriculum and its length draw, logged every 1000 steps as its logs
   are."""
-  config.update(dict(
-      estimator="ok", rank=16, cell="rhn", hidden_size=128, batch_size=16,
-      learning_rate=official.LEARNING_RATE, optimizer="tf1_adam",
+  config.update(
+    dict(
+      estimator="ok",
+      rank=16,
+      cell="rhn",
+      hidden_size=128,
+      batch_size=16,
+      learning_rate=official.LEARNING_RATE,
+      optimizer="tf1_adam",
       init_stddev=official.INIT_STDDEV,
       cell_clip_norm=official.batch_mean_clip(official.COPY_CELL_CLIP, 16),
-      clip_norm=0.0, curriculum="official", length_rule="clipped",
-      error_threshold=0.15, num_steps=4_000_000, chunk_steps=1000, log_every=1000,
-      checkpoint_every=50_000))
+      clip_norm=0.0,
+      curriculum="official",
+      length_rule="clipped",
+      error_threshold=0.15,
+      num_steps=4_000_000,
+      chunk_steps=1000,
+      log_every=1000,
+      checkpoint_every=50_000,
+    )
+  )

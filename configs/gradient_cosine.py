@@ -43,20 +43,22 @@ def get_config() -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
   # Comma-separated `name[:rank]` entries; names as rtrl.estimators.make.
   config.estimators = "ok:1,ok:2,ok:8,kf_avg:8,kf,uoro"
-  config.cell = "rhn"            # rnn|rhn|lstm|gru (ignored with a checkpoint)
-  config.hidden_size = 32        # (ignored with a checkpoint)
-  config.task = "random"         # random | copy | ptb
-  config.vocab_size = 50         # random task: one-hot inputs and targets
+  config.cell = "rhn"  # rnn|rhn|lstm|gru (ignored with a checkpoint)
+  config.hidden_size = 32  # (ignored with a checkpoint)
+  config.task = "random"  # random | copy | ptb
+  config.vocab_size = 50  # random task: one-hot inputs and targets
   config.reset_probability = 0.0  # random, ptb tasks: per-step state reset
-  config.sequence_length = 10    # copy task T; 0 = the checkpoint's curriculum
-  config.ptb_split = "valid"     # ptb task: text the streams read
-  config.data_dir = ""           # ptb task: as experiments/ptb.py ("" = default)
-  config.verify_md5 = True       # ptb task: check the files' md5
-  config.checkpoint_dir = ""     # a Copy or PTB workdir; "" = fresh parameters
+  config.sequence_length = 10  # copy task T; 0 = the checkpoint's curriculum
+  config.ptb_split = "valid"  # ptb task: text the streams read
+  config.data_dir = ""  # ptb task: as experiments/ptb.py ("" = default)
+  config.verify_md5 = True  # ptb task: check the files' md5
+  config.checkpoint_dir = ""  # a Copy or PTB workdir; "" = fresh parameters
   config.params_per_repetition = False  # fresh: a new network per repetition
   config.num_steps = 200
   config.repetitions = 5
-  config.chunk_steps = 100       # steps per jitted call (bounds memory)
-  config.min_gradient_norm = 1e-4  # steps with |true gradient| below are dropped
+  config.chunk_steps = 100  # steps per jitted call (bounds memory)
+  config.min_gradient_norm = (
+    1e-4  # steps with |true gradient| below are dropped
+  )
   config.seed = 0
   return config

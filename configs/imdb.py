@@ -29,12 +29,13 @@ PAPER_CLIP_NORM = 1.0
 
 
 def get_config(arg: str = "rls") -> ml_collections.ConfigDict:
-  config, small = presets.preset_config(arg, PAPER_L1, PAPER_CLIP_NORM,
-                                           "configs/imdb.py")
+  config, small = presets.preset_config(
+    arg, PAPER_L1, PAPER_CLIP_NORM, "configs/imdb.py"
+  )
   config.vocab_size = 20_000
   config.max_length = 200
   config.truncate = "pre"  # Keep the last tokens.
-  config.pad = "pre"       # Padding first: the last step sees the review end.
+  config.pad = "pre"  # Padding first: the last step sees the review end.
   config.embed_dim = 128
   config.hidden_size = 512
   config.num_layers = 2

@@ -33,8 +33,9 @@ PAPER_CLIP_NORM = 5.0
 
 def get_config(arg: str = "rls") -> ml_collections.ConfigDict:
   """The paper's MNIST setting for `PRESET[,small]` (see the docstring)."""
-  config, small = presets.preset_config(arg, PAPER_L1, PAPER_CLIP_NORM,
-                                           "configs/mnist.py")
+  config, small = presets.preset_config(
+    arg, PAPER_L1, PAPER_CLIP_NORM, "configs/mnist.py"
+  )
   config.hidden_size = 512
   config.eval_chunk_size = 10_000
   config.eval_train_set = True  # Whole-training-set loss after each epoch.

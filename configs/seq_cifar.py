@@ -67,21 +67,22 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   # estimator, rank, truncation, cell, readout and the stack's fields
   # (experiments/online/setup.py: add_trainer_fields). The TBPTT horizon
   # divides 1024: windows are aligned to images; 1024 is full BPTT over each.
-  online_setup.add_trainer_fields(config, estimator="rtrl",
-                                  truncation=PIXELS_PER_IMAGE, cell="lru")
+  online_setup.add_trainer_fields(
+    config, estimator="rtrl", truncation=PIXELS_PER_IMAGE, cell="lru"
+  )
   config.num_layers = 4
   config.head = "lru_block"
   config.model_size = 256
-  config.hidden_size = 128        # the LRU's state size (complex units)
+  config.hidden_size = 128  # the LRU's state size (complex units)
   # The LRU's |λ| ring at initialisation: the LRU papers' sCIFAR values.
   config.lru_r_min = 0.9
   config.lru_r_max = 0.999
   config.batch_size = 32
   config.learning_rate = 1e-3
-  config.init_stddev = 0.0        # 0: the cells' default initialisation
-  config.clip_norm = 0.0          # global-norm clipping (0: off)
-  config.cell_clip_norm = 0.0     # the cell gradient only (0: off)
-  config.optimizer = "adam"       # adam | tf1_adam
+  config.init_stddev = 0.0  # 0: the cells' default initialisation
+  config.clip_norm = 0.0  # global-norm clipping (0: off)
+  config.cell_clip_norm = 0.0  # the cell gradient only (0: off)
+  config.optimizer = "adam"  # adam | tf1_adam
   # One (mean) update every this many steps. The loss comes only at an
   # image's last pixel, so 1024 is one Adam step per batch of images, as
   # TBPTT-1024 does; with an exact estimator on one layer the two are the
@@ -96,30 +97,39 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   # Runs trained together as one vmapped program: run j of each learning
   # rate equals the single run with seed + j (see experiments/loop/run_axes.py).
   config.num_seeds = 1
-  config.learning_rates = ()      # e.g. (1e-3, 4e-3); empty: learning_rate
+  config.learning_rates = ()  # e.g. (1e-3, 4e-3); empty: learning_rate
   epoch = steps_per_epoch(FULL_TRAIN_IMAGES, config.batch_size)  # 1,600,512
   config.num_steps = 50 * epoch
   config.chunk_steps = PIXELS_PER_IMAGE  # steps per jitted chunk (whole images)
-  config.log_every = 100 * PIXELS_PER_IMAGE   # multiple of chunk_steps
-  config.eval_every = epoch       # test accuracy; multiple of chunk_steps
-  config.eval_images = 0          # the first this many test images (0: all)
-  config.eval_batch_size = 500    # test images evaluated at once
+  config.log_every = 100 * PIXELS_PER_IMAGE  # multiple of chunk_steps
+  config.eval_every = epoch  # test accuracy; multiple of chunk_steps
+  config.eval_images = 0  # the first this many test images (0: all)
+  config.eval_batch_size = 500  # test images evaluated at once
   config.checkpoint_every = epoch
-  config.data_dir = ""            # "": $DATA_DIR/cifar10, or the download cache
+  config.data_dir = ""  # "": $DATA_DIR/cifar10, or the download cache
   # Run-loop fields (resume, NaN policy, devices): experiments/loop/run_config.py.
   run_config.add_run_fields(config)
   if preset == "small":
-    config.update(dict(
-        num_layers=2, hidden_size=32, model_size=64, batch_size=16,
-        lru_r_min=0.0, lru_r_max=0.99,
-        learning_rate=3e-3, num_steps=2 * steps_per_epoch(4000, 16),
-        log_every=50 * PIXELS_PER_IMAGE, eval_every=125 * PIXELS_PER_IMAGE,
-        checkpoint_every=125 * PIXELS_PER_IMAGE, eval_batch_size=250))
+    config.update(
+      dict(
+        num_layers=2,
+        hidden_size=32,
+        model_size=64,
+        batch_size=16,
+        lru_r_min=0.0,
+        lru_r_max=0.99,
+        learning_rate=3e-3,
+        num_steps=2 * steps_per_epoch(4000, 16),
+        log_every=50 * PIXELS_PER_IMAGE,
+        eval_every=125 * PIXELS_PER_IMAGE,
+        checkpoint_every=125 * PIXELS_PER_IMAGE,
+        eval_batch_size=250,
+      )
+    )
   elif preset == "lru_paper":
     config.update(_lru_paper())
   elif preset:
-    raise ValueError(f"unknown preset {preset!r}; known: 'small', "
-                     "'lru_paper'")
+    raise ValueError(f"unknown preset {preset!r}; known: 'small', 'lru_paper'")
   return config
 
 
@@ -132,15 +142,17 @@ def _lru_paper() -> dict:
   epoch = steps_per_epoch(FULL_TRAIN_IMAGES, lru_paper.SCIFAR_BATCH_SIZE)
   updates_per_epoch = epoch // PIXELS_PER_IMAGE
   return dict(
-      **lru_paper.SCIFAR_NETWORK, batch_size=lru_paper.SCIFAR_BATCH_SIZE,
-      learning_rate=lru_paper.SCIFAR_LEARNING_RATES[0],
-      learning_rates=lru_paper.SCIFAR_LEARNING_RATES,
-      num_seeds=lru_paper.SCIFAR_SEEDS,
-      recurrence_learning_rate_factor=(
-          lru_paper.RECURRENCE_LEARNING_RATE_FACTOR),
-      weight_decay=lru_paper.SCIFAR_WEIGHT_DECAY,
-      learning_rate_schedule="warmup_cosine",
-      warmup_updates=lru_paper.SCIFAR_WARMUP_EPOCHS * updates_per_epoch,
-      accumulate_steps=PIXELS_PER_IMAGE,
-      num_steps=lru_paper.SCIFAR_EPOCHS * epoch, eval_every=epoch,
-      checkpoint_every=epoch)
+    **lru_paper.SCIFAR_NETWORK,
+    batch_size=lru_paper.SCIFAR_BATCH_SIZE,
+    learning_rate=lru_paper.SCIFAR_LEARNING_RATES[0],
+    learning_rates=lru_paper.SCIFAR_LEARNING_RATES,
+    num_seeds=lru_paper.SCIFAR_SEEDS,
+    recurrence_learning_rate_factor=(lru_paper.RECURRENCE_LEARNING_RATE_FACTOR),
+    weight_decay=lru_paper.SCIFAR_WEIGHT_DECAY,
+    learning_rate_schedule="warmup_cosine",
+    warmup_updates=lru_paper.SCIFAR_WARMUP_EPOCHS * updates_per_epoch,
+    accumulate_steps=PIXELS_PER_IMAGE,
+    num_steps=lru_paper.SCIFAR_EPOCHS * epoch,
+    eval_every=epoch,
+    checkpoint_every=epoch,
+  )

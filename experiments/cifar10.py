@@ -17,5 +17,4 @@ from experiments.loop import cli
 train = functools.partial(experiment.train, tasks.CIFAR10)
 
 if __name__ == "__main__":
-  cli.run(train, None,
-          "Config file, e.g. configs/cifar10.py:rls,small.")
+  cli.run(train, None, "Config file, e.g. configs/cifar10.py:rls,small.")

@@ -17,5 +17,4 @@ from experiments.loop import cli
 train = functools.partial(experiment.train, tasks.IMDB)
 
 if __name__ == "__main__":
-  cli.run(train, None,
-          "Config file, e.g. configs/imdb.py:rls,small.")
+  cli.run(train, None, "Config file, e.g. configs/imdb.py:rls,small.")

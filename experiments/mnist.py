@@ -17,5 +17,4 @@ from experiments.loop import cli
 train = functools.partial(experiment.train, tasks.MNIST)
 
 if __name__ == "__main__":
-  cli.run(train, None,
-          "Config file, e.g. configs/mnist.py:rls.")
+  cli.run(train, None, "Config file, e.g. configs/mnist.py:rls.")

@@ -12,8 +12,8 @@ mismatch raises a `ValueError` before any JAX operation is staged.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
+import math
 from typing import Any, NamedTuple
 
 import jax
@@ -21,8 +21,8 @@ import optax
 
 Path = tuple[Any, ...]
 
-KERNEL = 'kernel'
-BIAS = 'bias'
+KERNEL = "kernel"
+BIAS = "bias"
 
 
 class Layer(NamedTuple):
@@ -33,6 +33,7 @@ class Layer(NamedTuple):
     kernel: the kernel leaf (an array, or anything with ``.shape``/``.dtype``).
     bias: the bias leaf, or ``None`` when the layer has no bias.
   """
+
   path: Path
   kernel: Any
   bias: Any
@@ -53,7 +54,7 @@ class Layer(NamedTuple):
 
 
 def format_path(path: Path) -> str:
-  return '/'.join(str(key) for key in path) if path else '<root>'
+  return "/".join(str(key) for key in path) if path else "<root>"
 
 
 def is_masked(node: Any) -> bool:
@@ -62,7 +63,7 @@ def is_masked(node: Any) -> bool:
 
 def _key_name(key: Any) -> Any:
   """The plain key of a `jax.tree_util` path entry (dict key, index, attr)."""
-  for attribute in ('key', 'idx', 'name'):
+  for attribute in ("key", "idx", "name"):
     if hasattr(key, attribute):
       return getattr(key, attribute)
   return str(key)
@@ -71,15 +72,18 @@ def _key_name(key: Any) -> Any:
 def leaf_paths(tree: Any, prefix: Path = ()) -> list[Path]:
   """Paths of all (non-masked) array leaves of `tree`."""
   with_paths, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_masked)
-  return [prefix + tuple(_key_name(k) for k in key_path)
-          for key_path, leaf in with_paths if not is_masked(leaf)]
+  return [
+    prefix + tuple(_key_name(k) for k in key_path)
+    for key_path, leaf in with_paths
+    if not is_masked(leaf)
+  ]
 
 
 def _is_layer(node: Mapping) -> bool:
   kernel = node.get(KERNEL, None)
   if kernel is None or isinstance(kernel, Mapping):
     return False
-  return is_masked(kernel) or len(getattr(kernel, 'shape', ())) >= 2
+  return is_masked(kernel) or len(getattr(kernel, "shape", ())) >= 2
 
 
 def scan_layers(tree: Any) -> tuple[list[Layer], list[Path], list[Path]]:
@@ -113,10 +117,11 @@ def scan_layers(tree: Any) -> tuple[list[Layer], list[Path], list[Path]]:
             others.extend(leaf_paths(node[key], path + (key,)))
         if bias is not None and is_masked(kernel) != is_masked(bias):
           raise ValueError(
-              f'Layer {format_path(path)!r}: its kernel and bias are given to '
-              'different optimisers (one of them is masked out). RLS keeps one '
-              'P for the augmented matrix [kernel; bias], so label both with '
-              'the same transformation in optax.multi_transform.')
+            f"Layer {format_path(path)!r}: its kernel and bias are given to "
+            "different optimisers (one of them is masked out). RLS keeps one "
+            "P for the augmented matrix [kernel; bias], so label both with "
+            "the same transformation in optax.multi_transform."
+          )
         if is_masked(kernel):
           masked.append(path)
         else:
@@ -136,7 +141,7 @@ def scan_layers(tree: Any) -> tuple[list[Layer], list[Path], list[Path]]:
 
 def is_under(path: Path, prefixes: list[Path]) -> bool:
   """Whether `path` equals or lies below one of `prefixes`."""
-  return any(path[:len(prefix)] == prefix for prefix in prefixes)
+  return any(path[: len(prefix)] == prefix for prefix in prefixes)
 
 
 def scan_entries(layer_inputs: Any, is_entry) -> dict[Path, Any]:
@@ -151,32 +156,37 @@ def scan_entries(layer_inputs: Any, is_entry) -> dict[Path, Any]:
         visit(child, path + (key,))
     else:
       raise ValueError(
-          f'layer_inputs[{format_path(path)!r}] is a {type(node).__name__}; '
-          'expected a nested dict whose entries are rls.LayerInput or arrays '
-          '(the mean input of one layer), mirroring the params tree down to '
-          'the layer.')
+        f"layer_inputs[{format_path(path)!r}] is a {type(node).__name__}; "
+        "expected a nested dict whose entries are rls.LayerInput or arrays "
+        "(the mean input of one layer), mirroring the params tree down to "
+        "the layer."
+      )
 
   visit(layer_inputs, ())
   return entries
 
 
-NOT_A_LAYER = ('they are not the kernel or bias of a dense, conv or '
-               'recurrent layer, so they have no layer input x̄.')
+NOT_A_LAYER = (
+  "they are not the kernel or bias of a dense, conv or "
+  "recurrent layer, so they have no layer input x̄."
+)
 
 
 def no_layer_input_error(paths: list[Path], why: str) -> ValueError:
-  names = ', '.join(repr(format_path(p)) for p in paths)
+  names = ", ".join(repr(format_path(p)) for p in paths)
   return ValueError(
-      f'RLS cannot precondition parameter(s) {names}: {why} Either route '
-      'them to another optimiser with optax.multi_transform (e.g. Adam for '
-      'embeddings and normalisation scales), or pass passthrough=True to let '
-      'their gradients through unchanged. rls.layer_inputs records inputs for '
-      'flax.linen.Dense, flax.linen.Conv (feature_group_count=1), '
-      'rls.layers.RNN and rls.layers.LSTM.')
+    f"RLS cannot precondition parameter(s) {names}: {why} Either route "
+    "them to another optimiser with optax.multi_transform (e.g. Adam for "
+    "embeddings and normalisation scales), or pass passthrough=True to let "
+    "their gradients through unchanged. rls.layer_inputs records inputs for "
+    "flax.linen.Dense, flax.linen.Conv (feature_group_count=1), "
+    "rls.layers.RNN and rls.layers.LSTM."
+  )
 
 
-def layers_to_precondition(tree: Any,
-                           passthrough: bool) -> tuple[list[Layer], list[Path]]:
+def layers_to_precondition(
+  tree: Any, passthrough: bool
+) -> tuple[list[Layer], list[Path]]:
   """`scan_layers`'s layers and masked paths; parameters that belong to no
   layer raise a ValueError naming them unless `passthrough`."""
   layers, masked, others = scan_layers(tree)
@@ -185,25 +195,28 @@ def layers_to_precondition(tree: Any,
   return layers, masked
 
 
-def _check_entries_have_layers(entries: Mapping[Path, Any],
-                               layers: list[Layer], masked: list[Path]) -> None:
+def _check_entries_have_layers(
+  entries: Mapping[Path, Any], layers: list[Layer], masked: list[Path]
+) -> None:
   """Every entry of `layer_inputs` names a layer (masked ones are ignored)."""
   known = {layer.path for layer in layers}
-  unknown = [path for path in entries
-             if path not in known and not is_under(path, masked)]
+  unknown = [
+    path for path in entries if path not in known and not is_under(path, masked)
+  ]
   if unknown:
     raise ValueError(
-        'layer_inputs does not match the params: entries '
-        f'{[format_path(p) for p in unknown]} have no layer (a dict '
-        "with 'kernel') at that path; the layers are "
-        f'{sorted(format_path(p) for p in known)} (masked out: '
-        f'{sorted(format_path(p) for p in masked)}). Pass the tree from '
-        'rls.layer_inputs for the same params this optimiser updates.')
+      "layer_inputs does not match the params: entries "
+      f"{[format_path(p) for p in unknown]} have no layer (a dict "
+      "with 'kernel') at that path; the layers are "
+      f"{sorted(format_path(p) for p in known)} (masked out: "
+      f"{sorted(format_path(p) for p in masked)}). Pass the tree from "
+      "rls.layer_inputs for the same params this optimiser updates."
+    )
 
 
-def match_layer_inputs(updates: Any, layer_inputs: Any, is_entry,
-                       passthrough: bool
-                       ) -> tuple[list[Layer], dict[Path, Any]]:
+def match_layer_inputs(
+  updates: Any, layer_inputs: Any, is_entry, passthrough: bool
+) -> tuple[list[Layer], dict[Path, Any]]:
   """The layers of `updates` and the entries of `layer_inputs` by path.
 
   Raises:
@@ -212,15 +225,17 @@ def match_layer_inputs(updates: Any, layer_inputs: Any, is_entry,
   """
   if layer_inputs is None:
     raise ValueError(
-        'scale_by_rls.update needs the keyword argument layer_inputs=..., '
-        'the mean input of every layer (see rls.layer_inputs).')
+      "scale_by_rls.update needs the keyword argument layer_inputs=..., "
+      "the mean input of every layer (see rls.layer_inputs)."
+    )
   layers, masked = layers_to_precondition(updates, passthrough)
   entries = scan_entries(layer_inputs, is_entry)
   _check_entries_have_layers(entries, layers, masked)
   missing = [layer.path for layer in layers if layer.path not in entries]
   if missing and not passthrough:
-    raise no_layer_input_error(missing,
-                               'layer_inputs has no entry for these layers.')
+    raise no_layer_input_error(
+      missing, "layer_inputs has no entry for these layers."
+    )
   return layers, entries
 
 
@@ -256,6 +271,7 @@ def replace_leaves(tree: Any, new_leaves: Mapping[Path, Any], default) -> Any:
   Returns:
     A tree with the structure of `tree`.
   """
+
   def replace(key_path, leaf):
     if is_masked(leaf):
       return leaf

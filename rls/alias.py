@@ -7,7 +7,7 @@ References:
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -25,19 +25,27 @@ class RLSDirectionState(NamedTuple):
     velocity: `optax.TraceState` (minus the paper's ``Ω``, eq. 99) when
       ``momentum`` is set, else `optax.EmptyState`.
   """
+
   rls: Any
   velocity: Any
 
 
 def _check_momentum_and_l1(momentum, l1) -> None:
   """Checks untraced values (traced ones were checked when injected)."""
-  if momentum is not None and not isinstance(momentum, jax.core.Tracer):
-    if not 0.0 <= float(momentum) < 1.0:
-      raise ValueError(f'momentum must be in [0, 1) (α of eq. 99), got '
-                       f'{momentum!r}.')
-  if l1 is not None and not isinstance(l1, jax.core.Tracer):
-    if not float(l1) >= 0.0:
-      raise ValueError(f'l1 must be >= 0 (γ of eq. 98), got {l1!r}.')
+  if (
+    momentum is not None
+    and not isinstance(momentum, jax.core.Tracer)
+    and not 0.0 <= float(momentum) < 1.0
+  ):
+    raise ValueError(
+      f"momentum must be in [0, 1) (α of eq. 99), got {momentum!r}."
+    )
+  if (
+    l1 is not None
+    and not isinstance(l1, jax.core.Tracer)
+    and not float(l1) >= 0.0
+  ):
+    raise ValueError(f"l1 must be >= 0 (γ of eq. 98), got {l1!r}.")
 
 
 def _add_l1(direction, params, rls_state, l1):
@@ -46,21 +54,23 @@ def _add_l1(direction, params, rls_state, l1):
   signs = jax.tree.map(jnp.sign, params)
   penalty = rls_transform.precondition_by(rls_state, signs)
   return jax.tree.map(
-      lambda d, p: (d + jnp.asarray(l1, p.dtype) * p).astype(d.dtype),
-      direction, penalty)
+    lambda d, p: (d + jnp.asarray(l1, p.dtype) * p).astype(d.dtype),
+    direction,
+    penalty,
+  )
 
 
 def scale_by_rls_with_momentum_and_l1(
-    forgetting_factor: float = 1.0,
-    ratio: float = 0.1,
-    gradient_scale: rls_transform.ScalarOrTree = 1.0,
-    init_scale: float = 1.0,
-    momentum: Optional[float] = None,
-    l1: Optional[float] = None,
-    passthrough: bool = False,
-    square_root: bool = False,
-    input_statistics: str = 'mean',
-    second_moment_direction: str = 'eq63',
+  forgetting_factor: float = 1.0,
+  ratio: float = 0.1,
+  gradient_scale: rls_transform.ScalarOrTree = 1.0,
+  init_scale: float = 1.0,
+  momentum: float | None = None,
+  l1: float | None = None,
+  passthrough: bool = False,
+  square_root: bool = False,
+  input_statistics: str = "mean",
+  second_moment_direction: str = "eq63",
 ) -> optax.GradientTransformationExtraArgs:
   r"""The RLS descent direction with the paper's momentum and L1 options.
 
@@ -97,14 +107,21 @@ def scale_by_rls_with_momentum_and_l1(
     Zhang et al., 2021, eqs. (63), (98), (99), (100).
   """
   core = rls_transform.scale_by_rls(
-      forgetting_factor=forgetting_factor, ratio=ratio,
-      gradient_scale=gradient_scale, init_scale=init_scale,
-      passthrough=passthrough, square_root=square_root,
-      input_statistics=input_statistics,
-      second_moment_direction=second_moment_direction)
+    forgetting_factor=forgetting_factor,
+    ratio=ratio,
+    gradient_scale=gradient_scale,
+    init_scale=init_scale,
+    passthrough=passthrough,
+    square_root=square_root,
+    input_statistics=input_statistics,
+    second_moment_direction=second_moment_direction,
+  )
   _check_momentum_and_l1(momentum, l1)
-  trace = (optax.trace(decay=momentum, nesterov=False)
-           if momentum is not None else None)
+  trace = (
+    optax.trace(decay=momentum, nesterov=False)
+    if momentum is not None
+    else None
+  )
 
   def init_fn(params):
     velocity = trace.init(params) if trace is not None else optax.EmptyState()
@@ -112,10 +129,11 @@ def scale_by_rls_with_momentum_and_l1(
 
   def update_fn(updates, state, params=None, **extra_args):
     if l1 is not None and params is None:
-      raise ValueError('rls(l1=...) needs params in update(grads, state, '
-                       'params, layer_inputs=...): the L1 term uses sgn(Θ).')
-    direction, rls_state = core.update(updates, state.rls, params,
-                                       **extra_args)
+      raise ValueError(
+        "rls(l1=...) needs params in update(grads, state, "
+        "params, layer_inputs=...): the L1 term uses sgn(Θ)."
+      )
+    direction, rls_state = core.update(updates, state.rls, params, **extra_args)
     velocity = state.velocity
     if trace is not None:
       direction, velocity = trace.update(direction, velocity, params)
@@ -127,18 +145,18 @@ def scale_by_rls_with_momentum_and_l1(
 
 
 def rls(
-    learning_rate: optax.ScalarOrSchedule = 1.0,
-    forgetting_factor: float = 1.0,
-    ratio: float = 0.1,
-    gradient_scale: rls_transform.ScalarOrTree = 1.0,
-    init_scale: float = 1.0,
-    momentum: Optional[float] = None,
-    l1: Optional[float] = None,
-    *,
-    passthrough: bool = False,
-    square_root: bool = False,
-    input_statistics: str = 'mean',
-    second_moment_direction: str = 'eq63',
+  learning_rate: optax.ScalarOrSchedule = 1.0,
+  forgetting_factor: float = 1.0,
+  ratio: float = 0.1,
+  gradient_scale: rls_transform.ScalarOrTree = 1.0,
+  init_scale: float = 1.0,
+  momentum: float | None = None,
+  l1: float | None = None,
+  *,
+  passthrough: bool = False,
+  square_root: bool = False,
+  input_statistics: str = "mean",
+  second_moment_direction: str = "eq63",
 ) -> optax.GradientTransformationExtraArgs:
   """The RLS optimiser of Zhang et al. (2021) as an optax chain.
 
@@ -180,11 +198,17 @@ def rls(
     Zhang et al., 2021, Algorithms 1 and 2, eqs. (63), (98)-(100).
   """
   return optax.chain(
-      scale_by_rls_with_momentum_and_l1(
-          forgetting_factor=forgetting_factor, ratio=ratio,
-          gradient_scale=gradient_scale, init_scale=init_scale,
-          momentum=momentum, l1=l1, passthrough=passthrough,
-          square_root=square_root, input_statistics=input_statistics,
-          second_moment_direction=second_moment_direction),
-      optax.scale_by_learning_rate(learning_rate),
+    scale_by_rls_with_momentum_and_l1(
+      forgetting_factor=forgetting_factor,
+      ratio=ratio,
+      gradient_scale=gradient_scale,
+      init_scale=init_scale,
+      momentum=momentum,
+      l1=l1,
+      passthrough=passthrough,
+      square_root=square_root,
+      input_statistics=input_statistics,
+      second_moment_direction=second_moment_direction,
+    ),
+    optax.scale_by_learning_rate(learning_rate),
   )

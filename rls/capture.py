@@ -13,11 +13,11 @@ Recorded means exclude the bias 1 (the transformation appends it), are
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 import contextlib
 import contextvars
 import math
-from collections.abc import Mapping
-from typing import Any, Callable
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -26,20 +26,20 @@ import jax.numpy as jnp
 from rls import input_samples
 from rls.transform import LayerInput
 
-RLS_INPUTS = 'rls_inputs'
+RLS_INPUTS = "rls_inputs"
 """Name of the Flax collection the captured inputs are sown into."""
 
-_RECORD = '__rls_input__'
+_RECORD = "__rls_input__"
 
 # True only while `layer_inputs` runs the model: `model.init` makes every
 # collection mutable, and must not record inputs.
-_CAPTURING = contextvars.ContextVar('rls_capturing', default=False)
+_CAPTURING = contextvars.ContextVar("rls_capturing", default=False)
 # `layer_inputs(time_axes=...)` while it runs: (module path -> time axis,
 # the set of paths whose T it has set).
-_TIME_AXES = contextvars.ContextVar('rls_time_axes', default=None)
+_TIME_AXES = contextvars.ContextVar("rls_time_axes", default=None)
 # `layer_inputs(samples=S)` while it runs: S, the input rows (dense) or
 # patches (conv) to record per layer for `rls.second_moment`; 0: means only.
-_SAMPLES = contextvars.ContextVar('rls_samples', default=0)
+_SAMPLES = contextvars.ContextVar("rls_samples", default=0)
 
 
 @contextlib.contextmanager
@@ -57,11 +57,16 @@ def _time_axes_by_path(time_axes: Mapping | None) -> dict[tuple, int]:
   """`{'output': 1}` or `{'a/b': 1}` or `{('a', 'b'): 1}` -> path tuples."""
   out = {}
   for key, axis in (time_axes or {}).items():
-    path = (tuple(key) if isinstance(key, (tuple, list))
-            else tuple(str(key).split('/')))
+    path = (
+      tuple(key)
+      if isinstance(key, (tuple, list))
+      else tuple(str(key).split("/"))
+    )
     if not isinstance(axis, int) or isinstance(axis, bool):
-      raise ValueError(f'time_axes[{key!r}] must be an int (the axis of the '
-                       f"layer's input that is time), got {axis!r}.")
+      raise ValueError(
+        f"time_axes[{key!r}] must be an int (the axis of the "
+        f"layer's input that is time), got {axis!r}."
+      )
     out[path] = axis
   return out
 
@@ -74,30 +79,38 @@ def _steps_of(module: nn.Module, inputs: jax.Array) -> int:
   if axis is None:
     return 1
   applied.add(tuple(module.path))
-  name = '/'.join(module.path)
+  name = "/".join(module.path)
   # A time axis is neither the first (batch) nor the feature axes.
-  example_ndim = 1 if isinstance(module, nn.Dense) else len(
-      _kernel_size(module)) + 1
+  example_ndim = (
+    1 if isinstance(module, nn.Dense) else len(_kernel_size(module)) + 1
+  )
   ndim = inputs.ndim
   if ndim < example_ndim + 2 or not 1 <= axis % ndim < ndim - example_ndim:
     raise ValueError(
-        f'time_axes[{name!r}] = {axis}, but layer {name!r} got an input of '
-        f'shape {tuple(inputs.shape)}, which has no time axis there: the '
-        'time axis must lie between the batch axis (0) and the '
-        f'{"feature" if example_ndim == 1 else "image"} axes, e.g. 1 for a '
-        'Dense applied to (batch, time, features).')
+      f"time_axes[{name!r}] = {axis}, but layer {name!r} got an input of "
+      f"shape {tuple(inputs.shape)}, which has no time axis there: the "
+      "time axis must lie between the batch axis (0) and the "
+      f"{'feature' if example_ndim == 1 else 'image'} axes, e.g. 1 for a "
+      "Dense applied to (batch, time, features)."
+    )
   return int(inputs.shape[axis])
 
 
 def _kernel_size(conv: nn.Conv) -> tuple[int, ...]:
-  return ((conv.kernel_size,) if isinstance(conv.kernel_size, int)
-          else tuple(conv.kernel_size))
+  return (
+    (conv.kernel_size,)
+    if isinstance(conv.kernel_size, int)
+    else tuple(conv.kernel_size)
+  )
 
 
 def is_capturing(module: nn.Module) -> bool:
   """Whether `module` runs inside `layer_inputs` (so recording is wanted)."""
-  return (_CAPTURING.get() and module.scope is not None
-          and module.is_mutable_collection(RLS_INPUTS))
+  return (
+    _CAPTURING.get()
+    and module.scope is not None
+    and module.is_mutable_collection(RLS_INPUTS)
+  )
 
 
 def num_samples_wanted() -> int:
@@ -106,8 +119,9 @@ def num_samples_wanted() -> int:
   return _SAMPLES.get()
 
 
-def record_layer_input(module: nn.Module, mean: jax.Array,
-                       steps: int = 1, samples=None) -> None:
+def record_layer_input(
+  module: nn.Module, mean: jax.Array, steps: int = 1, samples=None
+) -> None:
   """Records the mean input of the layer whose params `module` holds.
 
   Call it from a custom layer to make it usable with `rls.scale_by_rls`: the
@@ -131,7 +145,8 @@ def record_layer_input(module: nn.Module, mean: jax.Array,
   entry = LayerInput(mean.astype(dtype), jnp.asarray(steps, jnp.int32))
   if samples is not None and num_samples_wanted():
     entry = input_samples.LayerInputSamples(
-        *entry, jax.lax.stop_gradient(samples).astype(dtype))
+      *entry, jax.lax.stop_gradient(samples).astype(dtype)
+    )
   module.sow(RLS_INPUTS, _RECORD, entry)
 
 
@@ -167,13 +182,20 @@ def conv_mean_patch(conv: nn.Conv, inputs: jax.Array) -> jax.Array:
   dtype = jnp.promote_types(inputs.dtype, jnp.float32)
   examples = jnp.reshape(inputs, (-1,) + inputs.shape[-example_ndim:])
   mean_example = jnp.mean(examples.astype(dtype), axis=0, keepdims=True)
-  probe = conv.clone(parent=None, name=None, features=1, use_bias=False,
-                     mask=None, dtype=dtype, param_dtype=dtype,
-                     precision=jax.lax.Precision.HIGHEST)
+  probe = conv.clone(
+    parent=None,
+    name=None,
+    features=1,
+    use_bias=False,
+    mask=None,
+    dtype=dtype,
+    param_dtype=dtype,
+    precision=jax.lax.Precision.HIGHEST,
+  )
   kernel_shape = kernel_size + (inputs.shape[-1], 1)
 
   def convolve(kernel):
-    return probe.apply({'params': {'kernel': kernel}}, mean_example)
+    return probe.apply({"params": {"kernel": kernel}}, mean_example)
 
   outputs, pullback = jax.vjp(convolve, jnp.zeros(kernel_shape, dtype))
   (patch_sum,) = pullback(jnp.ones_like(outputs))
@@ -185,23 +207,28 @@ def _interceptor(next_fun, args, kwargs, context):
   """Records Dense / Conv inputs; passes every call through unchanged."""
   outputs = next_fun(*args, **kwargs)
   module = context.module
-  if context.method_name != '__call__' or not is_capturing(module):
+  if context.method_name != "__call__" or not is_capturing(module):
     return outputs
-  inputs = args[0] if args else kwargs.get('inputs')
+  inputs = args[0] if args else kwargs.get("inputs")
   num_samples = num_samples_wanted()
   if isinstance(module, nn.Dense):
-    record_layer_input(module, mean_over_leading_axes(inputs),
-                       _steps_of(module, inputs),
-                       input_samples.sample_rows(inputs, num_samples)
-                       if num_samples else None)
+    record_layer_input(
+      module,
+      mean_over_leading_axes(inputs),
+      _steps_of(module, inputs),
+      input_samples.sample_rows(inputs, num_samples) if num_samples else None,
+    )
   elif isinstance(module, nn.Conv) and module.feature_group_count == 1:
     # Grouped convolutions have one input per group, hence no single P; they
     # get no entry and scale_by_rls reports them by name.
-    record_layer_input(module, conv_mean_patch(module, inputs),
-                       _steps_of(module, inputs),
-                       input_samples.conv_sampled_patches(
-                           module, inputs, outputs, num_samples)
-                       if num_samples else None)
+    record_layer_input(
+      module,
+      conv_mean_patch(module, inputs),
+      _steps_of(module, inputs),
+      input_samples.conv_sampled_patches(module, inputs, outputs, num_samples)
+      if num_samples
+      else None,
+    )
   return outputs
 
 
@@ -218,11 +245,12 @@ def _combine(records: tuple[LayerInput, ...]) -> LayerInput:
   means = jnp.stack([r.mean for r in records])
   total = jnp.sum(steps)
   weights = (steps / total).astype(means.dtype)
-  combined = LayerInput(jnp.einsum('c,cf->f', weights, means), total)
+  combined = LayerInput(jnp.einsum("c,cf->f", weights, means), total)
   if all(isinstance(r, input_samples.LayerInputSamples) for r in records):
     # Every call's rows are rows of the same layer: pool them.
     return input_samples.LayerInputSamples(
-        *combined, jnp.concatenate([r.samples for r in records]))
+      *combined, jnp.concatenate([r.samples for r in records])
+    )
   return combined
 
 
@@ -235,27 +263,35 @@ def _to_layer_inputs(recorded: Mapping, path=()) -> dict:
   if _RECORD in recorded:
     if out:
       raise ValueError(
-          f'Module {"/".join(map(str, path))!r} recorded its own input and '
-          f'has sub-layers {sorted(out)} that did too; rls.layer_inputs '
-          'needs one entry per params mapping.')
+        f"Module {'/'.join(map(str, path))!r} recorded its own input and "
+        f"has sub-layers {sorted(out)} that did too; rls.layer_inputs "
+        "needs one entry per params mapping."
+      )
     return _combine(tuple(recorded[_RECORD]))
   return out
 
 
-def _check_time_axes_applied(axes_by_path: Mapping[tuple, int],
-                             applied: set) -> None:
+def _check_time_axes_applied(
+  axes_by_path: Mapping[tuple, int], applied: set
+) -> None:
   for path in axes_by_path:
     if path not in applied:
       raise ValueError(
-          f'time_axes names layer {"/".join(path)!r}, which is not a Dense '
-          'or Conv module called by the model (rls.layers.RNN / LSTM set '
-          'their own T): give its path as in the params tree, e.g. '
-          "{'output': 1}.")
+        f"time_axes names layer {'/'.join(path)!r}, which is not a Dense "
+        "or Conv module called by the model (rls.layers.RNN / LSTM set "
+        "their own T): give its path as in the params tree, e.g. "
+        "{'output': 1}."
+      )
 
 
-def layer_inputs(apply_fn: Callable[..., Any], variables: Mapping, *args,
-                 time_axes: Mapping | None = None, samples: int = 0,
-                 **kwargs) -> tuple[Any, dict]:
+def layer_inputs(
+  apply_fn: Callable[..., Any],
+  variables: Mapping,
+  *args,
+  time_axes: Mapping | None = None,
+  samples: int = 0,
+  **kwargs,
+) -> tuple[Any, dict]:
   """Runs a Flax model and returns its outputs and every layer's mean input.
 
   Works with unmodified models built from ``nn.Dense``, ``nn.Conv``
@@ -299,7 +335,7 @@ def layer_inputs(apply_fn: Callable[..., Any], variables: Mapping, *args,
     ``params['LSTM_0']['input']`` with ``layer_inputs['LSTM_0']['input']``.
     Means are ``stop_gradient``-ed and exclude the bias 1.
   """
-  user_mutable = kwargs.pop('mutable', False)
+  user_mutable = kwargs.pop("mutable", False)
   if user_mutable is True:
     mutable: Any = True
   elif not user_mutable:
@@ -311,12 +347,13 @@ def layer_inputs(apply_fn: Callable[..., Any], variables: Mapping, *args,
   variables = {k: v for k, v in variables.items() if k != RLS_INPUTS}
   axes_by_path, applied = _time_axes_by_path(time_axes), set()
   if isinstance(samples, bool) or not isinstance(samples, int) or samples < 0:
-    raise ValueError(f'samples must be an int >= 0 (input rows to record per '
-                     f'layer), got {samples!r}.')
+    raise ValueError(
+      f"samples must be an int >= 0 (input rows to record per "
+      f"layer), got {samples!r}."
+    )
   samples_token = _SAMPLES.set(samples)
   try:
-    with (_capturing(axes_by_path, applied),
-          nn.intercept_methods(_interceptor)):
+    with _capturing(axes_by_path, applied), nn.intercept_methods(_interceptor):
       outputs, mutated = apply_fn(variables, *args, mutable=mutable, **kwargs)
   finally:
     _SAMPLES.reset(samples_token)

@@ -26,13 +26,15 @@ matrix product; only ``h_{t-1} @ recurrent`` runs inside `jax.lax.scan`.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from rls.capture import is_capturing, record_layer_input
+from rls.capture import is_capturing
+from rls.capture import record_layer_input
 
 Array = jax.Array
 Initializer = Callable[..., Array]
@@ -40,6 +42,7 @@ Initializer = Callable[..., Array]
 
 class _FusedAffine(nn.Module):
   """Holds one augmented matrix: ``kernel (in, out)`` and ``bias (out,)``."""
+
   features: int
   use_bias: bool
   kernel_init: Initializer
@@ -47,22 +50,27 @@ class _FusedAffine(nn.Module):
   param_dtype: Any
 
   @nn.compact
-  def __call__(self, in_features: int) -> tuple[Array, Optional[Array]]:
-    kernel = self.param('kernel', self.kernel_init,
-                        (in_features, self.features), self.param_dtype)
-    bias = (self.param('bias', self.bias_init, (self.features,),
-                       self.param_dtype) if self.use_bias else None)
+  def __call__(self, in_features: int) -> tuple[Array, Array | None]:
+    kernel = self.param(
+      "kernel", self.kernel_init, (in_features, self.features), self.param_dtype
+    )
+    bias = (
+      self.param("bias", self.bias_init, (self.features,), self.param_dtype)
+      if self.use_bias
+      else None
+    )
     return kernel, bias
 
 
 class _FusedRecurrent(nn.Module):
   """Shared scan and capture logic; subclasses define the gates."""
+
   features: int
   use_bias: bool = True
   kernel_init: Initializer = nn.initializers.lecun_normal()
   recurrent_kernel_init: Initializer = nn.initializers.orthogonal()
   bias_init: Initializer = nn.initializers.zeros_init()
-  dtype: Optional[Any] = None
+  dtype: Any | None = None
   param_dtype: Any = jnp.float32
 
   num_gates = 1
@@ -83,22 +91,33 @@ class _FusedRecurrent(nn.Module):
     raise NotImplementedError
 
   @nn.nowrap
-  def record_inputs(self, input_weights: nn.Module,
-                    recurrent_weights: nn.Module, inputs: Array,
-                    initial_carry: Any, outputs: Array) -> None:
+  def record_inputs(
+    self,
+    input_weights: nn.Module,
+    recurrent_weights: nn.Module,
+    inputs: Array,
+    initial_carry: Any,
+    outputs: Array,
+  ) -> None:
     """Records x̄ over t = 1..T of x_t and of h_{t-1} = (h_0, ..., h_{T-1})
     (eq. 92), each with T = the sequence length."""
     batch_size, num_steps = inputs.shape[:2]
-    record_layer_input(input_weights, jnp.mean(inputs, axis=(0, 1)),
-                       num_steps)
-    previous_sum = (jnp.sum(self.hidden(initial_carry), axis=0)
-                    + jnp.sum(outputs[:, :-1], axis=(0, 1)))
-    record_layer_input(recurrent_weights,
-                       previous_sum / (batch_size * num_steps), num_steps)
+    record_layer_input(input_weights, jnp.mean(inputs, axis=(0, 1)), num_steps)
+    previous_sum = jnp.sum(self.hidden(initial_carry), axis=0) + jnp.sum(
+      outputs[:, :-1], axis=(0, 1)
+    )
+    record_layer_input(
+      recurrent_weights, previous_sum / (batch_size * num_steps), num_steps
+    )
 
   @nn.compact
-  def __call__(self, inputs: Array, initial_carry: Any = None, *,
-               return_carry: bool = False):
+  def __call__(
+    self,
+    inputs: Array,
+    initial_carry: Any = None,
+    *,
+    return_carry: bool = False,
+  ):
     """Runs the layer over a batch of sequences.
 
     Args:
@@ -113,21 +132,32 @@ class _FusedRecurrent(nn.Module):
     """
     if inputs.ndim != 3:
       raise ValueError(
-          f'{type(self).__name__} takes inputs of shape (batch, time, '
-          f'features); got shape {inputs.shape}.')
+        f"{type(self).__name__} takes inputs of shape (batch, time, "
+        f"features); got shape {inputs.shape}."
+      )
     batch_size, _, in_features = inputs.shape
     width = self.num_gates * self.features
-    input_weights = _FusedAffine(width, self.use_bias, self.kernel_init,
-                                 self.bias_init, self.param_dtype,
-                                 name='input')
-    recurrent_weights = _FusedAffine(width, self.use_bias,
-                                     self.recurrent_kernel_init,
-                                     self.bias_init, self.param_dtype,
-                                     name='recurrent')
+    input_weights = _FusedAffine(
+      width,
+      self.use_bias,
+      self.kernel_init,
+      self.bias_init,
+      self.param_dtype,
+      name="input",
+    )
+    recurrent_weights = _FusedAffine(
+      width,
+      self.use_bias,
+      self.recurrent_kernel_init,
+      self.bias_init,
+      self.param_dtype,
+      name="recurrent",
+    )
     w_in, b_in = input_weights(in_features)
     w_rec, b_rec = recurrent_weights(self.features)
     inputs, w_in, b_in, w_rec, b_rec = nn.dtypes.promote_dtype(
-        inputs, w_in, b_in, w_rec, b_rec, dtype=self.dtype)
+      inputs, w_in, b_in, w_rec, b_rec, dtype=self.dtype
+    )
 
     # Both biases add to every step's pre-activation, so fold them into the
     # input projection, done for all steps at once.
@@ -142,13 +172,15 @@ class _FusedRecurrent(nn.Module):
       carry = self.cell(carry, z_t + self.hidden(carry) @ w_rec)
       return carry, self.hidden(carry)
 
-    final_carry, hidden_t = jax.lax.scan(step, initial_carry,
-                                         jnp.swapaxes(z_in, 0, 1))
+    final_carry, hidden_t = jax.lax.scan(
+      step, initial_carry, jnp.swapaxes(z_in, 0, 1)
+    )
     outputs = jnp.swapaxes(hidden_t, 0, 1)
 
     if is_capturing(self):
-      self.record_inputs(input_weights, recurrent_weights, inputs,
-                         initial_carry, outputs)
+      self.record_inputs(
+        input_weights, recurrent_weights, inputs, initial_carry, outputs
+      )
     if return_carry:
       return outputs, final_carry
     return outputs
@@ -164,6 +196,7 @@ class RNN(_FusedRecurrent):
     kernel_init, recurrent_kernel_init, bias_init: initialisers.
     dtype, param_dtype: computation and parameter dtypes.
   """
+
   activation: Callable[[Array], Array] = jnp.tanh
 
   num_gates = 1
@@ -194,6 +227,7 @@ class LSTM(_FusedRecurrent):
     kernel_init, recurrent_kernel_init, bias_init: initialisers.
     dtype, param_dtype: computation and parameter dtypes.
   """
+
   num_gates = 4
 
   @nn.nowrap
@@ -205,8 +239,9 @@ class LSTM(_FusedRecurrent):
   def cell(self, carry, preactivation):
     cell_state, _ = carry
     i, g, f, o = jnp.split(preactivation, 4, axis=-1)
-    cell_state = (jax.nn.sigmoid(i) * jnp.tanh(g)
-                  + jax.nn.sigmoid(f) * cell_state)
+    cell_state = (
+      jax.nn.sigmoid(i) * jnp.tanh(g) + jax.nn.sigmoid(f) * cell_state
+    )
     return cell_state, jax.nn.sigmoid(o) * jnp.tanh(cell_state)
 
   @nn.nowrap

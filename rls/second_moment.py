@@ -69,7 +69,7 @@ References:
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -79,7 +79,7 @@ from rls import _tree
 from rls import transform as rls_transform
 
 _HIGHEST = jax.lax.Precision.HIGHEST
-DIRECTIONS = ('eq63', 'updated')
+DIRECTIONS = ("eq63", "updated")
 
 
 class ScaleByRLSSecondMomentState(NamedTuple):
@@ -91,66 +91,77 @@ class ScaleByRLSSecondMomentState(NamedTuple):
       params down to the layer, each ``P`` of shape ``(n, n)``, ``n = fan_in +
       1`` with a bias), so `rls.transform.precondition_by` applies to it.
   """
+
   inverse_correlation: Any
 
 
-def layer_samples_of(entry: Any) -> Optional[jax.Array]:
+def layer_samples_of(entry: Any) -> jax.Array | None:
   """The ``(S, fan_in)`` sampled input rows of a `layer_inputs` entry, or
   None when the entry holds a mean only."""
-  samples = getattr(entry, 'samples', None)
+  samples = getattr(entry, "samples", None)
   if samples is not None:
     return samples
-  if hasattr(entry, 'shape') and len(entry.shape) == 2:
+  if hasattr(entry, "shape") and len(entry.shape) == 2:
     return entry  # A bare (S, fan_in) array of rows.
   return None
 
 
 def _steps_of(entry: Any) -> Any:
-  return getattr(entry, 'steps', 1)
+  return getattr(entry, "steps", 1)
 
 
 def is_sample_entry(node: Any) -> bool:
   """Whether `node` is one layer's entry of `layer_inputs` (not a sub-tree):
   a `rls.LayerInput`, anything with ``samples``, or an array."""
-  return (hasattr(node, 'samples')
-          or rls_transform.is_layer_input_entry(node))
+  return hasattr(node, "samples") or rls_transform.is_layer_input_entry(node)
 
 
-def _augmented_samples(layer: _tree.Layer, entry: Any,
-                       dtype) -> tuple[jax.Array, jax.Array]:
+def _augmented_samples(
+  layer: _tree.Layer, entry: Any, dtype
+) -> tuple[jax.Array, jax.Array]:
   """``(X with a column of ones if the layer has a bias, T)``."""
   where = _tree.format_path(layer.path)
   samples = layer_samples_of(entry)
   if samples is None:
     raise ValueError(
-        f'layer_inputs[{where!r}] has no sampled input rows, which the '
-        'second-moment RLS needs (it holds only a mean). Capture them with '
-        'rls.layer_inputs(..., samples=S); they are recorded for '
-        'flax.linen.Dense, flax.linen.Conv (feature_group_count=1) and layers '
-        'that pass samples= to rls.record_layer_input. Recurrent layers '
-        '(rls.RNN, rls.LSTM) record means only: train them with '
-        'rls.scale_by_rls through optax.multi_transform.')
+      f"layer_inputs[{where!r}] has no sampled input rows, which the "
+      "second-moment RLS needs (it holds only a mean). Capture them with "
+      "rls.layer_inputs(..., samples=S); they are recorded for "
+      "flax.linen.Dense, flax.linen.Conv (feature_group_count=1) and layers "
+      "that pass samples= to rls.record_layer_input. Recurrent layers "
+      "(rls.RNN, rls.LSTM) record means only: train them with "
+      "rls.scale_by_rls through optax.multi_transform."
+    )
   if jnp.ndim(samples) != 2 or jnp.shape(samples)[1] != layer.fan_in:
     raise ValueError(
-        f'layer_inputs[{where!r}].samples has shape '
-        f'{tuple(jnp.shape(samples))}; expected (S, {layer.fan_in}): S input '
-        'rows of the layer without the bias 1, fan_in = '
-        f'prod(kernel.shape[:-1]) for kernel shape '
-        f'{tuple(layer.kernel.shape)}.')
+      f"layer_inputs[{where!r}].samples has shape "
+      f"{tuple(jnp.shape(samples))}; expected (S, {layer.fan_in}): S input "
+      "rows of the layer without the bias 1, fan_in = "
+      f"prod(kernel.shape[:-1]) for kernel shape "
+      f"{tuple(layer.kernel.shape)}."
+    )
   steps = _steps_of(entry)
   if jnp.ndim(steps) != 0:
-    raise ValueError(f'layer_inputs[{where!r}].steps must be a scalar (the '
-                     f'number of time steps T), got shape {jnp.shape(steps)}.')
+    raise ValueError(
+      f"layer_inputs[{where!r}].steps must be a scalar (the "
+      f"number of time steps T), got shape {jnp.shape(steps)}."
+    )
   rows = jnp.asarray(samples, dtype)
   if layer.bias is not None:
     rows = jnp.concatenate([rows, jnp.ones((rows.shape[0], 1), dtype)], 1)
   return rows, jnp.asarray(steps, dtype)
 
 
-def second_moment_layer_step(p: jax.Array, rows: jax.Array, steps: jax.Array,
-                             grad: jax.Array, forgetting_factor, ratio,
-                             gradient_scale, direction: str = 'eq63'
-                             ) -> tuple[jax.Array, jax.Array]:
+def second_moment_layer_step(
+  p: jax.Array,
+  rows: jax.Array,
+  steps: jax.Array,
+  grad: jax.Array,
+  forgetting_factor,
+  ratio,
+  gradient_scale,
+  direction: str = "eq63",
+) -> tuple[jax.Array, jax.Array]:
   r"""One layer's update: ``(direction, P_s)`` from ``P = P_{s-1}``.
 
   With ``X = rows`` (``S × n``, bias column included), ``c = ratio``,
@@ -185,7 +196,7 @@ def second_moment_layer_step(p: jax.Array, rows: jax.Array, steps: jax.Array,
   v = jnp.matmul(inverse_factor, w, precision=_HIGHEST)  # L⁻¹ W.
   new_p = (p - jnp.matmul(v.T, v, precision=_HIGHEST)) / lam
   new_p = 0.5 * (new_p + new_p.T)
-  if direction == 'updated':
+  if direction == "updated":
     return eta * (new_p @ grad), new_p
   return (eta / h) * (old_p @ grad), new_p  # Eq. (63) with P_{s-1}.
 
@@ -212,21 +223,22 @@ def inverse_cholesky_factor(matrix: jax.Array) -> jax.Array:
 
   def substitute_row(i, inverse):
     # Forward substitution of L Y = I, row i (rows from i on still zero).
-    row = (jnp.eye(size, dtype=matrix.dtype)[i]
-           - jnp.matmul(lower[i], inverse, precision=_HIGHEST))
+    row = jnp.eye(size, dtype=matrix.dtype)[i] - jnp.matmul(
+      lower[i], inverse, precision=_HIGHEST
+    )
     return inverse.at[i].set(row / lower[i, i])
 
   return jax.lax.fori_loop(0, size, substitute_row, jnp.zeros_like(matrix))
 
 
 def scale_by_rls_second_moment(
-    forgetting_factor: float = 1.0,
-    ratio: float = 1.0,
-    gradient_scale: rls_transform.ScalarOrTree = 1.0,
-    init_scale: float = 1.0,
-    passthrough: bool = False,
-    preconditioner_dtype: Optional[Any] = None,
-    direction: str = 'eq63',
+  forgetting_factor: float = 1.0,
+  ratio: float = 1.0,
+  gradient_scale: rls_transform.ScalarOrTree = 1.0,
+  init_scale: float = 1.0,
+  passthrough: bool = False,
+  preconditioner_dtype: Any | None = None,
+  direction: str = "eq63",
 ) -> optax.GradientTransformationExtraArgs:
   r"""RLS preconditioning with ``P`` built from sampled layer-input rows.
 
@@ -263,27 +275,33 @@ def scale_by_rls_second_moment(
     Zhang et al., 2021, eqs. (27), (33), (35), (53)-(55), (63).
   """
   rls_transform._check_hyperparameters(  # pylint: disable=protected-access
-      forgetting_factor, ratio, gradient_scale, init_scale)
+    forgetting_factor, ratio, gradient_scale, init_scale
+  )
   if direction not in DIRECTIONS:
-    raise ValueError(f'direction={direction!r}; expected one of {DIRECTIONS}.')
+    raise ValueError(f"direction={direction!r}; expected one of {DIRECTIONS}.")
 
   def init_fn(params):
     layers, masked = _tree.layers_to_precondition(params, passthrough)
     rls_transform._check_gradient_scale_names_layers(  # pylint: disable=protected-access
-        gradient_scale, [layer.path for layer in layers] + masked)
+      gradient_scale, [layer.path for layer in layers] + masked
+    )
     inverse_correlation: Any = {}
     for layer in layers:
       p0 = rls_transform._initial_inverse_correlation(  # pylint: disable=protected-access
-          layer, init_scale, preconditioner_dtype)
-      inverse_correlation = _tree.nested_set(inverse_correlation, layer.path,
-                                             p0)
+        layer, init_scale, preconditioner_dtype
+      )
+      inverse_correlation = _tree.nested_set(
+        inverse_correlation, layer.path, p0
+      )
     return ScaleByRLSSecondMomentState(inverse_correlation)
 
-  def update_fn(updates, state, params=None, *, layer_inputs=None,
-                **extra_args):
+  def update_fn(
+    updates, state, params=None, *, layer_inputs=None, **extra_args
+  ):
     del params, extra_args  # The update uses gradients and inputs only.
-    layers, entries = _tree.match_layer_inputs(updates, layer_inputs,
-                                               is_sample_entry, passthrough)
+    layers, entries = _tree.match_layer_inputs(
+      updates, layer_inputs, is_sample_entry, passthrough
+    )
     directions: dict = {}
     new_inverse_correlation: Any = {}
     for layer in layers:
@@ -292,14 +310,22 @@ def scale_by_rls_second_moment(
         rows, steps = _augmented_samples(layer, entries[layer.path], p.dtype)
         grad = rls_transform.augment(layer, layer.kernel, layer.bias, p.dtype)
         eta = rls_transform._gradient_scale_for(  # pylint: disable=protected-access
-            gradient_scale, layer.path)
+          gradient_scale, layer.path
+        )
         layer_direction, p = second_moment_layer_step(
-            p, rows, steps, grad, forgetting_factor, ratio, eta, direction)
-        directions.update(rls_transform.split_augmented(
-            layer, layer_direction, layer.kernel, layer.bias))
-      new_inverse_correlation = _tree.nested_set(new_inverse_correlation,
-                                                 layer.path, p)
-    return (_tree.replace_leaves(updates, directions, lambda g: g),
-            ScaleByRLSSecondMomentState(new_inverse_correlation))
+          p, rows, steps, grad, forgetting_factor, ratio, eta, direction
+        )
+        directions.update(
+          rls_transform.split_augmented(
+            layer, layer_direction, layer.kernel, layer.bias
+          )
+        )
+      new_inverse_correlation = _tree.nested_set(
+        new_inverse_correlation, layer.path, p
+      )
+    return (
+      _tree.replace_leaves(updates, directions, lambda g: g),
+      ScaleByRLSSecondMomentState(new_inverse_correlation),
+    )
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)

@@ -14,8 +14,13 @@ import jax.numpy as jnp
 
 
 def rls_square_root_layer_step(
-    factor: jax.Array, x: jax.Array, steps: jax.Array, grad: jax.Array,
-    forgetting_factor, ratio, gradient_scale
+  factor: jax.Array,
+  x: jax.Array,
+  steps: jax.Array,
+  grad: jax.Array,
+  forgetting_factor,
+  ratio,
+  gradient_scale,
 ) -> tuple[jax.Array, jax.Array]:
   r"""`rls_layer_step` on a square root ``S`` of ``P = S Sᵀ``: ``(direction,
   S_s)``.
@@ -24,10 +29,9 @@ def rls_square_root_layer_step(
   ``u = S f = P x`` and ``h = λ + k T fᵀf``:
 
   .. math::
-    	ext{direction} = rac{η}{h} S (S^T 
-abla_Θ),\quad
-    S_s = rac{1}{\sqrt{λ}}ig(S - β\, u f^Tig),\quad
-    β = rac{k T}{h\,(1 + \sqrt{λ / h})}
+    \text{direction} = \frac{η}{h} S (S^T \nabla_Θ),\quad
+    S_s = \frac{1}{\sqrt{λ}}\big(S - β\, u f^T\big),\quad
+    β = \frac{k T}{h\,(1 + \sqrt{λ / h})}
 
   Then ``S_s S_sᵀ = (P - (k T / h) u uᵀ) / λ``, eqs. (53), (94), because
   ``2β - β² fᵀf = k T / h``; ``β`` is written without ``1 - sqrt(λ/h)`` so

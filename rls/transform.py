@@ -25,7 +25,7 @@ Conventions (fixed here, relied on by `rls.capture` and `rls.alias`):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -34,7 +34,7 @@ import optax
 from rls import _tree
 from rls.square_root import rls_square_root_layer_step
 
-ScalarOrTree = Union[float, jax.Array, Mapping[str, Any]]
+ScalarOrTree = float | jax.Array | Mapping[str, Any]
 
 
 class LayerInput(NamedTuple):
@@ -45,6 +45,7 @@ class LayerInput(NamedTuple):
     steps: ``T``, the number of time steps averaged into ``mean`` (an int32
       scalar array; 1 for dense and conv layers).
   """
+
   mean: jax.Array
   steps: jax.Array
 
@@ -60,6 +61,7 @@ class ScaleByRLSState(NamedTuple):
       params are a single layer at the root (a bare ``nn.Dense``). Its
       structure depends only on the params given to ``init``.
   """
+
   inverse_correlation: Any
 
 
@@ -72,6 +74,7 @@ class ScaleByRLSSquareRootState(NamedTuple):
       ``P`` is positive semi-definite by construction, whatever the rounding;
       `inverse_correlation` forms it.
   """
+
   inverse_correlation_factor: Any
 
 
@@ -85,7 +88,8 @@ def inverse_correlation(state: Any) -> Any:
 def is_layer_input_entry(node: Any) -> bool:
   """Whether `node` is one layer's entry of `layer_inputs` (not a sub-tree)."""
   return isinstance(node, LayerInput) or (
-      not isinstance(node, Mapping) and hasattr(node, 'shape'))
+    not isinstance(node, Mapping) and hasattr(node, "shape")
+  )
 
 
 def _entry_mean_and_steps(entry: Any) -> tuple[jax.Array, Any]:
@@ -98,8 +102,9 @@ def _is_tracer(value: Any) -> bool:
   return isinstance(value, jax.core.Tracer)
 
 
-def _check_range(name: str, value: Any, *, upper: Optional[float] = None,
-                 hint: str = '') -> None:
+def _check_range(
+  name: str, value: Any, *, upper: float | None = None, hint: str = ""
+) -> None:
   """Raises ValueError unless ``0 < value (<= upper)``; skips traced values.
 
   Under `optax.inject_hyperparams` the factory is re-run inside `update` with
@@ -110,11 +115,12 @@ def _check_range(name: str, value: Any, *, upper: Optional[float] = None,
   try:
     number = float(value)
   except (TypeError, ValueError):
-    raise ValueError(f'{name} must be a positive number, got {value!r}.'
-                     ) from None
+    raise ValueError(
+      f"{name} must be a positive number, got {value!r}."
+    ) from None
   if not number > 0 or (upper is not None and number > upper):
-    interval = f'(0, {upper:g}]' if upper is not None else '(0, inf)'
-    raise ValueError(f'{name} must be in {interval}, got {number!r}.{hint}')
+    interval = f"(0, {upper:g}]" if upper is not None else "(0, inf)"
+    raise ValueError(f"{name} must be in {interval}, got {number!r}.{hint}")
 
 
 def check_gradient_scale(gradient_scale: ScalarOrTree, path=()) -> None:
@@ -123,8 +129,8 @@ def check_gradient_scale(gradient_scale: ScalarOrTree, path=()) -> None:
     for key, child in gradient_scale.items():
       check_gradient_scale(child, path + (key,))
   else:
-    where = f'[{_tree.format_path(path)!r}]' if path else ''
-    _check_range(f'gradient_scale{where}', gradient_scale)
+    where = f"[{_tree.format_path(path)!r}]" if path else ""
+    _check_range(f"gradient_scale{where}", gradient_scale)
 
 
 def _gradient_scale_for(gradient_scale: ScalarOrTree, path: _tree.Path):
@@ -135,31 +141,37 @@ def _gradient_scale_for(gradient_scale: ScalarOrTree, path: _tree.Path):
       break
     if key not in node:
       raise ValueError(
-          f'gradient_scale has no entry for layer {_tree.format_path(path)!r} '
-          f'(no key {key!r} under {_tree.format_path(path[:depth])!r}). Give '
-          'one number, or a dict mirroring the params with a number for every '
-          "layer or sub-tree, e.g. {'Dense_0': 1.0, 'LSTM_0': 0.5}.")
+        f"gradient_scale has no entry for layer {_tree.format_path(path)!r} "
+        f"(no key {key!r} under {_tree.format_path(path[:depth])!r}). Give "
+        "one number, or a dict mirroring the params with a number for every "
+        "layer or sub-tree, e.g. {'Dense_0': 1.0, 'LSTM_0': 0.5}."
+      )
     node = node[key]
   if isinstance(node, Mapping):
-    raise ValueError(f'gradient_scale[{_tree.format_path(path)!r}] is a dict; '
-                     'expected the number η for that layer.')
+    raise ValueError(
+      f"gradient_scale[{_tree.format_path(path)!r}] is a dict; "
+      "expected the number η for that layer."
+    )
   return node
 
 
-def _check_gradient_scale_names_layers(gradient_scale: ScalarOrTree,
-                                       layer_paths: list[_tree.Path],
-                                       path: _tree.Path = ()) -> None:
+def _check_gradient_scale_names_layers(
+  gradient_scale: ScalarOrTree,
+  layer_paths: list[_tree.Path],
+  path: _tree.Path = (),
+) -> None:
   """Every key of a per-layer η dict leads to a layer of the params (a typo
   would otherwise be ignored silently)."""
   if not isinstance(gradient_scale, Mapping):
     return
   for key, child in gradient_scale.items():
     child_path = path + (key,)
-    if not any(p[:len(child_path)] == child_path for p in layer_paths):
+    if not any(p[: len(child_path)] == child_path for p in layer_paths):
       raise ValueError(
-          f'gradient_scale names {_tree.format_path(child_path)!r}, which is '
-          'not a layer (or a sub-tree holding layers) of the params; the '
-          f'layers are {sorted(_tree.format_path(p) for p in layer_paths)}.')
+        f"gradient_scale names {_tree.format_path(child_path)!r}, which is "
+        "not a layer (or a sub-tree holding layers) of the params; the "
+        f"layers are {sorted(_tree.format_path(p) for p in layer_paths)}."
+      )
     _check_gradient_scale_names_layers(child, layer_paths, child_path)
 
 
@@ -169,42 +181,49 @@ def _augmented_input(layer: _tree.Layer, entry: Any, dtype) -> tuple:
   where = _tree.format_path(layer.path)
   if tuple(jnp.shape(mean)) != (layer.fan_in,):
     raise ValueError(
-        f'layer_inputs[{where!r}] has shape {tuple(jnp.shape(mean))}; expected '
-        f'({layer.fan_in},): the mean input of the layer without the bias 1, '
-        f'fan_in = prod(kernel.shape[:-1]) for kernel shape '
-        f'{tuple(layer.kernel.shape)}.')
+      f"layer_inputs[{where!r}] has shape {tuple(jnp.shape(mean))}; expected "
+      f"({layer.fan_in},): the mean input of the layer without the bias 1, "
+      f"fan_in = prod(kernel.shape[:-1]) for kernel shape "
+      f"{tuple(layer.kernel.shape)}."
+    )
   if jnp.ndim(steps) != 0:
-    raise ValueError(f'layer_inputs[{where!r}].steps must be a scalar (the '
-                     f'number of time steps T), got shape {jnp.shape(steps)}.')
+    raise ValueError(
+      f"layer_inputs[{where!r}].steps must be a scalar (the "
+      f"number of time steps T), got shape {jnp.shape(steps)}."
+    )
   x = jnp.asarray(mean, dtype)
   if layer.bias is not None:
     x = jnp.concatenate([x, jnp.ones((1,), dtype)])
   return x, jnp.asarray(steps, dtype)
 
 
-def augment(layer: _tree.Layer, kernel: jax.Array, bias: Optional[jax.Array],
-            dtype) -> jax.Array:
+def augment(
+  layer: _tree.Layer, kernel: jax.Array, bias: jax.Array | None, dtype
+) -> jax.Array:
   """``[kernel.reshape(fan_in, out); bias]`` in `dtype` (eq. 2)."""
   matrix = jnp.reshape(kernel, (layer.fan_in, layer.num_outputs)).astype(dtype)
   if bias is None:
     return matrix
   if tuple(jnp.shape(bias)) != (layer.num_outputs,):
     raise ValueError(
-        f'Layer {_tree.format_path(layer.path)!r} has bias shape '
-        f'{tuple(jnp.shape(bias))}; RLS expects ({layer.num_outputs},), one '
-        'bias per output (kernel shape '
-        f'{tuple(layer.kernel.shape)}).')
+      f"Layer {_tree.format_path(layer.path)!r} has bias shape "
+      f"{tuple(jnp.shape(bias))}; RLS expects ({layer.num_outputs},), one "
+      "bias per output (kernel shape "
+      f"{tuple(layer.kernel.shape)})."
+    )
   return jnp.concatenate([matrix, jnp.reshape(bias, (1, -1)).astype(dtype)])
 
 
-def split_augmented(layer: _tree.Layer, matrix: jax.Array, kernel_like,
-                    bias_like) -> dict:
+def split_augmented(
+  layer: _tree.Layer, matrix: jax.Array, kernel_like, bias_like
+) -> dict:
   """Inverse of `augment`: ``{path/kernel: ..., path/bias: ...}`` by path."""
-  kernel_part = matrix[:layer.fan_in].reshape(kernel_like.shape)
+  kernel_part = matrix[: layer.fan_in].reshape(kernel_like.shape)
   out = {layer.path + (_tree.KERNEL,): kernel_part.astype(kernel_like.dtype)}
   if bias_like is not None:
     out[layer.path + (_tree.BIAS,)] = (
-        matrix[layer.fan_in].reshape(bias_like.shape).astype(bias_like.dtype))
+      matrix[layer.fan_in].reshape(bias_like.shape).astype(bias_like.dtype)
+    )
   return out
 
 
@@ -226,7 +245,7 @@ def precondition_by(inverse_correlation: Any, tree: Any) -> Any:
   square_root = isinstance(inverse_correlation, ScaleByRLSSquareRootState)
   if square_root:
     matrices = inverse_correlation.inverse_correlation_factor
-  elif hasattr(inverse_correlation, 'inverse_correlation'):
+  elif hasattr(inverse_correlation, "inverse_correlation"):
     # `ScaleByRLSState`, or the second-moment form's state (same layout).
     matrices = inverse_correlation.inverse_correlation
   else:
@@ -240,14 +259,19 @@ def precondition_by(inverse_correlation: Any, tree: Any) -> Any:
       continue
     matrix = augment(layer, layer.kernel, layer.bias, p.dtype)
     product = p @ (p.T @ matrix) if square_root else p @ matrix
-    new_leaves.update(split_augmented(layer, product, layer.kernel,
-                                      layer.bias))
+    new_leaves.update(split_augmented(layer, product, layer.kernel, layer.bias))
   return _tree.replace_leaves(tree, new_leaves, jnp.zeros_like)
 
 
-def rls_layer_step(p: jax.Array, x: jax.Array, steps: jax.Array,
-                   grad: jax.Array, forgetting_factor, ratio, gradient_scale
-                   ) -> tuple[jax.Array, jax.Array]:
+def rls_layer_step(
+  p: jax.Array,
+  x: jax.Array,
+  steps: jax.Array,
+  grad: jax.Array,
+  forgetting_factor,
+  ratio,
+  gradient_scale,
+) -> tuple[jax.Array, jax.Array]:
   r"""One layer's RLS update: ``(direction, P_s)`` from ``P = P_{s-1}``.
 
   With ``x = [x̄; 1]`` (the 1 only if the layer has a bias), ``T = steps``
@@ -277,22 +301,31 @@ def rls_layer_step(p: jax.Array, x: jax.Array, steps: jax.Array,
   return direction, new_p
 
 
-def _check_hyperparameters(forgetting_factor, ratio, gradient_scale,
-                           init_scale) -> None:
-  _check_range('forgetting_factor', forgetting_factor, upper=1.0,
-               hint=' It is λ of eq. (19); 1 means no forgetting.')
-  _check_range('ratio', ratio, hint=' It is k of eq. (33); the paper uses 0.1.')
-  _check_range('init_scale', init_scale, hint=' P_0 = init_scale * I.')
+def _check_hyperparameters(
+  forgetting_factor, ratio, gradient_scale, init_scale
+) -> None:
+  _check_range(
+    "forgetting_factor",
+    forgetting_factor,
+    upper=1.0,
+    hint=" It is λ of eq. (19); 1 means no forgetting.",
+  )
+  _check_range("ratio", ratio, hint=" It is k of eq. (33); the paper uses 0.1.")
+  _check_range("init_scale", init_scale, hint=" P_0 = init_scale * I.")
   check_gradient_scale(gradient_scale)
 
 
-def _initial_inverse_correlation(layer: _tree.Layer, init_scale,
-                                 preconditioner_dtype,
-                                 square_root: bool = False) -> jax.Array:
+def _initial_inverse_correlation(
+  layer: _tree.Layer,
+  init_scale,
+  preconditioner_dtype,
+  square_root: bool = False,
+) -> jax.Array:
   """``P_0 = init_scale · I`` (or its square root ``√init_scale · I``), by
   default in the kernel's dtype promoted to at least float32."""
-  dtype = preconditioner_dtype or jnp.promote_types(layer.kernel.dtype,
-                                                    jnp.float32)
+  dtype = preconditioner_dtype or jnp.promote_types(
+    layer.kernel.dtype, jnp.float32
+  )
   scale = jnp.asarray(init_scale, dtype)
   if square_root:
     scale = jnp.sqrt(scale)
@@ -310,21 +343,22 @@ def _inverse_correlation_of(state: Any, layer: _tree.Layer) -> jax.Array:
     return _tree.nested_get(_matrices_of(state), layer.path)
   except (KeyError, TypeError):
     raise ValueError(
-        f'The RLS state has no P for layer '
-        f'{_tree.format_path(layer.path)!r}; call init with params of the '
-        'same structure as the updates.') from None
+      f"The RLS state has no P for layer "
+      f"{_tree.format_path(layer.path)!r}; call init with params of the "
+      "same structure as the updates."
+    ) from None
 
 
 def scale_by_rls(
-    forgetting_factor: float = 1.0,
-    ratio: float = 0.1,
-    gradient_scale: ScalarOrTree = 1.0,
-    init_scale: float = 1.0,
-    passthrough: bool = False,
-    preconditioner_dtype: Optional[Any] = None,
-    square_root: bool = False,
-    input_statistics: str = 'mean',
-    second_moment_direction: str = 'eq63',
+  forgetting_factor: float = 1.0,
+  ratio: float = 0.1,
+  gradient_scale: ScalarOrTree = 1.0,
+  init_scale: float = 1.0,
+  passthrough: bool = False,
+  preconditioner_dtype: Any | None = None,
+  square_root: bool = False,
+  input_statistics: str = "mean",
+  second_moment_direction: str = "eq63",
 ) -> optax.GradientTransformationExtraArgs:
   r"""Preconditions each layer's gradient by its RLS inverse autocorrelation.
 
@@ -376,19 +410,28 @@ def scale_by_rls(
   References:
     Zhang et al., 2021, eqs. (51)-(55), (63), (72)-(75), (92)-(97).
   """
-  if input_statistics == 'second_moment':
+  if input_statistics == "second_moment":
     if square_root:
-      raise ValueError("input_statistics='second_moment' keeps the full P; "
-                       'it has no square_root form.')
+      raise ValueError(
+        "input_statistics='second_moment' keeps the full P; "
+        "it has no square_root form."
+      )
     from rls import second_moment  # pylint: disable=g-import-not-at-top
+
     return second_moment.scale_by_rls_second_moment(
-        forgetting_factor=forgetting_factor, ratio=ratio,
-        gradient_scale=gradient_scale, init_scale=init_scale,
-        passthrough=passthrough, preconditioner_dtype=preconditioner_dtype,
-        direction=second_moment_direction)
-  if input_statistics != 'mean':
-    raise ValueError(f'input_statistics must be "mean" or "second_moment", '
-                     f'got {input_statistics!r}.')
+      forgetting_factor=forgetting_factor,
+      ratio=ratio,
+      gradient_scale=gradient_scale,
+      init_scale=init_scale,
+      passthrough=passthrough,
+      preconditioner_dtype=preconditioner_dtype,
+      direction=second_moment_direction,
+    )
+  if input_statistics != "mean":
+    raise ValueError(
+      f'input_statistics must be "mean" or "second_moment", '
+      f"got {input_statistics!r}."
+    )
   _check_hyperparameters(forgetting_factor, ratio, gradient_scale, init_scale)
   state_type = ScaleByRLSSquareRootState if square_root else ScaleByRLSState
   layer_step = rls_square_root_layer_step if square_root else rls_layer_step
@@ -396,20 +439,26 @@ def scale_by_rls(
   def init_fn(params):
     layers, masked = _tree.layers_to_precondition(params, passthrough)
     _check_gradient_scale_names_layers(
-        gradient_scale, [layer.path for layer in layers] + masked)
+      gradient_scale, [layer.path for layer in layers] + masked
+    )
     inverse_correlation: Any = {}
     for layer in layers:
       inverse_correlation = _tree.nested_set(
-          inverse_correlation, layer.path,
-          _initial_inverse_correlation(layer, init_scale,
-                                       preconditioner_dtype, square_root))
+        inverse_correlation,
+        layer.path,
+        _initial_inverse_correlation(
+          layer, init_scale, preconditioner_dtype, square_root
+        ),
+      )
     return state_type(inverse_correlation)
 
-  def update_fn(updates, state, params=None, *, layer_inputs=None,
-                **extra_args):
+  def update_fn(
+    updates, state, params=None, *, layer_inputs=None, **extra_args
+  ):
     del params, extra_args  # The update uses gradients and inputs only.
     layers, entries = _tree.match_layer_inputs(
-        updates, layer_inputs, is_layer_input_entry, passthrough)
+      updates, layer_inputs, is_layer_input_entry, passthrough
+    )
     directions: dict = {}
     new_inverse_correlation: Any = {}
     for layer in layers:
@@ -418,13 +467,23 @@ def scale_by_rls(
         x, steps = _augmented_input(layer, entries[layer.path], p.dtype)
         grad = augment(layer, layer.kernel, layer.bias, p.dtype)
         direction, p = layer_step(
-            p, x, steps, grad, forgetting_factor, ratio,
-            _gradient_scale_for(gradient_scale, layer.path))
-        directions.update(split_augmented(layer, direction, layer.kernel,
-                                          layer.bias))
-      new_inverse_correlation = _tree.nested_set(new_inverse_correlation,
-                                                 layer.path, p)
-    return (_tree.replace_leaves(updates, directions, lambda g: g),
-            state_type(new_inverse_correlation))
+          p,
+          x,
+          steps,
+          grad,
+          forgetting_factor,
+          ratio,
+          _gradient_scale_for(gradient_scale, layer.path),
+        )
+        directions.update(
+          split_augmented(layer, direction, layer.kernel, layer.bias)
+        )
+      new_inverse_correlation = _tree.nested_set(
+        new_inverse_correlation, layer.path, p
+      )
+    return (
+      _tree.replace_leaves(updates, directions, lambda g: g),
+      state_type(new_inverse_correlation),
+    )
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)

@@ -86,12 +86,12 @@ matching `params['readout']`) and `loss` (a `losses` function); None means
 from rtrl import bptt
 from rtrl import cells
 from rtrl import estimators
+from rtrl import heads
 from rtrl import kronecker
 from rtrl import losses
 from rtrl import online
 from rtrl import optim
 from rtrl import readout
-from rtrl import heads
 from rtrl import stack
 from rtrl.bptt import TBPTTState
 from rtrl.bptt import bptt_gradient
@@ -105,9 +105,24 @@ from rtrl.online import frozen_gradients
 from rtrl.online import make_online_trainer
 
 __all__ = [
-    "bptt", "cells", "estimators", "kronecker", "losses", "online", "optim",
-    "readout", "heads", "stack",
-    "make_online_trainer", "make_tbptt_trainer", "Trainer", "StepBatch",
-    "StepMetrics", "OnlineState", "TBPTTState", "frozen_gradients",
-    "bptt_gradient", "tbptt_gradients",
+  "bptt",
+  "cells",
+  "estimators",
+  "kronecker",
+  "losses",
+  "online",
+  "optim",
+  "readout",
+  "heads",
+  "stack",
+  "make_online_trainer",
+  "make_tbptt_trainer",
+  "Trainer",
+  "StepBatch",
+  "StepMetrics",
+  "OnlineState",
+  "TBPTTState",
+  "frozen_gradients",
+  "bptt_gradient",
+  "tbptt_gradients",
 ]

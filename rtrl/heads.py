@@ -19,8 +19,9 @@ layer_input) -> (output_size(feature_size, input_size),)`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import math
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -39,9 +40,12 @@ class Head(NamedTuple):
 
 def identity() -> Head:
   """The cell's output vector, unchanged: the next layer's input."""
-  return Head(init=lambda key, features, inputs: {},
-              apply=lambda params, features, layer_input: features,
-              output_size=lambda features, inputs: features, name="identity")
+  return Head(
+    init=lambda key, features, inputs: {},
+    apply=lambda params, features, layer_input: features,
+    output_size=lambda features, inputs: features,
+    name="identity",
+  )
 
 
 def _dense(key, fan_in: int, fan_out: int, dtype):
@@ -51,8 +55,9 @@ def _dense(key, fan_in: int, fan_out: int, dtype):
 def layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array) -> jax.Array:
   mean = x.mean()
   variance = ((x - mean) ** 2).mean()
-  return (x - mean) * jax.lax.rsqrt(variance + LAYER_NORM_EPSILON) * scale \
-      + bias
+  return (x - mean) * jax.lax.rsqrt(
+    variance + LAYER_NORM_EPSILON
+  ) * scale + bias
 
 
 def lru_block(model_size: int) -> Head:
@@ -70,13 +75,14 @@ def lru_block(model_size: int) -> Head:
     dtype = jnp.asarray(0.0).dtype
     k_c, k_d, k_a, k_g = jax.random.split(key, 4)
     params = {
-        "C": _dense(k_c, feature_size, model_size, dtype),
-        "W_a": _dense(k_a, model_size, model_size, dtype),
-        "b_a": jnp.zeros((model_size,), dtype),
-        "W_g": _dense(k_g, model_size, model_size, dtype),
-        "b_g": jnp.zeros((model_size,), dtype),
-        "norm_scale": jnp.ones((model_size,), dtype),
-        "norm_bias": jnp.zeros((model_size,), dtype)}
+      "C": _dense(k_c, feature_size, model_size, dtype),
+      "W_a": _dense(k_a, model_size, model_size, dtype),
+      "b_a": jnp.zeros((model_size,), dtype),
+      "W_g": _dense(k_g, model_size, model_size, dtype),
+      "b_g": jnp.zeros((model_size,), dtype),
+      "norm_scale": jnp.ones((model_size,), dtype),
+      "norm_bias": jnp.zeros((model_size,), dtype),
+    }
     if input_size == model_size:
       params["D"] = jax.random.normal(k_d, (model_size,), dtype)
     else:
@@ -88,11 +94,15 @@ def lru_block(model_size: int) -> Head:
     skip = params["D"] * u if params["D"].ndim == 1 else u @ params["D"]
     z = jax.nn.gelu(features @ params["C"] + skip)
     z = (z @ params["W_a"] + params["b_a"]) * jax.nn.sigmoid(
-        z @ params["W_g"] + params["b_g"])
+      z @ params["W_g"] + params["b_g"]
+    )
     if u.shape == z.shape:
       z = z + u
     return layer_norm(z, params["norm_scale"], params["norm_bias"])
 
-  return Head(init=init, apply=apply,
-              output_size=lambda features, inputs: model_size,
-              name=f"lru_block({model_size})")
+  return Head(
+    init=init,
+    apply=apply,
+    output_size=lambda features, inputs: model_size,
+    name=f"lru_block({model_size})",
+  )

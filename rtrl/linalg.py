@@ -44,7 +44,7 @@ References:
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -52,14 +52,14 @@ import jax.numpy as jnp
 from rtrl import cpu_kernels
 
 MATMUL_PRECISIONS = {
-    "highest": jax.lax.Precision.HIGHEST,
-    "float32": jax.lax.Precision.HIGHEST,
-    "tensorfloat32": jax.lax.Precision.HIGH,
-    "bfloat16": jax.lax.Precision.DEFAULT,
-    # JAX's other names for the same three levels.
-    "high": jax.lax.Precision.HIGH,
-    "default": jax.lax.Precision.DEFAULT,
-    "fastest": jax.lax.Precision.DEFAULT,
+  "highest": jax.lax.Precision.HIGHEST,
+  "float32": jax.lax.Precision.HIGHEST,
+  "tensorfloat32": jax.lax.Precision.HIGH,
+  "bfloat16": jax.lax.Precision.DEFAULT,
+  # JAX's other names for the same three levels.
+  "high": jax.lax.Precision.HIGH,
+  "default": jax.lax.Precision.DEFAULT,
+  "fastest": jax.lax.Precision.DEFAULT,
 }
 
 
@@ -70,8 +70,10 @@ def check_matmul_precision(name: str) -> str:
     ValueError: listing the names, for any other.
   """
   if name not in MATMUL_PRECISIONS:
-    raise ValueError(f"matmul precision must be one of "
-                     f"{sorted(MATMUL_PRECISIONS)}, got {name!r}")
+    raise ValueError(
+      f"matmul precision must be one of "
+      f"{sorted(MATMUL_PRECISIONS)}, got {name!r}"
+    )
   return name
 
 
@@ -93,13 +95,14 @@ def matmul_unrolled(a: jax.Array, b: jax.Array) -> jax.Array:
   one loop over the output instead of calling a GEMM; see
   `rtrl.tangents._ELEMENTWISE_MIX_MAX_RANK` for when that is faster. True
   products at the input's precision, whatever `matmul_precision()` says."""
-  if (a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]
-      or a.shape[1] == 0):
-    raise ValueError(f"matmul_unrolled needs a (M, k) and b (k, m) with "
-                     f"k >= 1, got shapes {a.shape} and {b.shape}")
+  if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0] or a.shape[1] == 0:
+    raise ValueError(
+      f"matmul_unrolled needs a (M, k) and b (k, m) with "
+      f"k >= 1, got shapes {a.shape} and {b.shape}"
+    )
   out = a[:, 0:1] * b[0]
   for i in range(1, a.shape[1]):
-    out = out + a[:, i:i + 1] * b[i]
+    out = out + a[:, i : i + 1] * b[i]
   return out
 
 
@@ -111,8 +114,7 @@ def gram(rows: jax.Array) -> jax.Array:
 def gram_of_columns(columns: jax.Array) -> jax.Array:
   """`columns.T @ columns` `(c, c)` for `columns` `(M, c)`, one GEMM (the
   tall-skinny orientation XLA runs fastest, see `rtrl.tangents`)."""
-  return jnp.einsum("mi,mj->ij", columns, columns,
-                    precision=matmul_precision())
+  return jnp.einsum("mi,mj->ij", columns, columns, precision=matmul_precision())
 
 
 # Set False to measure what the Jacobi kernel saves; read at trace time, so
@@ -133,8 +135,11 @@ def small_svd(matrices: jax.Array):
   singular value (or a factor that vanishes with it).
   """
   m, n = matrices.shape[-2:]
-  if (SMALL_SVD_ON_CPU_KERNEL and m == n
-      and cpu_kernels.svd_usable(n, matrices.dtype)):
+  if (
+    SMALL_SVD_ON_CPU_KERNEL
+    and m == n
+    and cpu_kernels.svd_usable(n, matrices.dtype)
+  ):
     return cpu_kernels.svd(matrices)
   return jnp.linalg.svd(matrices, full_matrices=False)
 
@@ -163,7 +168,7 @@ def gram_factor(gram_matrix: jax.Array) -> tuple[jax.Array, jax.Array]:
   # eigh custom call was seen to stall (0% CPU, never returning) inside the
   # vmapped, scanned estimator step; the SVD path has not. Its right
   # singular vectors are the eigenvectors (orthonormal on every path).
-  _, values, vectors_t = small_svd(scaled)     # descending
+  _, values, vectors_t = small_svd(scaled)  # descending
   vectors = vectors_t.T
   tolerance = c * jnp.finfo(dtype).eps * jnp.maximum(values[0], 1)
   keep = values > tolerance
@@ -173,8 +178,9 @@ def gram_factor(gram_matrix: jax.Array) -> tuple[jax.Array, jax.Array]:
   return transform, coords
 
 
-def gram_qr(gram_of: Callable[[jax.Array | None], jax.Array],
-            refine: bool) -> tuple[jax.Array, jax.Array]:
+def gram_qr(
+  gram_of: Callable[[jax.Array | None], jax.Array], refine: bool
+) -> tuple[jax.Array, jax.Array]:
   """Orthonormalising transform of `c` rows known only through Gram matrices.
 
   Args:
@@ -191,9 +197,9 @@ def gram_qr(gram_of: Callable[[jax.Array | None], jax.Array],
   return gram_qr_together([gram_of], refine)[0]
 
 
-def gram_qr_together(gram_ofs: Sequence[Callable[[jax.Array | None],
-                                                  jax.Array]],
-                     refine: bool) -> list[tuple[jax.Array, jax.Array]]:
+def gram_qr_together(
+  gram_ofs: Sequence[Callable[[jax.Array | None], jax.Array]], refine: bool
+) -> list[tuple[jax.Array, jax.Array]]:
   """`gram_qr` of several sets of `c` rows, factorised by one batched call.
 
   The Kronecker-sum reduction orthonormalises its left and its right
@@ -216,12 +222,15 @@ def gram_qr_together(gram_ofs: Sequence[Callable[[jax.Array | None],
   grams = [gram_of(None) for gram_of in gram_ofs]
   shapes = {tuple(g.shape) for g in grams}
   if len(shapes) != 1 or len(grams[0].shape) != 2:
-    raise ValueError("gram_qr_together needs Gram matrices of one square "
-                     f"shape (c, c), got shapes {[g.shape for g in grams]}")
+    raise ValueError(
+      "gram_qr_together needs Gram matrices of one square "
+      f"shape (c, c), got shapes {[g.shape for g in grams]}"
+    )
   transforms, coords = jax.vmap(gram_factor)(jnp.stack(grams))
   if refine:
-    grams = jnp.stack([gram_of(transform) for gram_of, transform
-                       in zip(gram_ofs, transforms)])
+    grams = jnp.stack(
+      [gram_of(transform) for gram_of, transform in zip(gram_ofs, transforms)]
+    )
     transforms2, coords2 = jax.vmap(gram_factor)(grams)
     transforms = transforms2 @ transforms
     coords = coords2 @ coords
@@ -242,8 +251,9 @@ def default_refine(dtype) -> bool:
   return jnp.dtype(dtype) == jnp.float64
 
 
-def gram_qr_rows(rows: jax.Array, refine: bool | None = None
-                 ) -> tuple[jax.Array, jax.Array]:
+def gram_qr_rows(
+  rows: jax.Array, refine: bool | None = None
+) -> tuple[jax.Array, jax.Array]:
   """Orthonormal basis of the rows of `rows` `(c, M)` by CholeskyQR(2).
 
   Args:
@@ -279,8 +289,10 @@ def thin_qr_rows(rows: jax.Array) -> tuple[jax.Array, jax.Array]:
   """
   num_vectors, dim = rows.shape
   if dim < num_vectors:
-    raise ValueError(f"thin_qr_rows needs at least as many columns as rows "
-                     f"(c <= M), got shape {rows.shape}")
+    raise ValueError(
+      f"thin_qr_rows needs at least as many columns as rows "
+      f"(c <= M), got shape {rows.shape}"
+    )
   dtype = rows.dtype
   # A residual this small relative to its vector is rounding noise: keeping
   # it as a direction would cost orthogonality for no accuracy.
@@ -301,8 +313,10 @@ def thin_qr_rows(rows: jax.Array) -> tuple[jax.Array, jax.Array]:
     coords = coords.at[j, j].set(jnp.where(keep, norm, 0))
     return basis, coords
 
-  init = (jnp.zeros((num_vectors, dim), dtype),
-          jnp.zeros((num_vectors, num_vectors), dtype))
+  init = (
+    jnp.zeros((num_vectors, dim), dtype),
+    jnp.zeros((num_vectors, num_vectors), dtype),
+  )
   return jax.lax.fori_loop(0, num_vectors, body, init, unroll=True)
 
 
@@ -315,8 +329,9 @@ def sum_over_batch(per_example: jax.Array) -> jax.Array:
   sum as a GEMV takes 0.07 ms. Exact in float64: products with 1 are exact.
   """
   ones = jnp.ones(per_example.shape[:1], per_example.dtype)
-  return jnp.tensordot(ones, per_example, axes=1,
-                       precision=jax.lax.Precision.HIGHEST)
+  return jnp.tensordot(
+    ones, per_example, axes=1, precision=jax.lax.Precision.HIGHEST
+  )
 
 
 # Widths of the identity that `computed_once` multiplies by: a contraction
@@ -349,6 +364,7 @@ def computed_once(x: jax.Array) -> jax.Array:
   if width is None or x.size < width:
     return x
   identity = jnp.eye(width, dtype=x.dtype)
-  flat = jnp.matmul(x.reshape(-1, width), identity,
-                    precision=jax.lax.Precision.HIGHEST)
+  flat = jnp.matmul(
+    x.reshape(-1, width), identity, precision=jax.lax.Precision.HIGHEST
+  )
   return flat.reshape(x.shape)

@@ -13,18 +13,19 @@ The readout and the loss are arguments (`rtrl.readout.Readout`,
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
 from rtrl import losses
-from rtrl.linalg import sum_over_batch  # re-exported: the trainers' batch sum
 from rtrl import readout as readouts
 from rtrl import validation
 from rtrl.cells import Cell
 from rtrl.estimators import Estimator
+from rtrl.linalg import sum_over_batch  # re-exported: the trainers' batch sum
 
 
 class StepBatch(NamedTuple):
@@ -39,6 +40,7 @@ class StepBatch(NamedTuple):
     resets: (B,) bool, a new sequence starts at this step: state and tangent
       are reset before the cell steps.
   """
+
   inputs: jax.Array
   targets: jax.Array
   weights: jax.Array
@@ -46,21 +48,22 @@ class StepBatch(NamedTuple):
 
 
 class StepMetrics(NamedTuple):
-  loss_sum: jax.Array    # Σ_b weight_b * loss_b (nats for classification)
+  loss_sum: jax.Array  # Σ_b weight_b * loss_b (nats for classification)
   weight_sum: jax.Array  # Σ_b weight_b
 
 
 class OnlineState(NamedTuple):
-  params: Any        # {'cell': ..., 'readout': ...}
+  params: Any  # {'cell': ..., 'readout': ...}
   opt_state: Any
-  cell_state: Any    # batched cell state
-  tstate: Any        # batched estimator state
+  cell_state: Any  # batched cell state
+  tstate: Any  # batched estimator state
   step: jax.Array
 
 
 class Trainer(NamedTuple):
   """`init(params, key, batch_size) -> state`; `step(state, StepBatch)` and
   `run(state, chunk)` return `(state, StepMetrics)` (per step for `run`)."""
+
   init: Callable[..., Any]
   step: Callable[..., Any]
   run: Callable[..., Any]
@@ -68,15 +71,18 @@ class Trainer(NamedTuple):
 
 def where_reset(resets: jax.Array, fresh: Any, current: Any) -> Any:
   """Per-example select: `fresh` where `resets[b]`, else `current`."""
+
   def select(a, b):
     mask = resets.reshape(resets.shape + (1,) * (a.ndim - resets.ndim))
     return jnp.where(mask, a, b)
+
   return jax.tree_util.tree_map(select, fresh, current)
 
 
 def broadcast_state(state: Any, batch_size: int) -> Any:
   return jax.tree_util.tree_map(
-      lambda a: jnp.broadcast_to(a, (batch_size,) + a.shape), state)
+    lambda a: jnp.broadcast_to(a, (batch_size,) + a.shape), state
+  )
 
 
 def readout_and_loss(readout, loss):
@@ -84,12 +90,16 @@ def readout_and_loss(readout, loss):
   `losses.softmax_cross_entropy`); a ValueError names a bad one."""
   readout = readouts.linear() if readout is None else readout
   if not isinstance(readout, readouts.Readout):
-    raise ValueError("readout must be an rtrl.readout.Readout (e.g. "
-                     f"rtrl.readout.linear()), got {readout!r}")
+    raise ValueError(
+      "readout must be an rtrl.readout.Readout (e.g. "
+      f"rtrl.readout.linear()), got {readout!r}"
+    )
   loss = losses.softmax_cross_entropy if loss is None else loss
   if not callable(loss):
-    raise ValueError("loss must be a function (prediction, target) -> "
-                     f"scalar (e.g. rtrl.losses.squared_error), got {loss!r}")
+    raise ValueError(
+      "loss must be a function (prediction, target) -> "
+      f"scalar (e.g. rtrl.losses.squared_error), got {loss!r}"
+    )
   return readout, loss
 
 
@@ -97,53 +107,78 @@ def _example_struct(batched: jax.Array) -> jax.ShapeDtypeStruct:
   return jax.ShapeDtypeStruct(batched.shape[1:], batched.dtype)
 
 
-def batch_loss(cell: Cell, readout_params: dict, cell_state: Any,
-               batch: StepBatch, *, readout=None, loss=None) -> jax.Array:
+def batch_loss(
+  cell: Cell,
+  readout_params: dict,
+  cell_state: Any,
+  batch: StepBatch,
+  *,
+  readout=None,
+  loss=None,
+) -> jax.Array:
   """Mean over the batch of the masked per-step loss."""
   readout, loss = readout_and_loss(readout, loss)
   hidden = jax.vmap(cell.output)(cell_state)
   # Shapes are static: this check costs nothing once traced.
-  prediction = jax.eval_shape(readout.apply, readout_params,
-                              _example_struct(hidden))
+  prediction = jax.eval_shape(
+    readout.apply, readout_params, _example_struct(hidden)
+  )
   losses.check(loss, prediction, _example_struct(batch.targets))
 
   def example_loss(params, hidden, target, weight):
     return loss(readout.apply(params, hidden), target) * weight
 
   per_example = jax.vmap(example_loss, in_axes=(None, 0, 0, 0))(
-      readout_params, hidden, batch.targets, batch.weights)
+    readout_params, hidden, batch.targets, batch.weights
+  )
   return per_example.sum() / batch.targets.shape[0]
 
 
-def summed_gradient(estimator: Estimator, cell_params: dict, tstate: Any,
-                    dloss_dstate: Any) -> Any:
+def summed_gradient(
+  estimator: Estimator, cell_params: dict, tstate: Any, dloss_dstate: Any
+) -> Any:
   """The estimator's cell gradient summed over the batch (the leading axis
   of `tstate` and `dloss_dstate`): its `batch_gradient` where it has one,
   else each example's `gradient`, summed (`sum_over_batch`)."""
   if estimator.batch_gradient is not None:
     return estimator.batch_gradient(cell_params, tstate, dloss_dstate)
   per_example = jax.vmap(estimator.gradient, in_axes=(None, 0, 0))(
-      cell_params, tstate, dloss_dstate)
+    cell_params, tstate, dloss_dstate
+  )
   return jax.tree_util.tree_map(sum_over_batch, per_example)
 
 
-def step_resetting(estimator: Estimator, cell_params: dict, tstate: Any,
-                   cell_state: Any, inputs: jax.Array, resets: jax.Array
-                   ) -> tuple[Any, Any]:
+def step_resetting(
+  estimator: Estimator,
+  cell_params: dict,
+  tstate: Any,
+  cell_state: Any,
+  inputs: jax.Array,
+  resets: jax.Array,
+) -> tuple[Any, Any]:
   """The batch's tangents and (already reset) states stepped on `inputs`,
   each example's tangent starting afresh where `resets`: inside the step
   where the estimator `folds_reset` (no pass over the tangent), else by its
   `reset` first."""
   if estimator.folds_reset:
-    return jax.vmap(estimator.step(cell_params))(tstate, cell_state, inputs,
-                                                  resets)
+    return jax.vmap(estimator.step(cell_params))(
+      tstate, cell_state, inputs, resets
+    )
   tstate = where_reset(resets, jax.vmap(estimator.reset)(tstate), tstate)
   return jax.vmap(estimator.step(cell_params))(tstate, cell_state, inputs)
 
 
-def estimate_step(cell: Cell, estimator: Estimator, params: dict,
-                  tstate: Any, cell_state: Any, batch: StepBatch, *,
-                  readout=None, loss=None):
+def estimate_step(
+  cell: Cell,
+  estimator: Estimator,
+  params: dict,
+  tstate: Any,
+  cell_state: Any,
+  batch: StepBatch,
+  *,
+  readout=None,
+  loss=None,
+):
   """One batched forward step with gradient estimates, parameters fixed.
 
   Resets the examples that start a sequence, steps cell and tangents
@@ -154,23 +189,33 @@ def estimate_step(cell: Cell, estimator: Estimator, params: dict,
   """
   batch_size = batch.targets.shape[0]
   cell_state = where_reset(
-      batch.resets, broadcast_state(cell.initial_state(), batch_size),
-      cell_state)
-  tstate, cell_state = step_resetting(estimator, params["cell"], tstate,
-                                      cell_state, batch.inputs, batch.resets)
+    batch.resets, broadcast_state(cell.initial_state(), batch_size), cell_state
+  )
+  tstate, cell_state = step_resetting(
+    estimator, params["cell"], tstate, cell_state, batch.inputs, batch.resets
+  )
   mean_loss, (readout_grads, dloss_dstate) = jax.value_and_grad(
-      lambda r, s: batch_loss(cell, r, s, batch, readout=readout, loss=loss),
-      argnums=(0, 1))(params["readout"], cell_state)
-  cell_grads = summed_gradient(estimator, params["cell"], tstate,
-                               dloss_dstate)
-  return tstate, cell_state, mean_loss, {"cell": cell_grads,
-                                         "readout": readout_grads}
+    lambda r, s: batch_loss(cell, r, s, batch, readout=readout, loss=loss),
+    argnums=(0, 1),
+  )(params["readout"], cell_state)
+  cell_grads = summed_gradient(estimator, params["cell"], tstate, dloss_dstate)
+  return (
+    tstate,
+    cell_state,
+    mean_loss,
+    {"cell": cell_grads, "readout": readout_grads},
+  )
 
 
-def make_online_trainer(cell: Cell, estimator: Estimator,
-                        optimizer: optax.GradientTransformation,
-                        accumulate_steps: int = 1, *, readout=None,
-                        loss=None) -> Trainer:
+def make_online_trainer(
+  cell: Cell,
+  estimator: Estimator,
+  optimizer: optax.GradientTransformation,
+  accumulate_steps: int = 1,
+  *,
+  readout=None,
+  loss=None,
+) -> Trainer:
   """Builds the online trainer.
 
   Args:
@@ -193,20 +238,33 @@ def make_online_trainer(cell: Cell, estimator: Estimator,
     keys = jax.random.split(key, batch_size)
     state0 = cell.initial_state()
     tstate = jax.vmap(estimator.init, in_axes=(None, None, 0))(
-        params["cell"], state0, keys)
+      params["cell"], state0, keys
+    )
     return tstate, broadcast_state(state0, batch_size)
 
   def estimate(params, tstate, cell_state, batch):
-    return estimate_step(cell, estimator, params, tstate, cell_state, batch,
-                         readout=readout, loss=loss)
+    return estimate_step(
+      cell,
+      estimator,
+      params,
+      tstate,
+      cell_state,
+      batch,
+      readout=readout,
+      loss=loss,
+    )
 
-  return trainer_from_estimate(initial_states, estimate, optimizer,
-                               accumulate_steps)
+  return trainer_from_estimate(
+    initial_states, estimate, optimizer, accumulate_steps
+  )
 
 
-def trainer_from_estimate(initial_states: Callable, estimate: Callable,
-                          optimizer: optax.GradientTransformation,
-                          accumulate_steps: int = 1) -> Trainer:
+def trainer_from_estimate(
+  initial_states: Callable,
+  estimate: Callable,
+  optimizer: optax.GradientTransformation,
+  accumulate_steps: int = 1,
+) -> Trainer:
   """The online `Trainer` around a batched gradient estimate, written once
   for a single cell and for stacks (`rtrl.stack`).
 
@@ -220,25 +278,33 @@ def trainer_from_estimate(initial_states: Callable, estimate: Callable,
   validation.positive_int("accumulate_steps", accumulate_steps)
   if accumulate_steps > 1:
     # accumulator_dtype=None keeps the gradients' dtype (float64 under x64).
-    optimizer = optax.MultiSteps(optimizer, every_k_schedule=accumulate_steps,
-                                 accumulator_dtype=None)
+    optimizer = optax.MultiSteps(
+      optimizer, every_k_schedule=accumulate_steps, accumulator_dtype=None
+    )
 
   def init(params, key, batch_size):
     tstate, cell_state = initial_states(params, key, batch_size)
-    return OnlineState(params=params, opt_state=optimizer.init(params),
-                       cell_state=cell_state, tstate=tstate,
-                       step=jnp.zeros((), jnp.int32))
+    return OnlineState(
+      params=params,
+      opt_state=optimizer.init(params),
+      cell_state=cell_state,
+      tstate=tstate,
+      step=jnp.zeros((), jnp.int32),
+    )
 
   def step(state: OnlineState, batch: StepBatch):
     tstate, cell_state, mean_loss, grads = estimate(
-        state.params, state.tstate, state.cell_state, batch)
-    updates, opt_state = optimizer.update(grads, state.opt_state,
-                                          state.params)
+      state.params, state.tstate, state.cell_state, batch
+    )
+    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    metrics = StepMetrics(loss_sum=mean_loss * batch.targets.shape[0],
-                          weight_sum=batch.weights.sum())
-    return OnlineState(params, opt_state, cell_state, tstate,
-                       state.step + 1), metrics
+    metrics = StepMetrics(
+      loss_sum=mean_loss * batch.targets.shape[0],
+      weight_sum=batch.weights.sum(),
+    )
+    return OnlineState(
+      params, opt_state, cell_state, tstate, state.step + 1
+    ), metrics
 
   @jax.jit
   def run(state: OnlineState, chunk: StepBatch):
@@ -247,9 +313,16 @@ def trainer_from_estimate(initial_states: Callable, estimate: Callable,
   return Trainer(init=init, step=step, run=run)
 
 
-def frozen_gradients(cell: Cell, estimator: Estimator, params: dict,
-                     chunk: StepBatch, key: jax.Array, *, readout=None,
-                     loss=None):
+def frozen_gradients(
+  cell: Cell,
+  estimator: Estimator,
+  params: dict,
+  chunk: StepBatch,
+  key: jax.Array,
+  *,
+  readout=None,
+  loss=None,
+):
   """Per-step gradient estimates with the parameters held fixed.
 
   Runs the estimator over a time-major chunk without updating anything and
@@ -263,14 +336,17 @@ def frozen_gradients(cell: Cell, estimator: Estimator, params: dict,
   keys = jax.random.split(key, batch_size)
   state0 = cell.initial_state()
   tstate = jax.vmap(estimator.init, in_axes=(None, None, 0))(
-      params["cell"], state0, keys)
+    params["cell"], state0, keys
+  )
 
   def body(carry, batch):
     tstate, cell_state, mean_loss, grads = estimate_step(
-        cell, estimator, params, *carry, batch, readout=readout, loss=loss)
+      cell, estimator, params, *carry, batch, readout=readout, loss=loss
+    )
     metrics = StepMetrics(mean_loss * batch_size, batch.weights.sum())
     return (tstate, cell_state), (grads["cell"], metrics)
 
   _, (grads, metrics) = jax.lax.scan(
-      body, (tstate, broadcast_state(state0, batch_size)), chunk)
+    body, (tstate, broadcast_state(state0, batch_size)), chunk
+  )
   return grads, metrics

@@ -43,8 +43,9 @@ class Tf1AdamState(NamedTuple):
   nu: Any
 
 
-def scale_by_tf1_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8
-                      ) -> optax.GradientTransformation:
+def scale_by_tf1_adam(
+  b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8
+) -> optax.GradientTransformation:
   """Adam's direction in TF1's form: `sqrt(1 - b2^t) / (1 - b1^t) * m /
   (sqrt(v) + eps)` (multiply by `-learning_rate` to step).
 
@@ -54,38 +55,48 @@ def scale_by_tf1_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8
 
   def init(params):
     zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
-    return Tf1AdamState(count=jnp.zeros((), jnp.int32), mu=zeros,
-                        nu=jax.tree_util.tree_map(jnp.zeros_like, params))
+    return Tf1AdamState(
+      count=jnp.zeros((), jnp.int32),
+      mu=zeros,
+      nu=jax.tree_util.tree_map(jnp.zeros_like, params),
+    )
 
   def update(updates, state, params=None):
     del params
     count = state.count + 1
-    mu = jax.tree_util.tree_map(lambda m, g: b1 * m + (1 - b1) * g,
-                                state.mu, updates)
-    nu = jax.tree_util.tree_map(lambda v, g: b2 * v + (1 - b2) * g * g,
-                                state.nu, updates)
+    mu = jax.tree_util.tree_map(
+      lambda m, g: b1 * m + (1 - b1) * g, state.mu, updates
+    )
+    nu = jax.tree_util.tree_map(
+      lambda v, g: b2 * v + (1 - b2) * g * g, state.nu, updates
+    )
 
     def direction(m, v):
       t = count.astype(m.dtype)
-      factor = jnp.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+      factor = jnp.sqrt(1 - b2**t) / (1 - b1**t)
       return factor * m / (jnp.sqrt(v) + eps)
 
-    return (jax.tree_util.tree_map(direction, mu, nu),
-            Tf1AdamState(count=count, mu=mu, nu=nu))
+    return (
+      jax.tree_util.tree_map(direction, mu, nu),
+      Tf1AdamState(count=count, mu=mu, nu=nu),
+    )
 
   return optax.GradientTransformation(init, update)
 
 
-def tf1_adam(learning_rate, b1: float = 0.9, b2: float = 0.999,
-             eps: float = 1e-8) -> optax.GradientTransformation:
+def tf1_adam(
+  learning_rate, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8
+) -> optax.GradientTransformation:
   """`tf.train.AdamOptimizer(learning_rate, b1, b2, eps)` as an optax
   transformation (`learning_rate` may be a traced scalar)."""
-  return optax.chain(scale_by_tf1_adam(b1, b2, eps),
-                     optax.scale_by_learning_rate(learning_rate))
+  return optax.chain(
+    scale_by_tf1_adam(b1, b2, eps), optax.scale_by_learning_rate(learning_rate)
+  )
 
 
-def warmup_cosine_schedule(peak_value, warmup_updates: int,
-                           total_updates: int, end_value: float = 0.0):
+def warmup_cosine_schedule(
+  peak_value, warmup_updates: int, total_updates: int, end_value: float = 0.0
+):
   """The LRU papers' learning-rate schedule, as a function of the update
   count: linear from `peak_value / warmup_updates` to `peak_value` over the
   first `warmup_updates` updates, then a cosine from `peak_value` down to
@@ -96,9 +107,11 @@ def warmup_cosine_schedule(peak_value, warmup_updates: int,
   scalar (a vmapped learning-rate axis): nothing here compares it in Python.
   """
   if warmup_updates < 0 or total_updates <= warmup_updates:
-    raise ValueError("warmup_cosine_schedule needs 0 <= warmup_updates < "
-                     f"total_updates, got {warmup_updates} and "
-                     f"{total_updates}")
+    raise ValueError(
+      "warmup_cosine_schedule needs 0 <= warmup_updates < "
+      f"total_updates, got {warmup_updates} and "
+      f"{total_updates}"
+    )
   decay_updates = total_updates - warmup_updates
 
   def schedule(count):
@@ -106,7 +119,8 @@ def warmup_cosine_schedule(peak_value, warmup_updates: int,
     warm = peak_value * (count + 1) / max(warmup_updates, 1)
     progress = jnp.clip((count - warmup_updates) / decay_updates, 0.0, 1.0)
     cosine = end_value + (peak_value - end_value) * 0.5 * (
-        1 + jnp.cos(jnp.pi * progress))
+      1 + jnp.cos(jnp.pi * progress)
+    )
     return jnp.where(count < warmup_updates, warm, cosine)
 
   return schedule

@@ -11,8 +11,9 @@ first two.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import math
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -33,6 +34,7 @@ class Readout(NamedTuple):
       logits for `losses.softmax_cross_entropy`; the trainers vmap it.
     name: for logs.
   """
+
   init: Callable[..., Any]
   apply: Callable[..., jax.Array]
   name: str = "custom"
@@ -42,20 +44,24 @@ def init(key: jax.Array, hidden_size: int, num_outputs: int) -> dict:
   """`{'w': (n, num_outputs), 'b': (num_outputs,)}`, scaled by 1/sqrt(n)."""
   dtype = jnp.asarray(0.0).dtype
   w = jax.random.normal(key, (hidden_size, num_outputs), dtype)
-  return {"w": w / jnp.sqrt(jnp.asarray(hidden_size, dtype)),
-          "b": jnp.zeros((num_outputs,), dtype)}
+  return {
+    "w": w / jnp.sqrt(jnp.asarray(hidden_size, dtype)),
+    "b": jnp.zeros((num_outputs,), dtype),
+  }
 
 
 def logits(params: dict, hidden: jax.Array) -> jax.Array:
   return hidden @ params["w"] + params["b"]
 
 
-def step_loss(params: dict, hidden: jax.Array, target: jax.Array,
-              weight: jax.Array) -> jax.Array:
+def step_loss(
+  params: dict, hidden: jax.Array, target: jax.Array, weight: jax.Array
+) -> jax.Array:
   """Softmax cross-entropy (nats) of one example at one step, times `weight`
   (the loss mask: 0 where the step carries no target)."""
   ce = optax.softmax_cross_entropy_with_integer_labels(
-      logits(params, hidden), target)
+    logits(params, hidden), target
+  )
   return ce * weight
 
 
@@ -78,9 +84,11 @@ def _feedback_product_bwd(residuals, error):
   # The weights' cotangent is the exact one; the hidden state's uses the
   # feedback matrix where backprop would use `weights`; the feedback matrix
   # itself is never trained.
-  return (error @ feedback.T,
-          jnp.einsum("...n,...m->nm", hidden, error),
-          jnp.zeros_like(feedback))
+  return (
+    error @ feedback.T,
+    jnp.einsum("...n,...m->nm", hidden, error),
+    jnp.zeros_like(feedback),
+  )
 
 
 _feedback_product.defvjp(_feedback_product_fwd, _feedback_product_bwd)
@@ -115,10 +123,12 @@ def feedback_alignment(scale: float = 1.0) -> Readout:
   def fa_init(key, hidden_size, num_outputs):
     weights_key, feedback_key = jax.random.split(key)
     params = init(weights_key, hidden_size, num_outputs)
-    feedback = scale * jax.random.normal(feedback_key, params["w"].shape,
-                                         params["w"].dtype)
+    feedback = scale * jax.random.normal(
+      feedback_key, params["w"].shape, params["w"].dtype
+    )
     params["feedback"] = feedback / jnp.sqrt(
-        jnp.asarray(hidden_size, feedback.dtype))
+      jnp.asarray(hidden_size, feedback.dtype)
+    )
     return params
 
   def apply(params, hidden):

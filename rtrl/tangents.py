@@ -28,7 +28,9 @@ import math
 import jax
 import jax.numpy as jnp
 
-from rtrl import cpu_kernels, kronecker, linalg
+from rtrl import cpu_kernels
+from rtrl import kronecker
+from rtrl import linalg
 from rtrl.cells import StepJacobians
 
 # Below this many tangent rows the factorised `H v` beats forming `H`.
@@ -42,10 +44,10 @@ def recurrent_jacobian_t(jac: StepJacobians, hidden_row: int) -> jax.Array:
   + [i = j] dfds[j, s, t]` for state rows `s, t` and units `i, j`.
   """
   n, num_rows, num_gates = jac.D.shape
-  weights = jac.recurrent_weights.reshape(n, num_gates, n)       # [i, k, j]
-  through_gates = jnp.einsum("ikj,jsk->isj", weights, jac.D)       # [i, s, j]
+  weights = jac.recurrent_weights.reshape(n, num_gates, n)  # [i, k, j]
+  through_gates = jnp.einsum("ikj,jsk->isj", weights, jac.D)  # [i, s, j]
   eye = jnp.eye(n, dtype=jac.D.dtype)
-  direct = jnp.einsum("jst,ij->tisj", jac.dfds, eye)              # [t,i,s,j]
+  direct = jnp.einsum("jst,ij->tisj", jac.dfds, eye)  # [t,i,s,j]
   is_hidden = (jnp.arange(num_rows) == hidden_row).astype(jac.D.dtype)
   h_t = direct + is_hidden[:, None, None, None] * through_gates[None]
   return jac.history * h_t.reshape(num_rows * n, num_rows * n)
@@ -60,8 +62,9 @@ def _apply_factorised(jac: StepJacobians, hidden_row: int, v: jax.Array):
   return jac.history * (through_gates + direct)
 
 
-def apply_recurrent_jacobian(jac: StepJacobians, hidden_row: int,
-                             v: jax.Array) -> jax.Array:
+def apply_recurrent_jacobian(
+  jac: StepJacobians, hidden_row: int, v: jax.Array
+) -> jax.Array:
   """`H v` for state tangents `v` of shape `(..., S, n)` (same shape out)."""
   num_rows, n = v.shape[-2:]
   rows = math.prod(v.shape[:-2])
@@ -86,8 +89,9 @@ def apply_recurrent_jacobian(jac: StepJacobians, hidden_row: int,
 # (3.6 of the 34 ms of a 16-OK RHN-128 step; exact RTRL's influence too).
 
 
-def propagate_factors(jac: StepJacobians, hidden_row: int,
-                      factors: jax.Array) -> jax.Array:
+def propagate_factors(
+  jac: StepJacobians, hidden_row: int, factors: jax.Array
+) -> jax.Array:
   """`H A` for state-major factors `(S n, K, n, *copies)`: one GEMM."""
   h = recurrent_jacobian_t(jac, hidden_row).T
   flat = factors.reshape(factors.shape[0], -1)
@@ -121,8 +125,9 @@ def _factor_D_values(jac: StepJacobians) -> jax.Array:
   return jnp.transpose(jac.D, (1, 0, 2)).reshape(-1)
 
 
-def add_scaled_D_to_factors(factors: jax.Array, coef: jax.Array,
-                            jac: StepJacobians) -> jax.Array:
+def add_scaled_D_to_factors(
+  factors: jax.Array, coef: jax.Array, jac: StepJacobians
+) -> jax.Array:
   """`factors + dense_D_factor ⊗ coef` for factors `(S n, K, n, *copies)`
   and `coef` of shape `copies`: a scatter-add on the `S n K` diagonal
   entries, no pass over the factors."""
@@ -148,8 +153,9 @@ def inner_with_D_factors(factors: jax.Array, jac: StepJacobians) -> jax.Array:
 def contract_factors(factors: jax.Array, g: jax.Array) -> jax.Array:
   """`g · A` over the leading state axis of `(S n, K, n, *copies)` factors,
   for a state covector `g` `(S, n)`: `(K, n, *copies)`."""
-  return linalg.matmul(g.reshape(-1),
-                       factors.reshape(g.size, -1)).reshape(factors.shape[1:])
+  return linalg.matmul(g.reshape(-1), factors.reshape(g.size, -1)).reshape(
+    factors.shape[1:]
+  )
 
 
 # XLA:CPU runs the Gram matrix and the mixing of a SMALL stack of FEW
@@ -164,8 +170,11 @@ _ROWS_FIRST_MAX_RANK = 4
 
 
 def _rows_first(num_floats: int, rank: int) -> bool:
-  return (jax.default_backend() == "cpu" and rank <= _ROWS_FIRST_MAX_RANK
-          and num_floats < _ROWS_FIRST_MAX_FLOATS)
+  return (
+    jax.default_backend() == "cpu"
+    and rank <= _ROWS_FIRST_MAX_RANK
+    and num_floats < _ROWS_FIRST_MAX_FLOATS
+  )
 
 
 # The mixing `(S n K n, r) @ (r, m)` of a few tall columns ran faster on
@@ -181,8 +190,7 @@ _ELEMENTWISE_MIX_MAX_RANK = 8
 
 
 def _elementwise_mix(rank: int) -> bool:
-  return (jax.default_backend() == "cpu"
-          and rank <= _ELEMENTWISE_MIX_MAX_RANK)
+  return jax.default_backend() == "cpu" and rank <= _ELEMENTWISE_MIX_MAX_RANK
 
 
 # On CPU, from rank 2 to 16, the Gram matrix and the mixing go to
@@ -197,8 +205,7 @@ _CPU_KERNELS_MIN_RANK = 2
 
 
 def _cpu_kernels(rank: int, dtype) -> bool:
-  return (rank >= _CPU_KERNELS_MIN_RANK
-          and cpu_kernels.usable(rank, dtype))
+  return rank >= _CPU_KERNELS_MIN_RANK and cpu_kernels.usable(rank, dtype)
 
 
 def factors_and_D_rows(factors: jax.Array, jac: StepJacobians):
@@ -220,15 +227,15 @@ def factors_and_D_rows(factors: jax.Array, jac: StepJacobians):
   if _cpu_kernels(rank, columns.dtype):
     gram_of_stack = lambda: cpu_kernels.gram_of_columns(columns)
     mix = lambda coef: (
-        cpu_kernels.mix_columns(columns, coef)
-        if cpu_kernels.usable(rank, columns.dtype, out_columns=coef.shape[0])
-        else linalg.matmul(columns, coef.T))
+      cpu_kernels.mix_columns(columns, coef)
+      if cpu_kernels.usable(rank, columns.dtype, out_columns=coef.shape[0])
+      else linalg.matmul(columns, coef.T)
+    )
   elif _rows_first(columns.size, rank):
     # The barrier keeps XLA from folding the transpose back into the GEMMs.
     rows = jax.lax.optimization_barrier(columns.T)
     gram_of_stack = lambda: linalg.gram(rows)
-    mix = lambda coef: jax.lax.optimization_barrier(
-        linalg.matmul(coef, rows)).T
+    mix = lambda coef: jax.lax.optimization_barrier(linalg.matmul(coef, rows)).T
   else:
     gram_of_stack = lambda: linalg.gram_of_columns(columns)
     if _elementwise_mix(rank):
@@ -241,13 +248,14 @@ def factors_and_D_rows(factors: jax.Array, jac: StepJacobians):
     return add_scaled_D_to_factors(out, x[:, rank], jac)
 
   def gram(transform):
-    if transform is not None:   # the refinement pass: explicit rows
+    if transform is not None:  # the refinement pass: explicit rows
       combined = combine(transform).reshape(-1, transform.shape[0])
       return linalg.gram_of_columns(combined)
     top = gram_of_stack()
     cross = inner_with_D_factors(factors, jac)
-    return jnp.block([[top, cross[:, None]],
-                      [cross[None, :], d_norm_sq[None, None]]])
+    return jnp.block(
+      [[top, cross[:, None]], [cross[None, :], d_norm_sq[None, None]]]
+    )
 
   return kronecker.Rows(gram=gram, combine=combine, dtype=factors.dtype)
 
@@ -295,14 +303,14 @@ def _rank_one_blocks(blocks: jax.Array):
   """SVD of `(n, S, K)` blocks with `S = 1` or `K = 1`: `s = |block|`, the
   length-one side's vector is `1`, the other the block over `s` (0 where
   `s = 0`), so `left s rightᵀ` is the block exactly."""
-  norm = jnp.sqrt(jnp.sum(blocks * blocks, axis=(1, 2)))          # (n,)
+  norm = jnp.sqrt(jnp.sum(blocks * blocks, axis=(1, 2)))  # (n,)
   positive = norm > 0
   unit = blocks / jnp.where(positive, norm, 1)[:, None, None]
   if blocks.shape[1] == 1:
-    left = jnp.ones(blocks.shape[:2] + (1,), blocks.dtype)        # (n, 1, 1)
-    right = jnp.swapaxes(unit, 1, 2)                               # (n, K, 1)
+    left = jnp.ones(blocks.shape[:2] + (1,), blocks.dtype)  # (n, 1, 1)
+    right = jnp.swapaxes(unit, 1, 2)  # (n, K, 1)
   else:
-    left = unit                                                    # (n, S, 1)
+    left = unit  # (n, S, 1)
     right = jnp.ones((blocks.shape[0], blocks.shape[2], 1), blocks.dtype)
   return left, norm[:, None], right
 
@@ -322,9 +330,10 @@ def _two_row_blocks(blocks: jax.Array):
   angle = 0.5 * jnp.arctan2(2 * b, a - c)
   cos, sin = jnp.cos(angle), jnp.sin(angle)
   # Columns: the eigenvector of the larger eigenvalue first.
-  left = jnp.stack([jnp.stack([cos, sin], -1),
-                    jnp.stack([-sin, cos], -1)], -1)               # (n, 2, 2)
-  projected = jnp.einsum("nsk,nsq->nkq", blocks, left)             # Bᵀ u
+  left = jnp.stack(
+    [jnp.stack([cos, sin], -1), jnp.stack([-sin, cos], -1)], -1
+  )  # (n, 2, 2)
+  projected = jnp.einsum("nsk,nsq->nkq", blocks, left)  # Bᵀ u
   singular_values = jnp.sqrt(jnp.sum(projected * projected, axis=1))
   positive = singular_values > 0
   right = projected / jnp.where(positive, singular_values, 1)[:, None, :]

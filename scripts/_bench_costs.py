@@ -5,20 +5,42 @@ from __future__ import annotations
 
 from rtrl import estimators
 
-RANKED = tuple(name for name in estimators.names()
-               if "rank" in estimators.hyperparameters(name))
-UNRANKED = ("tbptt",) + tuple(name for name in estimators.names()
-                              if name not in RANKED)
+RANKED = tuple(
+  name
+  for name in estimators.names()
+  if "rank" in estimators.hyperparameters(name)
+)
+UNRANKED = ("tbptt",) + tuple(
+  name for name in estimators.names() if name not in RANKED
+)
 # Paper Table 1: (time, memory) exponents of n per example and step. kf and
 # kf_approx are 1-OK-like; ok_biased costs what ok does.
-PAPER = {"rtrl": (4, 3), "ok": (3, 2), "ok_biased": (3, 2), "kf_avg": (3, 2),
-         "kf": (3, 2), "kf_approx": (3, 2), "uoro": (2, 2), "ktp": (2, 1),
-         "tbptt": (2, 1), "snap1": (2, 2), "rflo": (2, 2)}
-PAPER_TEXT = {"rtrl": "n^4 / n^3", "ok": "r n^3 / r n^2",
-              "ok_biased": "r n^3 / r n^2", "kf_avg": "r n^3 / r n^2",
-              "kf": "n^3 / n^2", "kf_approx": "n^3 / n^2",
-              "uoro": "n^2 / n^2", "ktp": "r n^2 / r n", "tbptt": "T n^2 / T n",
-              "snap1": "n^2 / n^2", "rflo": "n^2 / n^2"}
+PAPER = {
+  "rtrl": (4, 3),
+  "ok": (3, 2),
+  "ok_biased": (3, 2),
+  "kf_avg": (3, 2),
+  "kf": (3, 2),
+  "kf_approx": (3, 2),
+  "uoro": (2, 2),
+  "ktp": (2, 1),
+  "tbptt": (2, 1),
+  "snap1": (2, 2),
+  "rflo": (2, 2),
+}
+PAPER_TEXT = {
+  "rtrl": "n^4 / n^3",
+  "ok": "r n^3 / r n^2",
+  "ok_biased": "r n^3 / r n^2",
+  "kf_avg": "r n^3 / r n^2",
+  "kf": "n^3 / n^2",
+  "kf_approx": "n^3 / n^2",
+  "uoro": "n^2 / n^2",
+  "ktp": "r n^2 / r n",
+  "tbptt": "T n^2 / T n",
+  "snap1": "n^2 / n^2",
+  "rflo": "n^2 / n^2",
+}
 
 
 # The estimators that serve any `CustomCell` by autodiff; `--generic` times
@@ -29,8 +51,9 @@ GENERIC_PREFIX = "generic-"
 
 def base_name(name: str) -> str:
   """The estimator behind a method name (`generic-snap1` -> `snap1`)."""
-  return name[len(GENERIC_PREFIX):] if name.startswith(GENERIC_PREFIX) else (
-      name)
+  return (
+    name[len(GENERIC_PREFIX) :] if name.startswith(GENERIC_PREFIX) else (name)
+  )
 
 
 def methods(names, ranks, generic=False):
@@ -47,9 +70,11 @@ def methods(names, ranks, generic=False):
 
 def label(method, truncation):
   name, rank = method
-  return f"tbptt-{truncation}" if name == "tbptt" else (
-      f"{rank}-{name}" if rank else name)
-
+  return (
+    f"tbptt-{truncation}"
+    if name == "tbptt"
+    else (f"{rank}-{name}" if rank else name)
+  )
 
 
 def analytic_tangent_floats(name, rank, cell, input_size) -> int:
@@ -115,7 +140,7 @@ def flop_floor(name, rank, cell, input_size, batch) -> float:
     # GEMM roofline overstates how far it is from its own floor.
     flops = 2 * p * k * n + 2 * (s * s + s) * p * k * n
   elif name == "tbptt":
-    flops = 3 * 2 * p * k * n      # forward + two backward products per step
+    flops = 3 * 2 * p * k * n  # forward + two backward products per step
   else:
     raise ValueError(f"no FLOP floor for {name!r}")
   return float(flops * batch)

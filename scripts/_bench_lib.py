@@ -17,8 +17,12 @@ import numpy as np
 
 def count_floats(tree) -> int:
   """Real numbers held by `tree` (a complex entry counts two)."""
-  return int(sum(np.prod(leaf.shape) * (2 if jnp.iscomplexobj(leaf) else 1)
-                 for leaf in jax.tree_util.tree_leaves(tree)))
+  return int(
+    sum(
+      np.prod(leaf.shape) * (2 if jnp.iscomplexobj(leaf) else 1)
+      for leaf in jax.tree_util.tree_leaves(tree)
+    )
+  )
 
 
 def fit_exponent(ns, values) -> float:
@@ -32,8 +36,9 @@ def fit_exponent(ns, values) -> float:
 
 def scan_steps(body, carry, steps):
   """`body` applied `steps` times in one `lax.scan` (for jit-then-time)."""
-  return jax.lax.scan(lambda c, _: (body(c), None), carry, None,
-                      length=steps)[0]
+  return jax.lax.scan(lambda c, _: (body(c), None), carry, None, length=steps)[
+    0
+  ]
 
 
 def compiled(fn, *args):
@@ -76,7 +81,7 @@ def memory_gbps(floats: int = 64 * 2**20, repeats: int = 5) -> float:
 
 def load_average() -> str:
   try:
-    return "load average %.1f %.1f %.1f" % os.getloadavg()
+    return "load average {:.1f} {:.1f} {:.1f}".format(*os.getloadavg())
   except OSError:
     return "load average n/a"
 

@@ -4,11 +4,15 @@ Jacobians)."""
 
 from __future__ import annotations
 
+from _bench_lib import compiled
+from _bench_lib import scan_steps
 import jax
 import jax.numpy as jnp
 
-from _bench_lib import compiled, scan_steps
-from rtrl import estimators, kronecker, online, tangents
+from rtrl import estimators
+from rtrl import kronecker
+from rtrl import online
+from rtrl import tangents
 
 
 def ok_pieces(cell, cell_params, chunk, rank, batch, steps):
@@ -24,7 +28,8 @@ def ok_pieces(cell, cell_params, chunk, rank, batch, steps):
   keys = jax.random.split(jax.random.PRNGKey(2), batch)
   state0 = online.broadcast_state(cell.initial_state(), batch)
   tstate = jax.vmap(estimator.init, in_axes=(None, None, 0))(
-      cell_params, cell.initial_state(), keys)
+    cell_params, cell.initial_state(), keys
+  )
   # A few real OK steps give realistic factors and Jacobians.
   step = jax.jit(jax.vmap(estimator.step(cell_params)))
   for x in chunk.inputs[:5]:
@@ -42,13 +47,15 @@ def ok_pieces(cell, cell_params, chunk, rank, batch, steps):
     def one(jac, u, factor, key):
       us = jnp.concatenate([u, jac.hhat[None]], 0)
       return kronecker.reduce_rows(
-          us, tangents.factors_and_D_rows(factor, jac), key)
+        us, tangents.factors_and_D_rows(factor, jac), key
+      )
 
     def body(carry):
       u, factor, keys = carry
       keys, sub = jax.vmap(jax.random.split, out_axes=1)(keys)
       u, factor = jax.vmap(one)(jac, u, factor, sub)
       return u, factor, keys
+
     return scan_steps(body, (u, factor, keys), steps)
 
   def linearized(inputs, state):
@@ -56,8 +63,11 @@ def ok_pieces(cell, cell_params, chunk, rank, batch, steps):
       state, acc = carry
       state, jac = linearize(cell_params, state, x)
       return (state, acc + jac.D), None
+
     return jax.lax.scan(body, (state, jnp.zeros_like(jac.D)), inputs)[0]
 
-  return {"H·A": compiled(propagate, jac, factor),
-          "reduce": compiled(reduce, jac, u, factor, keys),
-          "linearize": compiled(linearized, chunk.inputs, state0)}
+  return {
+    "H·A": compiled(propagate, jac, factor),
+    "reduce": compiled(reduce, jac, u, factor, keys),
+    "linearize": compiled(linearized, chunk.inputs, state0),
+  }

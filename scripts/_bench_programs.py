@@ -25,15 +25,22 @@ def experiment_module(name: str):
   return importlib.import_module(main.train.__module__)
 
 
-def make_config(experiment: str, preset: str, overrides: dict,
-                chunk_steps: int, num_seeds: int, data_dir: str | None):
+def make_config(
+  experiment: str,
+  preset: str,
+  overrides: dict,
+  chunk_steps: int,
+  num_seeds: int,
+  data_dir: str | None,
+):
   """`configs/EXPERIMENT.py:PRESET` with `overrides`, `chunk_steps` (a
   record per chunk) and `num_seeds`; `data_dir` where the config reads
   data."""
   config = config_files.load_config(experiment, preset)
   config.update(overrides)
-  config.update(dict(chunk_steps=chunk_steps, num_seeds=num_seeds,
-                     log_every=chunk_steps))
+  config.update(
+    dict(chunk_steps=chunk_steps, num_seeds=num_seeds, log_every=chunk_steps)
+  )
   if data_dir and "data_dir" in config:
     config.data_dir = data_dir
   return config
@@ -57,9 +64,9 @@ def compile_side(experiment, grid):
   """`(first-call seconds, program)` of the runs in `grid` (one vmapped
   program when there are several); the first call (compilation and one
   chunk) is made on a throw-away state."""
-  program = programs.compile_program(experiment,
-                                     run_axes.Runs(experiment, grid),
-                                     mesh=None)
+  program = programs.compile_program(
+    experiment, run_axes.Runs(experiment, grid), mesh=None
+  )
   start = time.perf_counter()
   run_chunks(program.train_chunk, initial_state(experiment, program, grid), 1)
   return time.perf_counter() - start, program

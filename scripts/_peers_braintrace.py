@@ -17,19 +17,37 @@ import optax
 # algorithm -> (our estimator, braintrace class, its options, the batchings
 # of theirs that compute our estimator, a note for the report).
 ALGORITHMS = {
-    "exact": ("rtrl", braintrace.SnAp, {"n": 2}, ("vmap",),
-              "braintrace SnAp(n=2) (saturated: full RTRL)"),
-    "snap1": ("snap1", braintrace.OSTLRecurrent, {}, ("vmap", "batched"),
-              "braintrace OSTLRecurrent (SnAp-1)"),
-    # A raw uint32 key: with the default int seed 0.2.6 stores a typed key,
-    # which `compile(vmap=True)` cannot map ("Cannot interpret 'key<fry>' as
-    # a data type"); per-example factors need the vmap.
-    "uoro": ("uoro", braintrace.UORO,
-             {"vjp_method": "single-step",
-              "projection_key": jax.random.PRNGKey(42)}, ("vmap",),
-             "braintrace UORO, per example"),
-    "rflo": ("rflo", braintrace.D_RTRL, {}, ("vmap", "batched"),
-             "braintrace D_RTRL (= RFLO's trace)"),
+  "exact": (
+    "rtrl",
+    braintrace.SnAp,
+    {"n": 2},
+    ("vmap",),
+    "braintrace SnAp(n=2) (saturated: full RTRL)",
+  ),
+  "snap1": (
+    "snap1",
+    braintrace.OSTLRecurrent,
+    {},
+    ("vmap", "batched"),
+    "braintrace OSTLRecurrent (SnAp-1)",
+  ),
+  # A raw uint32 key: with the default int seed 0.2.6 stores a typed key,
+  # which `compile(vmap=True)` cannot map ("Cannot interpret 'key<fry>' as
+  # a data type"); per-example factors need the vmap.
+  "uoro": (
+    "uoro",
+    braintrace.UORO,
+    {"vjp_method": "single-step", "projection_key": jax.random.PRNGKey(42)},
+    ("vmap",),
+    "braintrace UORO, per example",
+  ),
+  "rflo": (
+    "rflo",
+    braintrace.D_RTRL,
+    {},
+    ("vmap", "batched"),
+    "braintrace D_RTRL (= RFLO's trace)",
+  ),
 }
 
 
@@ -50,8 +68,9 @@ class MatchedGRU(brainstate.nn.Module):
     self.b = braintrace.nn.Linear(hidden_size, hidden_size)
 
   def _zeros(self, batch_size):
-    return braintools.init.param(braintools.init.ZeroInit(),
-                                 (self.hidden_size,), batch_size)
+    return braintools.init.param(
+      braintools.init.ZeroInit(), (self.hidden_size,), batch_size
+    )
 
   def init_state(self, batch_size=None, **kwargs):
     del kwargs
@@ -75,10 +94,17 @@ def gru_blocks(input_size: int, n: int) -> dict:
   """Our fused GRU `W`'s blocks as `(rows, columns)` slices, per Linear:
   `r`, `u` read `[x, h]`, `a` reads `x`, `b` reads `h`; the bias is W's last
   row in every block."""
-  xh, x, h = slice(0, input_size + n), slice(0, input_size), slice(
-      input_size, input_size + n)
-  return {"r": (xh, slice(0, n)), "u": (xh, slice(n, 2 * n)),
-          "a": (x, slice(2 * n, 3 * n)), "b": (h, slice(3 * n, 4 * n))}
+  xh, x, h = (
+    slice(0, input_size + n),
+    slice(0, input_size),
+    slice(input_size, input_size + n),
+  )
+  return {
+    "r": (xh, slice(0, n)),
+    "u": (xh, slice(n, 2 * n)),
+    "a": (x, slice(2 * n, 3 * n)),
+    "b": (h, slice(3 * n, 4 * n)),
+  }
 
 
 def their_cell(cell_name: str, input_size: int, n: int, W):
@@ -115,36 +141,43 @@ def step_loss(hidden, readout_params, targets):
   """The batch-mean softmax cross-entropy of the linear readout (ours is
   `online.batch_loss` with the default readout and loss)."""
   logits = hidden @ readout_params["w"] + readout_params["b"]
-  return optax.softmax_cross_entropy_with_integer_labels(
-      logits, targets).mean()
+  return optax.softmax_cross_entropy_with_integer_labels(logits, targets).mean()
 
 
 class TheirLearner:
   """braintrace's compiled learner around our weights, with the readout
   outside it; `step_grads(x, y)` is one online step's gradient and loss."""
 
-  def __init__(self, algorithm, cell_name, params, input_size, batch_size,
-               batching):
+  def __init__(
+    self, algorithm, cell_name, params, input_size, batch_size, batching
+  ):
     W = params["cell"]["W"]
     n = W.shape[1] // (4 if cell_name == "gru" else 1)
     module, cell_weights = their_cell(cell_name, input_size, n, W)
     example = jnp.zeros((batch_size, input_size), W.dtype)
     _, algorithm_class, options = ALGORITHMS[algorithm][:3]
     self.learner = braintrace.compile(
-        module, algorithm_class, example, batch_size=batch_size,
-        vmap=(batching == "vmap"), **options)
-    self.readout = {k: brainstate.ParamState(v)
-                    for k, v in params["readout"].items()}
+      module,
+      algorithm_class,
+      example,
+      batch_size=batch_size,
+      vmap=(batching == "vmap"),
+      **options,
+    )
+    self.readout = {
+      k: brainstate.ParamState(v) for k, v in params["readout"].items()
+    }
     self.weights = {"cell": cell_weights, "readout": self.readout}
     self.cell_name = cell_name
 
   def step_grads(self, x, y):
     def loss_fn():
       hidden = self.learner(x)
-      return step_loss(hidden, {k: s.value for k, s in self.readout.items()},
-                       y)
-    result = brainstate.transform.grad(loss_fn, self.weights,
-                                       return_value=True)()
+      return step_loss(hidden, {k: s.value for k, s in self.readout.items()}, y)
+
+    result = brainstate.transform.grad(
+      loss_fn, self.weights, return_value=True
+    )()
     self._keep_raw_key()
     return result
 
@@ -153,13 +186,15 @@ class TheirLearner:
     the raw key it was given but writes back a typed key, which a scan
     carry refuses (and a typed key cannot be vmapped by `compile`)."""
     rng = getattr(self.module, "projection_rng", None)
-    if rng is not None and jnp.issubdtype(rng.value.dtype,
-                                          jax.dtypes.prng_key):
+    if rng is not None and jnp.issubdtype(rng.value.dtype, jax.dtypes.prng_key):
       rng.value = jax.random.key_data(rng.value)
 
   def values(self):
-    return jax.tree.map(lambda s: s.value, self.weights,
-                        is_leaf=lambda s: isinstance(s, brainstate.State))
+    return jax.tree.map(
+      lambda s: s.value,
+      self.weights,
+      is_leaf=lambda s: isinstance(s, brainstate.State),
+    )
 
   def assign(self, values):
     for group, states in self.weights.items():
@@ -181,10 +216,10 @@ def their_trainer(learner: TheirLearner, optimizer):
   def step(x, y):
     grads, loss = learner.step_grads(x, y)
     values = learner.values()
-    updates, opt_state.value = optimizer.update(grads, opt_state.value,
-                                                values)
+    updates, opt_state.value = optimizer.update(grads, opt_state.value, values)
     learner.assign(optax.apply_updates(values, updates))
     return loss
 
   return brainstate.transform.jit(
-      lambda xs, ys: brainstate.transform.for_loop(step, xs, ys))
+    lambda xs, ys: brainstate.transform.for_loop(step, xs, ys)
+  )

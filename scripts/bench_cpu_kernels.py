@@ -35,20 +35,29 @@ SCRIPTS = pathlib.Path(__file__).resolve().parent
 sys.path[:0] = [str(SCRIPTS), str(SCRIPTS.parent)]
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+from _bench_lib import compiled  # noqa: E402
+from _bench_lib import load_average  # noqa: E402
+from _bench_lib import run_timed  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import optax  # noqa: E402
 
-from _bench_lib import compiled, load_average, run_timed  # noqa: E402
 from experiments.online.setup import init_params  # noqa: E402
-from rtrl import (cells, cpu_kernels, estimators, linalg, online,  # noqa: E402
-                  tangents)
+from rtrl import cells  # noqa: E402
+from rtrl import cpu_kernels  # noqa: E402
+from rtrl import estimators  # noqa: E402
+from rtrl import linalg  # noqa: E402
+from rtrl import online  # noqa: E402
+from rtrl import tangents  # noqa: E402
 from rtrl.tasks import copy_task  # noqa: E402
 
 FORMS = ("xla", "kernels")
 # Full steps: (products on the kernels, SVDs on the kernel) per form.
-STEP_FORMS = {"XLA": (False, False), "products": (True, False),
-              "+svd": (True, True)}
+STEP_FORMS = {
+  "XLA": (False, False),
+  "products": (True, False),
+  "+svd": (True, True),
+}
 LIBRARY_MIN_RANK = tangents._CPU_KERNELS_MIN_RANK  # pylint: disable=protected-access
 
 
@@ -89,15 +98,20 @@ def _best_alternating(entries, steps, repeats, warm_up=False):
 
 
 def op_table(batch, rows_list, ranks, steps, repeats):
-  print(f"\nThe products alone: batch {batch}, ms per call (GB/s of factor "
-        f"traffic: the Gram matrix reads them, the mix reads and writes)")
-  print(f"{'rows':>8s} {'r':>3s} | {'Gram XLA':>14s} {'Gram kernel':>14s} |"
-        f" {'mix XLA':>14s} {'mix kernel':>14s}")
+  print(
+    f"\nThe products alone: batch {batch}, ms per call (GB/s of factor "
+    f"traffic: the Gram matrix reads them, the mix reads and writes)"
+  )
+  print(
+    f"{'rows':>8s} {'r':>3s} | {'Gram XLA':>14s} {'Gram kernel':>14s} |"
+    f" {'mix XLA':>14s} {'mix kernel':>14s}"
+  )
   for rows, rank in itertools.product(rows_list, ranks):
     x = jax.random.normal(jax.random.PRNGKey(rank), (batch, rows, rank))
     x = x / jnp.sqrt(rows * rank)
     coef = jnp.eye(rank)[None] + 0.01 * jax.random.normal(
-        jax.random.PRNGKey(1), (batch, rank, rank))
+      jax.random.PRNGKey(1), (batch, rank, rank)
+    )
     entries = {}
     for form in FORMS:
       gram, mix = _products(form)
@@ -105,27 +119,39 @@ def op_table(batch, rows_list, ranks, steps, repeats):
       def gram_chain(x, gram=gram):
         def body(x, _):
           g = gram(x)
-          return x * (1.0 + 1e-6 * jnp.trace(g, axis1=1, axis2=2)
-                      )[:, None, None], None
+          return x * (1.0 + 1e-6 * jnp.trace(g, axis1=1, axis2=2))[
+            :, None, None
+          ], None
+
         return jax.lax.scan(body, x, None, length=steps)[0]
 
       def mix_chain(x, mix=mix):
-        return jax.lax.scan(lambda x, _: (mix(x, coef), None), x, None,
-                            length=steps)[0]
+        return jax.lax.scan(
+          lambda x, _: (mix(x, coef), None), x, None, length=steps
+        )[0]
 
       entries[("gram", form)] = compiled(gram_chain, x)
       entries[("mix", form)] = compiled(mix_chain, x)
     best = _best_alternating(entries, steps, repeats)
     size = 4 * batch * rows * rank
     cells_out = []
-    for key in [("gram", "xla"), ("gram", "kernels"), ("mix", "xla"),
-                ("mix", "kernels")]:
+    for key in [
+      ("gram", "xla"),
+      ("gram", "kernels"),
+      ("mix", "xla"),
+      ("mix", "kernels"),
+    ]:
       traffic = size * (1 if key[0] == "gram" else 2)
-      cells_out.append(f"{best[key] * 1e3:7.3f} ({traffic / best[key] / 1e9:4.1f})")
-    print(f"{rows:8d} {rank:3d} | " + " ".join(f"{c:>14s}" for c in
-                                                 cells_out[:2])
-          + " | " + " ".join(f"{c:>14s}" for c in cells_out[2:]),
-          flush=True)
+      cells_out.append(
+        f"{best[key] * 1e3:7.3f} ({traffic / best[key] / 1e9:4.1f})"
+      )
+    print(
+      f"{rows:8d} {rank:3d} | "
+      + " ".join(f"{c:>14s}" for c in cells_out[:2])
+      + " | "
+      + " ".join(f"{c:>14s}" for c in cells_out[2:]),
+      flush=True,
+    )
 
 
 def _trainer_entry(cell_name, hidden_size, name, rank, batch, steps):
@@ -137,38 +163,52 @@ def _trainer_entry(cell_name, hidden_size, name, rank, batch, steps):
   state = trainer.init(params, jax.random.PRNGKey(1), batch)
   key = jax.random.PRNGKey(2)
   chunk = online.StepBatch(
-      inputs=jax.nn.one_hot(jax.random.randint(key, (steps, batch), 0,
-                                               vocab), vocab),
-      targets=jax.random.randint(key, (steps, batch), 0, vocab),
-      weights=jnp.ones((steps, batch)),
-      resets=jnp.zeros((steps, batch), bool))
+    inputs=jax.nn.one_hot(
+      jax.random.randint(key, (steps, batch), 0, vocab), vocab
+    ),
+    targets=jax.random.randint(key, (steps, batch), 0, vocab),
+    weights=jnp.ones((steps, batch)),
+    resets=jnp.zeros((steps, batch), bool),
+  )
   return compiled(trainer.run, state, chunk)
 
 
-def step_table(cell_names, sizes, ranks, estimator_names, batch, steps,
-               repeats):
-  print(f"\nFull training steps: batch {batch}, ms per step; ratio = XLA / "
-        f"+svd; overhead = +svd step / r-KF-AVG step")
-  print(f"{'config':>22s} " + "".join(f"{form:>9s} " for form in STEP_FORMS)
-        + f"{'ratio':>6s} {'KF-AVG':>8s} {'overhead':>8s}")
+def step_table(
+  cell_names, sizes, ranks, estimator_names, batch, steps, repeats
+):
+  print(
+    f"\nFull training steps: batch {batch}, ms per step; ratio = XLA / "
+    f"+svd; overhead = +svd step / r-KF-AVG step"
+  )
+  print(
+    f"{'config':>22s} "
+    + "".join(f"{form:>9s} " for form in STEP_FORMS)
+    + f"{'ratio':>6s} {'KF-AVG':>8s} {'overhead':>8s}"
+  )
   for cell_name, n, rank in itertools.product(cell_names, sizes, ranks):
     entries = {}
     for name in estimator_names:
       for form, routes in STEP_FORMS.items():
         _use_kernels(*routes)
-        entries[(name, form)] = _trainer_entry(cell_name, n, name, rank,
-                                               batch, steps)
+        entries[(name, form)] = _trainer_entry(
+          cell_name, n, name, rank, batch, steps
+        )
     _library_routes()
-    entries[("kf_avg", "XLA")] = _trainer_entry(cell_name, n, "kf_avg",
-                                                rank, batch, steps)
+    entries[("kf_avg", "XLA")] = _trainer_entry(
+      cell_name, n, "kf_avg", rank, batch, steps
+    )
     best = _best_alternating(entries, steps, repeats, warm_up=True)
     kf_avg = best[("kf_avg", "XLA")]
     for name in estimator_names:
       times = [best[(name, form)] for form in STEP_FORMS]
       label = f"{rank}-{name} {cell_name}-{n}"
-      print(f"{label:>22s} " + "".join(f"{t * 1e3:9.3f} " for t in times)
-            + f"{times[0] / times[-1]:6.2f} {kf_avg * 1e3:8.3f} "
-            f"{times[-1] / kf_avg:8.2f}", flush=True)
+      print(
+        f"{label:>22s} "
+        + "".join(f"{t * 1e3:9.3f} " for t in times)
+        + f"{times[0] / times[-1]:6.2f} {kf_avg * 1e3:8.3f} "
+        f"{times[-1] / kf_avg:8.2f}",
+        flush=True,
+      )
   _library_routes()
 
 
@@ -181,22 +221,33 @@ def main(argv=None) -> int:
   parser.add_argument("--batch", type=int, default=16)
   parser.add_argument("--steps", type=int, default=20)
   parser.add_argument("--repeats", type=int, default=5)
-  parser.add_argument("--skip_ops", action="store_true",
-                      help="only the full-step table")
+  parser.add_argument(
+    "--skip_ops", action="store_true", help="only the full-step table"
+  )
   args = parser.parse_args(argv)
   if not cpu_kernels.usable(16, jnp.float32):
-    print("rtrl.cpu_kernels is not available here (no C++ compiler, "
-          "RTRL_CPU_KERNELS=0, or not a CPU backend): nothing to compare.")
+    print(
+      "rtrl.cpu_kernels is not available here (no C++ compiler, "
+      "RTRL_CPU_KERNELS=0, or not a CPU backend): nothing to compare."
+    )
     return 1
   sizes = [int(s) for s in args.sizes.split(",")]
   ranks = [int(r) for r in args.ranks.split(",")]
   print(f"device {jax.devices()[0].device_kind}; {load_average()}")
   if not args.skip_ops:
     # The tall factors of RHN-n: (S n K n) rows, K = 2.
-    op_table(args.batch, [2 * n * n for n in sizes], ranks, args.steps,
-             args.repeats)
-  step_table(args.cells.split(","), sizes, ranks,
-             args.estimators.split(","), args.batch, args.steps, args.repeats)
+    op_table(
+      args.batch, [2 * n * n for n in sizes], ranks, args.steps, args.repeats
+    )
+  step_table(
+    args.cells.split(","),
+    sizes,
+    ranks,
+    args.estimators.split(","),
+    args.batch,
+    args.steps,
+    args.repeats,
+  )
   return 0
 
 

@@ -92,24 +92,39 @@ def run_official(args) -> float:
   """ms per official step (mean of the printed intervals after the
   first)."""
   if not os.path.isfile(args.official_script):
-    raise SystemExit(f"--official_script {args.official_script}: no such "
-                     "file (fetch the official repository and point at its "
-                     "OK/OK_rank_r_unbiased.py)")
+    raise SystemExit(
+      f"--official_script {args.official_script}: no such "
+      "file (fetch the official repository and point at its "
+      "OK/OK_rank_r_unbiased.py)"
+    )
   with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
     f.write(LAUNCHER)
   env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2"}
   process = subprocess.run(
-      [args.tf_python, f.name, args.official_script, str(args.steps),
-       str(args.every)], capture_output=True, text=True, env=env,
-      check=False)
+    [
+      args.tf_python,
+      f.name,
+      args.official_script,
+      str(args.steps),
+      str(args.every),
+    ],
+    capture_output=True,
+    text=True,
+    env=env,
+    check=False,
+  )
   os.unlink(f.name)
   if process.returncode:
-    raise SystemExit(f"the official script failed:\n"
-                     f"{(process.stdout + process.stderr)[-3000:]}")
+    raise SystemExit(
+      f"the official script failed:\n"
+      f"{(process.stdout + process.stderr)[-3000:]}"
+    )
   intervals = official_intervals(process.stdout)
   if len(intervals) < 2:
-    raise SystemExit("the official script printed fewer than two timed "
-                     f"intervals; raise --steps:\n{process.stdout[-2000:]}")
+    raise SystemExit(
+      "the official script printed fewer than two timed "
+      f"intervals; raise --steps:\n{process.stdout[-2000:]}"
+    )
   return 1e3 * statistics.mean(intervals[1:]) / args.every
 
 
@@ -117,15 +132,21 @@ def run_ours(args) -> float:
   """ms per step of our official Copy preset (single run, one chunk of
   `--every` steps per call, metrics fetched as the run loop does)."""
   # pylint: disable=g-import-not-at-top
-  from _bench_programs import (compile_side, experiment_module,
-                               initial_state, make_config, run_chunks)
+  from _bench_programs import compile_side
+  from _bench_programs import experiment_module
+  from _bench_programs import initial_state
+  from _bench_programs import make_config
+  from _bench_programs import run_chunks
+
   from experiments.loop import run_axes
+
   config = make_config("copy_task", "official", {}, args.every, 1, None)
   experiment = experiment_module("copy_task").make_experiment(config)
   grid = run_axes.run_grid(config, experiment.swept_hparams)
   _, program = compile_side(experiment, grid)
-  state = run_chunks(program.train_chunk,
-                     initial_state(experiment, program, grid), 1)
+  state = run_chunks(
+    program.train_chunk, initial_state(experiment, program, grid), 1
+  )
   num_chunks = max(1, args.steps // args.every - 1)
   start = time.perf_counter()
   run_chunks(program.train_chunk, state, num_chunks)
@@ -135,23 +156,29 @@ def run_ours(args) -> float:
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--official_script", required=True)
-  parser.add_argument("--tf_python", required=True,
-                      help="a Python with TensorFlow (its own venv)")
+  parser.add_argument(
+    "--tf_python", required=True, help="a Python with TensorFlow (its own venv)"
+  )
   parser.add_argument("--steps", type=int, default=300)
   parser.add_argument("--every", type=int, default=100)
   args = parser.parse_args(argv)
   if args.steps < 2 * args.every:
-    parser.error("--steps must be at least twice --every (the first "
-                 "interval is warm-up)")
-  print(f"official TF1 code: 16-OK, RHN-128, batch 16, Copy; {args.steps} "
-        f"steps, timed every {args.every} (this may take minutes)",
-        flush=True)
+    parser.error(
+      "--steps must be at least twice --every (the first interval is warm-up)"
+    )
+  print(
+    f"official TF1 code: 16-OK, RHN-128, batch 16, Copy; {args.steps} "
+    f"steps, timed every {args.every} (this may take minutes)",
+    flush=True,
+  )
   official = run_official(args)
   print(f"official: {official:.1f} ms/step", flush=True)
   ours = run_ours(args)
   print(f"ours (configs/copy_task.py:official): {ours:.2f} ms/step")
-  print(f"\nours is {official / ours:.1f}x the official code's speed, on "
-        f"this machine, one after the other")
+  print(
+    f"\nours is {official / ours:.1f}x the official code's speed, on "
+    f"this machine, one after the other"
+  )
   return 0
 
 

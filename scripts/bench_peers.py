@@ -90,12 +90,14 @@ import time
 
 try:
   import brainstate
-  import braintrace  # noqa: F401  (checked here for the message below)
+  import braintrace
 except ImportError as err:  # the peer lives in its own venv, never ours
-  sys.exit(f"bench_peers.py: braintrace is not importable ({err}). Create "
-           "its venv with `bash scripts/peers/setup_braintrace.sh` and run "
-           "this script with /work/peers/braintrace/bin/python (see the "
-           "docstring).")
+  sys.exit(
+    f"bench_peers.py: braintrace is not importable ({err}). Create "
+    "its venv with `bash scripts/peers/setup_braintrace.sh` and run "
+    "this script with /work/peers/braintrace/bin/python (see the "
+    "docstring)."
+  )
 
 import jax
 import jax.numpy as jnp
@@ -106,11 +108,18 @@ import optax
 SCRIPTS = pathlib.Path(__file__).resolve().parent
 sys.path[:0] = [str(SCRIPTS), str(SCRIPTS.parent)]
 # pylint: disable=g-import-not-at-top,wrong-import-position
-from _bench_lib import compiled, load_average, run_timed  # noqa: E402
+from _bench_lib import compiled  # noqa: E402
+from _bench_lib import load_average  # noqa: E402
+from _bench_lib import run_timed  # noqa: E402
+from _peers_braintrace import ALGORITHMS  # noqa: E402
+from _peers_braintrace import TheirLearner  # noqa: E402
+from _peers_braintrace import their_grads_as_ours  # noqa: E402
+from _peers_braintrace import their_trainer  # noqa: E402
+
 from experiments.online.setup import init_params  # noqa: E402
-from rtrl import cells, estimators, online  # noqa: E402
-from _peers_braintrace import (ALGORITHMS, TheirLearner,  # noqa: E402
-                               their_grads_as_ours, their_trainer)
+from rtrl import cells  # noqa: E402
+from rtrl import estimators  # noqa: E402
+from rtrl import online  # noqa: E402
 
 # Table 1's exponent of each algorithm's time in n (predicts the next size).
 TIME_EXPONENT = {"exact": 4, "snap1": 2, "uoro": 2, "rflo": 2}
@@ -118,10 +127,10 @@ TIME_EXPONENT = {"exact": 4, "snap1": 2, "uoro": 2, "rflo": 2}
 # elsewhere both vmap and braintrace's batched mode (the batch axis inside
 # the compiled graph) compute our estimator, and the faster one is reported.
 VMAP_REASON = {
-    "exact": "in batched mode braintrace's SnAp-n sees the batch axis as "
-             "positions and widens the trace to B*n (B times the work)",
-    "uoro": "in batched mode braintrace's UORO keeps one rank-1 pair for the "
-            "whole batch (a different estimator from per-example UORO)",
+  "exact": "in batched mode braintrace's SnAp-n sees the batch axis as "
+  "positions and widens the trace to B*n (B times the work)",
+  "uoro": "in batched mode braintrace's UORO keeps one rank-1 pair for the "
+  "whole batch (a different estimator from per-example UORO)",
 }
 
 
@@ -135,14 +144,17 @@ def our_step_grads(cell, estimator, params, inputs, targets, key):
   parameters fixed (the trainer's own `online.estimate_step`), time-major."""
   batch_size = targets.shape[1]
   tstate = jax.vmap(estimator.init, in_axes=(None, None, 0))(
-      params["cell"], cell.initial_state(), jax.random.split(key, batch_size))
+    params["cell"], cell.initial_state(), jax.random.split(key, batch_size)
+  )
   state = online.broadcast_state(cell.initial_state(), batch_size)
 
   def body(carry, xy):
-    batch = online.StepBatch(xy[0], xy[1], jnp.ones(batch_size),
-                             jnp.zeros(batch_size, bool))
-    tstate, state, _, grads = online.estimate_step(cell, estimator, params,
-                                                   *carry, batch)
+    batch = online.StepBatch(
+      xy[0], xy[1], jnp.ones(batch_size), jnp.zeros(batch_size, bool)
+    )
+    tstate, state, _, grads = online.estimate_step(
+      cell, estimator, params, *carry, batch
+    )
     return (tstate, state), (grads["cell"]["W"], grads["readout"])
 
   return jax.lax.scan(body, (tstate, state), (inputs, targets))[1]
@@ -173,26 +185,48 @@ def check_gradients(algorithm, cell_name, args) -> dict:
   # Larger weights than the default init: a contracting net's influence
   # dies in a step or two, which would hide errors in the propagation.
   params["cell"]["W"] = params["cell"]["W"] * 2.0
-  inputs, targets = data(jax.random.PRNGKey(1), steps, batch_size,
-                         args.vocab, jnp.float64)
+  inputs, targets = data(
+    jax.random.PRNGKey(1), steps, batch_size, args.vocab, jnp.float64
+  )
   estimator = estimators.make(ALGORITHMS[algorithm][0], cell)
   ours_W, ours_readout = jax.jit(our_step_grads, static_argnums=(0, 1))(
-      cell, estimator, params, inputs, targets, jax.random.PRNGKey(2))
-  theirs = TheirLearner(algorithm, cell_name, params, args.vocab, batch_size,
-                        args.batching[algorithm][0])
+    cell, estimator, params, inputs, targets, jax.random.PRNGKey(2)
+  )
+  theirs = TheirLearner(
+    algorithm,
+    cell_name,
+    params,
+    args.vocab,
+    batch_size,
+    args.batching[algorithm][0],
+  )
   cell_diff = readout_diff = 0.0
   for t in range(steps):
     grads, _ = theirs.step_grads(inputs[t], targets[t])
-    cell_diff = max(cell_diff, max_relative(
+    cell_diff = max(
+      cell_diff,
+      max_relative(
         their_grads_as_ours(cell_name, grads["cell"], params["cell"]["W"]),
-        ours_W[t]))
-    readout_diff = max(readout_diff, max(
+        ours_W[t],
+      ),
+    )
+    readout_diff = max(
+      readout_diff,
+      max(
         max_relative(grads["readout"][k], ours_readout[k][t])
-        for k in ("w", "b")))
+        for k in ("w", "b")
+      ),
+    )
   ok = cell_diff < 1e-10 and readout_diff < 1e-10
-  return {"check": "per-step gradients, float64", "n": n,
-          "batch": batch_size, "steps": steps, "cell_max_rel": cell_diff,
-          "readout_max_rel": readout_diff, "ok": ok}
+  return {
+    "check": "per-step gradients, float64",
+    "n": n,
+    "batch": batch_size,
+    "steps": steps,
+    "cell_max_rel": cell_diff,
+    "readout_max_rel": readout_diff,
+    "ok": ok,
+  }
 
 
 def uoro_group_means_ours(cell, params, inputs, targets, groups):
@@ -200,34 +234,59 @@ def uoro_group_means_ours(cell, params, inputs, targets, groups):
   cell gradient (the lanes are one sequence repeated, keys differ)."""
   estimator = estimators.make("uoro", cell)
   grads = jax.jit(our_step_grads, static_argnums=(0, 1))
-  return np.stack([np.asarray(grads(cell, estimator, params, inputs, targets,
-                                    jax.random.PRNGKey(100 + g))[0])
-                   for g in range(groups)])
+  return np.stack(
+    [
+      np.asarray(
+        grads(
+          cell, estimator, params, inputs, targets, jax.random.PRNGKey(100 + g)
+        )[0]
+      )
+      for g in range(groups)
+    ]
+  )
 
 
-def uoro_group_means_theirs(cell_name, params, inputs, targets, lanes,
-                            groups):
+def uoro_group_means_theirs(cell_name, params, inputs, targets, lanes, groups):
   """The same from braintrace's UORO (vmap, one learner): between groups
   the hidden and trace states are zeroed and every lane gets its own key."""
-  theirs = TheirLearner("uoro", cell_name, params, inputs.shape[-1], lanes,
-                        "vmap")
+  theirs = TheirLearner(
+    "uoro", cell_name, params, inputs.shape[-1], lanes, "vmap"
+  )
   module = theirs.module
-  run = brainstate.transform.jit(lambda xs, ys: brainstate.transform.for_loop(
-      lambda x, y: theirs.step_grads(x, y)[0]["cell"], xs, ys))
+  run = brainstate.transform.jit(
+    lambda xs, ys: brainstate.transform.for_loop(
+      lambda x, y: theirs.step_grads(x, y)[0]["cell"], xs, ys
+    )
+  )
   means = []
   for g in range(groups):
     for state in module.states().values():
       if isinstance(state, brainstate.HiddenState):
         state.value = jnp.zeros_like(state.value)
-    for state in [*module.etrace_s.values(), *module.etrace_theta.values(),
-                  module.projection_step]:
+    for state in [
+      *module.etrace_s.values(),
+      *module.etrace_theta.values(),
+      module.projection_step,
+    ]:
       state.value = jax.tree.map(jnp.zeros_like, state.value)
     module.projection_rng.value = jax.random.split(
-        jax.random.PRNGKey(1000 + g), lanes)
+      jax.random.PRNGKey(1000 + g), lanes
+    )
     per_step = run(inputs, targets)
-    means.append(np.stack([np.asarray(their_grads_as_ours(
-        cell_name, jax.tree.map(lambda a, t=t: a[t], per_step),
-        params["cell"]["W"])) for t in range(inputs.shape[0])]))
+    means.append(
+      np.stack(
+        [
+          np.asarray(
+            their_grads_as_ours(
+              cell_name,
+              jax.tree.map(lambda a, t=t: a[t], per_step),
+              params["cell"]["W"],
+            )
+          )
+          for t in range(inputs.shape[0])
+        ]
+      )
+    )
   return np.stack(means)
 
 
@@ -247,34 +306,57 @@ def check_uoro(cell_name, args) -> dict:
   cell = cells.make(cell_name, n)
   params = init_params(cell, jax.random.PRNGKey(0), args.vocab, args.vocab)
   params["cell"]["W"] = params["cell"]["W"] * 2.0
-  one_input, one_target = data(jax.random.PRNGKey(1), steps, 1, args.vocab,
-                               jnp.float64)
+  one_input, one_target = data(
+    jax.random.PRNGKey(1), steps, 1, args.vocab, jnp.float64
+  )
   inputs = jnp.repeat(one_input, lanes, axis=1)
   targets = jnp.repeat(one_target, lanes, axis=1)
-  exact = np.asarray(jax.jit(our_step_grads, static_argnums=(0, 1))(
-      cell, estimators.make("rtrl", cell), params, inputs, targets,
-      jax.random.PRNGKey(0))[0])
-  snap1 = np.asarray(jax.jit(our_step_grads, static_argnums=(0, 1))(
-      cell, estimators.make("snap1", cell), params, inputs, targets,
-      jax.random.PRNGKey(0))[0])
+  exact = np.asarray(
+    jax.jit(our_step_grads, static_argnums=(0, 1))(
+      cell,
+      estimators.make("rtrl", cell),
+      params,
+      inputs,
+      targets,
+      jax.random.PRNGKey(0),
+    )[0]
+  )
+  snap1 = np.asarray(
+    jax.jit(our_step_grads, static_argnums=(0, 1))(
+      cell,
+      estimators.make("snap1", cell),
+      params,
+      inputs,
+      targets,
+      jax.random.PRNGKey(0),
+    )[0]
+  )
   ours = uoro_group_means_ours(cell, params, inputs, targets, groups)
-  theirs = uoro_group_means_theirs(cell_name, params, inputs, targets, lanes,
-                                   groups)
+  theirs = uoro_group_means_theirs(
+    cell_name, params, inputs, targets, lanes, groups
+  )
   # For contrast: SnAp-1's bias in units of UORO's (ours) standard error.
   biased = mean_squared_z(ours - ours.mean(0) + snap1, exact)
-  z_ours, z_theirs = mean_squared_z(ours, exact), mean_squared_z(
-      theirs, exact)
+  z_ours, z_theirs = mean_squared_z(ours, exact), mean_squared_z(theirs, exact)
   expected = (groups - 1) / (groups - 3)
   ok = max(z_ours, z_theirs) < 2.0 * expected
   rel = lambda m: float(np.abs(m.mean(0) - exact).max() / np.abs(exact).max())
-  return {"check": "UORO unbiased, float64", "n": n, "steps": steps,
-          "samples": lanes * groups, "mean_z2_ours": z_ours,
-          "mean_z2_theirs": z_theirs, "mean_z2_expected": expected,
-          "mean_z2_snap1_for_contrast": biased,
-          "mean_rel_err_ours": rel(ours), "mean_rel_err_theirs": rel(theirs),
-          "spread_ratio_theirs_over_ours": float(
-              theirs.std(0).mean() / ours.std(0).mean()),
-          "ok": ok}
+  return {
+    "check": "UORO unbiased, float64",
+    "n": n,
+    "steps": steps,
+    "samples": lanes * groups,
+    "mean_z2_ours": z_ours,
+    "mean_z2_theirs": z_theirs,
+    "mean_z2_expected": expected,
+    "mean_z2_snap1_for_contrast": biased,
+    "mean_rel_err_ours": rel(ours),
+    "mean_rel_err_theirs": rel(theirs),
+    "spread_ratio_theirs_over_ours": float(
+      theirs.std(0).mean() / ours.std(0).mean()
+    ),
+    "ok": ok,
+  }
 
 
 def run_checks(args) -> dict:
@@ -287,14 +369,18 @@ def run_checks(args) -> dict:
       for algorithm in args.algorithms:
         start = time.perf_counter()
         try:
-          result = (check_uoro(cell_name, args) if algorithm == "uoro"
-                    else check_gradients(algorithm, cell_name, args))
+          result = (
+            check_uoro(cell_name, args)
+            if algorithm == "uoro"
+            else check_gradients(algorithm, cell_name, args)
+          )
         except Exception as err:  # pylint: disable=broad-except
           result = {"ok": False, "error": f"{type(err).__name__}: {err}"}
         result["seconds"] = time.perf_counter() - start
         results[(algorithm, cell_name)] = result
-        print(f"  check {algorithm:5s} {cell_name}: {summary(result)}",
-              flush=True)
+        print(
+          f"  check {algorithm:5s} {cell_name}: {summary(result)}", flush=True
+        )
   finally:
     brainstate.environ.set(precision=32)
   return results
@@ -305,15 +391,19 @@ def summary(check) -> str:
     return f"FAILED to run: {check['error'][:300]}"
   verdict = "agree" if check["ok"] else "DISAGREE"
   if "mean_z2_ours" in check:
-    return (f"{verdict}: mean z^2 of (mean of {check['samples']} samples - "
-            f"exact) ours {check['mean_z2_ours']:.2f}, braintrace "
-            f"{check['mean_z2_theirs']:.2f} (unbiased: "
-            f"~{check['mean_z2_expected']:.2f}; SnAp-1's bias would read "
-            f"{check['mean_z2_snap1_for_contrast']:.3g}); sample spread "
-            f"theirs/ours {check['spread_ratio_theirs_over_ours']:.2f}")
-  return (f"{verdict}: max relative difference cell "
-          f"{check['cell_max_rel']:.1e}, readout "
-          f"{check['readout_max_rel']:.1e}")
+    return (
+      f"{verdict}: mean z^2 of (mean of {check['samples']} samples - "
+      f"exact) ours {check['mean_z2_ours']:.2f}, braintrace "
+      f"{check['mean_z2_theirs']:.2f} (unbiased: "
+      f"~{check['mean_z2_expected']:.2f}; SnAp-1's bias would read "
+      f"{check['mean_z2_snap1_for_contrast']:.3g}); sample spread "
+      f"theirs/ours {check['spread_ratio_theirs_over_ours']:.2f}"
+    )
+  return (
+    f"{verdict}: max relative difference cell "
+    f"{check['cell_max_rel']:.1e}, readout "
+    f"{check['readout_max_rel']:.1e}"
+  )
 
 
 # -- timing ------------------------------------------------------------------
@@ -325,25 +415,40 @@ def build_pair(algorithm, cell_name, n, args):
   steps = args.exact_steps if algorithm == "exact" else args.steps
   cell = cells.make(cell_name, n)
   params = init_params(cell, jax.random.PRNGKey(0), args.vocab, args.vocab)
-  inputs, targets = data(jax.random.PRNGKey(1), steps, args.batch_size,
-                         args.vocab, jnp.float32)
-  chunk = online.StepBatch(inputs, targets,
-                           jnp.ones(targets.shape, jnp.float32),
-                           jnp.zeros(targets.shape, bool))
+  inputs, targets = data(
+    jax.random.PRNGKey(1), steps, args.batch_size, args.vocab, jnp.float32
+  )
+  chunk = online.StepBatch(
+    inputs,
+    targets,
+    jnp.ones(targets.shape, jnp.float32),
+    jnp.zeros(targets.shape, bool),
+  )
   optimizer = optax.adam(args.learning_rate)
   trainer = online.make_online_trainer(
-      cell, estimators.make(ALGORITHMS[algorithm][0], cell), optimizer)
-  ours = compiled(trainer.run, trainer.init(params, jax.random.PRNGKey(2),
-                                            args.batch_size), chunk)
+    cell, estimators.make(ALGORITHMS[algorithm][0], cell), optimizer
+  )
+  ours = compiled(
+    trainer.run,
+    trainer.init(params, jax.random.PRNGKey(2), args.batch_size),
+    chunk,
+  )
   start = time.perf_counter()
-  our_losses = np.asarray(jax.block_until_ready(
-      ours[0](*ours[1]))[1].loss_sum) / args.batch_size
-  pair = {"ours": ours, "theirs": {}, "steps": steps,
-          "first_call_s": {"ours": time.perf_counter() - start + ours[2][0]},
-          "loss_trajectory_max_rel": {}}
+  our_losses = (
+    np.asarray(jax.block_until_ready(ours[0](*ours[1]))[1].loss_sum)
+    / args.batch_size
+  )
+  pair = {
+    "ours": ours,
+    "theirs": {},
+    "steps": steps,
+    "first_call_s": {"ours": time.perf_counter() - start + ours[2][0]},
+    "loss_trajectory_max_rel": {},
+  }
   for batching in args.batching[algorithm]:
-    learner = TheirLearner(algorithm, cell_name, params, args.vocab,
-                           args.batch_size, batching)
+    learner = TheirLearner(
+      algorithm, cell_name, params, args.vocab, args.batch_size, batching
+    )
     run = their_trainer(learner, optimizer)
     start = time.perf_counter()
     their_losses = np.asarray(jax.block_until_ready(run(inputs, targets)))
@@ -355,8 +460,8 @@ def build_pair(algorithm, cell_name, n, args):
     pair["first_call_s"][batching] = [first, time.perf_counter() - start]
     pair["theirs"][batching] = functools.partial(run, inputs, targets)
     pair["loss_trajectory_max_rel"][batching] = (
-        None if algorithm == "uoro"
-        else max_relative(their_losses, our_losses))
+      None if algorithm == "uoro" else max_relative(their_losses, our_losses)
+    )
   return pair
 
 
@@ -373,8 +478,12 @@ def predicted_seconds(algorithm, cell_name, n, args, history):
     return None
   n0, per_step_both = history[(algorithm, cell_name)]
   steps = args.exact_steps if algorithm == "exact" else args.steps
-  return (per_step_both * (n / n0) ** TIME_EXPONENT[algorithm] * steps
-          * (args.repeats + 1))
+  return (
+    per_step_both
+    * (n / n0) ** TIME_EXPONENT[algorithm]
+    * steps
+    * (args.repeats + 1)
+  )
 
 
 def measure_size(cell_name, n, args, checks, history, skipped):
@@ -383,61 +492,85 @@ def measure_size(cell_name, n, args, checks, history, skipped):
   for algorithm in args.algorithms:
     check = checks.get((algorithm, cell_name))
     if check is not None and not check["ok"]:
-      why = ("could not be checked" if "error" in check
-             else "the gradients disagree")
-      skipped[(algorithm, cell_name, n)] = (f"not timed: {why} ("
-                                            f"{summary(check)})")
+      why = (
+        "could not be checked" if "error" in check else "the gradients disagree"
+      )
+      skipped[(algorithm, cell_name, n)] = (
+        f"not timed: {why} ({summary(check)})"
+      )
       continue
     predicted = predicted_seconds(algorithm, cell_name, n, args, history)
     if predicted is not None and predicted > args.max_seconds:
       skipped[(algorithm, cell_name, n)] = (
-          f"predicted {predicted:.0f}s > --max_seconds {args.max_seconds:.0f}")
+        f"predicted {predicted:.0f}s > --max_seconds {args.max_seconds:.0f}"
+      )
       continue
     try:
       pairs[algorithm] = build_pair(algorithm, cell_name, n, args)
     except Exception as err:  # pylint: disable=broad-except
       skipped[(algorithm, cell_name, n)] = (
-          f"failed to build: {type(err).__name__}: {str(err)[:300]}")
+        f"failed to build: {type(err).__name__}: {str(err)[:300]}"
+      )
       continue
-    worst = max([t for t in pairs[algorithm]["loss_trajectory_max_rel"]
-                 .values() if t is not None], default=None)
+    worst = max(
+      [
+        t
+        for t in pairs[algorithm]["loss_trajectory_max_rel"].values()
+        if t is not None
+      ],
+      default=None,
+    )
     if worst is not None and worst > args.trajectory_tolerance:
       skipped[(algorithm, cell_name, n)] = (
-          f"not timed: float32 loss trajectories differ by {worst:.1e} > "
-          f"{args.trajectory_tolerance:g}")
+        f"not timed: float32 loss trajectories differ by {worst:.1e} > "
+        f"{args.trajectory_tolerance:g}"
+      )
       del pairs[algorithm]
-  samples = {a: {side: [] for side in ["ours", *pair["theirs"]]}
-             for a, pair in pairs.items()}
+  samples = {
+    a: {side: [] for side in ["ours", *pair["theirs"]]}
+    for a, pair in pairs.items()
+  }
   for _ in range(args.repeats):
     for algorithm, pair in pairs.items():
-      samples[algorithm]["ours"].append(run_timed(pair["ours"])
-                                        / pair["steps"])
+      samples[algorithm]["ours"].append(run_timed(pair["ours"]) / pair["steps"])
       for batching, run in pair["theirs"].items():
         samples[algorithm][batching].append(time_call(run) / pair["steps"])
   results = []
   for algorithm, pair in pairs.items():
-    medians = {side: statistics.median(v)
-               for side, v in samples[algorithm].items()}
+    medians = {
+      side: statistics.median(v) for side, v in samples[algorithm].items()
+    }
     ours = medians.pop("ours")
-    batching = min(medians, key=medians.get)   # their faster batching
+    batching = min(medians, key=medians.get)  # their faster batching
     theirs = medians[batching]
     history[(algorithm, cell_name)] = (n, ours + sum(medians.values()))
     trajectory = pair["loss_trajectory_max_rel"][batching]
-    results.append({
-        "algorithm": algorithm, "cell": cell_name, "n": n,
-        "steps_per_call": pair["steps"], "ours_ms": ours * 1e3,
-        "theirs_ms": theirs * 1e3, "ratio": theirs / ours,
+    results.append(
+      {
+        "algorithm": algorithm,
+        "cell": cell_name,
+        "n": n,
+        "steps_per_call": pair["steps"],
+        "ours_ms": ours * 1e3,
+        "theirs_ms": theirs * 1e3,
+        "ratio": theirs / ours,
         "their_batching": batching,
         "theirs_ms_by_batching": {b: m * 1e3 for b, m in medians.items()},
-        "samples_ms": {k: [x * 1e3 for x in v]
-                       for k, v in samples[algorithm].items()},
+        "samples_ms": {
+          k: [x * 1e3 for x in v] for k, v in samples[algorithm].items()
+        },
         "first_call_s": pair["first_call_s"],
-        "loss_trajectory_max_rel": pair["loss_trajectory_max_rel"]})
+        "loss_trajectory_max_rel": pair["loss_trajectory_max_rel"],
+      }
+    )
     others = ", ".join(f"{b} {m * 1e3:.3g}" for b, m in medians.items())
-    print(f"  {algorithm:5s} {cell_name} n={n}: ours {ours * 1e3:.3g} ms, "
-          f"braintrace {theirs * 1e3:.3g} ms ({others}), ratio "
-          f"{theirs / ours:.2f}; loss trajectories {fmt_rel(trajectory)}; "
-          f"{load_average()}", flush=True)
+    print(
+      f"  {algorithm:5s} {cell_name} n={n}: ours {ours * 1e3:.3g} ms, "
+      f"braintrace {theirs * 1e3:.3g} ms ({others}), ratio "
+      f"{theirs / ours:.2f}; loss trajectories {fmt_rel(trajectory)}; "
+      f"{load_average()}",
+      flush=True,
+    )
   return results
 
 
@@ -450,18 +583,26 @@ def print_tables(results, checks, skipped, args):
   print("| algorithm | cell | check | result |")
   print("|---|---|---|---|")
   for (algorithm, cell_name), check in checks.items():
-    print(f"| {algorithm} | {cell_name} | {check.get('check', '-')} | "
-          f"{summary(check)} |")
-  print(f"\n### Full online step, ms (median of {args.repeats}, batch "
-        f"{args.batch_size}, float32)\n")
-  print("| algorithm | cell | n | ours ms | braintrace ms (batching) | "
-        "braintrace / ours | loss trajectories (max rel) |")
+    print(
+      f"| {algorithm} | {cell_name} | {check.get('check', '-')} | "
+      f"{summary(check)} |"
+    )
+  print(
+    f"\n### Full online step, ms (median of {args.repeats}, batch "
+    f"{args.batch_size}, float32)\n"
+  )
+  print(
+    "| algorithm | cell | n | ours ms | braintrace ms (batching) | "
+    "braintrace / ours | loss trajectories (max rel) |"
+  )
   print("|---|---|---|---|---|---|---|")
   for r in results:
     trajectory = r["loss_trajectory_max_rel"][r["their_batching"]]
-    print(f"| {r['algorithm']} | {r['cell']} | {r['n']} | "
-          f"{r['ours_ms']:.3g} | {r['theirs_ms']:.3g} ({r['their_batching']})"
-          f" | {r['ratio']:.2f} | {fmt_rel(trajectory)} |")
+    print(
+      f"| {r['algorithm']} | {r['cell']} | {r['n']} | "
+      f"{r['ours_ms']:.3g} | {r['theirs_ms']:.3g} ({r['their_batching']})"
+      f" | {r['ratio']:.2f} | {fmt_rel(trajectory)} |"
+    )
   for (algorithm, cell_name, n), why in skipped.items():
     print(f"| {algorithm} | {cell_name} | {n} | - | - | - | {why} |")
 
@@ -469,65 +610,106 @@ def print_tables(results, checks, skipped, args):
 def parse_args(argv):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   listed = lambda s: [v for v in s.split(",") if v]
-  parser.add_argument("--sizes", type=lambda s: [int(v) for v in listed(s)],
-                      default=[64, 128, 256])
+  parser.add_argument(
+    "--sizes",
+    type=lambda s: [int(v) for v in listed(s)],
+    default=[64, 128, 256],
+  )
   parser.add_argument("--cells", type=listed, default=["rnn", "gru"])
-  parser.add_argument("--algorithms", type=listed,
-                      default=list(ALGORITHMS))
-  parser.add_argument("--steps", type=int, default=50,
-                      help="steps per timed chunk (one jitted scan)")
-  parser.add_argument("--exact_steps", type=int, default=10,
-                      help="steps per timed chunk for exact RTRL (n^4)")
+  parser.add_argument("--algorithms", type=listed, default=list(ALGORITHMS))
+  parser.add_argument(
+    "--steps",
+    type=int,
+    default=50,
+    help="steps per timed chunk (one jitted scan)",
+  )
+  parser.add_argument(
+    "--exact_steps",
+    type=int,
+    default=10,
+    help="steps per timed chunk for exact RTRL (n^4)",
+  )
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--batch_size", type=int, default=16)
-  parser.add_argument("--vocab", type=int, default=50,
-                      help="one-hot input and output size (char-PTB: 50)")
+  parser.add_argument(
+    "--vocab",
+    type=int,
+    default=50,
+    help="one-hot input and output size (char-PTB: 50)",
+  )
   parser.add_argument("--learning_rate", type=float, default=1e-3)
-  parser.add_argument("--max_seconds", type=float, default=300.0,
-                      help="skip a configuration whose predicted cost "
-                      "(first call + repeats, both sides) exceeds this")
-  parser.add_argument("--their_batching", default="both",
-                      choices=("both", "vmap", "batched"),
-                      help="braintrace's batching(s) timed for snap1 and "
-                      "rflo; both: the faster is reported (exact and uoro: "
-                      "vmap only, see VMAP_REASON)")
-  parser.add_argument("--check_n", type=int, default=12,
-                      help="hidden size of the float64 gradient checks")
-  parser.add_argument("--trajectory_tolerance", type=float, default=1e-3,
-                      help="max relative difference of the float32 loss "
-                      "trajectories for a pair to be timed")
-  parser.add_argument("--skip_checks", action="store_true",
-                      help="time without the float64 checks (the float32 "
-                      "loss-trajectory check still runs)")
+  parser.add_argument(
+    "--max_seconds",
+    type=float,
+    default=300.0,
+    help="skip a configuration whose predicted cost "
+    "(first call + repeats, both sides) exceeds this",
+  )
+  parser.add_argument(
+    "--their_batching",
+    default="both",
+    choices=("both", "vmap", "batched"),
+    help="braintrace's batching(s) timed for snap1 and "
+    "rflo; both: the faster is reported (exact and uoro: "
+    "vmap only, see VMAP_REASON)",
+  )
+  parser.add_argument(
+    "--check_n",
+    type=int,
+    default=12,
+    help="hidden size of the float64 gradient checks",
+  )
+  parser.add_argument(
+    "--trajectory_tolerance",
+    type=float,
+    default=1e-3,
+    help="max relative difference of the float32 loss "
+    "trajectories for a pair to be timed",
+  )
+  parser.add_argument(
+    "--skip_checks",
+    action="store_true",
+    help="time without the float64 checks (the float32 "
+    "loss-trajectory check still runs)",
+  )
   parser.add_argument("--json", default=None)
   args = parser.parse_args(argv)
   unknown = set(args.algorithms) - set(ALGORITHMS)
   if unknown:
-    parser.error(f"--algorithms: unknown {sorted(unknown)}; known "
-                 f"{list(ALGORITHMS)}")
+    parser.error(
+      f"--algorithms: unknown {sorted(unknown)}; known {list(ALGORITHMS)}"
+    )
   if set(args.cells) - {"rnn", "gru"}:
     parser.error("--cells: rnn and gru have a braintrace twin")
   for flag in ("steps", "exact_steps", "repeats", "batch_size"):
     if getattr(args, flag) < 1:
       parser.error(f"--{flag} must be positive")
   args.batching = {
-      a: (ALGORITHMS[a][3] if args.their_batching == "both" or a in
-          VMAP_REASON else (args.their_batching,)) for a in ALGORITHMS}
+    a: (
+      ALGORITHMS[a][3]
+      if args.their_batching == "both" or a in VMAP_REASON
+      else (args.their_batching,)
+    )
+    for a in ALGORITHMS
+  }
   return args
 
 
 def main(argv=None):
   args = parse_args(argv)
-  print(f"braintrace {braintrace.__version__}, brainstate "
-        f"{brainstate.__version__}, jax {jax.__version__}, "
-        f"{jax.devices()[0].device_kind}, {os.cpu_count()} CPUs; "
-        f"{load_average()}")
+  print(
+    f"braintrace {braintrace.__version__}, brainstate "
+    f"{brainstate.__version__}, jax {jax.__version__}, "
+    f"{jax.devices()[0].device_kind}, {os.cpu_count()} CPUs; "
+    f"{load_average()}"
+  )
   for algorithm in args.algorithms:
-    print(f"  {algorithm}: ours '{ALGORITHMS[algorithm][0]}' vs "
-          f"{ALGORITHMS[algorithm][4]}, their batching "
-          f"{' and '.join(args.batching[algorithm])}"
-          + (f" ({VMAP_REASON[algorithm]})" if algorithm in VMAP_REASON
-             else ""))
+    print(
+      f"  {algorithm}: ours '{ALGORITHMS[algorithm][0]}' vs "
+      f"{ALGORITHMS[algorithm][4]}, their batching "
+      f"{' and '.join(args.batching[algorithm])}"
+      + (f" ({VMAP_REASON[algorithm]})" if algorithm in VMAP_REASON else "")
+    )
   start = time.perf_counter()
   checks = {} if args.skip_checks else run_checks(args)
   results, skipped, history = [], {}, {}
@@ -538,16 +720,27 @@ def main(argv=None):
   print(f"\ntotal {time.perf_counter() - start:.0f}s; {load_average()}")
   if args.json:
     with open(args.json, "w") as f:
-      json.dump({"args": {k: v for k, v in vars(args).items()},
-                 "versions": {"braintrace": braintrace.__version__,
-                              "brainstate": brainstate.__version__,
-                              "jax": jax.__version__},
-                 "checks": [dict(algorithm=a, cell=c, **r)
-                            for (a, c), r in checks.items()],
-                 "results": results,
-                 "skipped": [{"algorithm": a, "cell": c, "n": n, "why": w}
-                             for (a, c, n), w in skipped.items()]},
-                f, indent=1, default=str)
+      json.dump(
+        {
+          "args": {k: v for k, v in vars(args).items()},
+          "versions": {
+            "braintrace": braintrace.__version__,
+            "brainstate": brainstate.__version__,
+            "jax": jax.__version__,
+          },
+          "checks": [
+            dict(algorithm=a, cell=c, **r) for (a, c), r in checks.items()
+          ],
+          "results": results,
+          "skipped": [
+            {"algorithm": a, "cell": c, "n": n, "why": w}
+            for (a, c, n), w in skipped.items()
+          ],
+        },
+        f,
+        indent=1,
+        default=str,
+      )
 
 
 if __name__ == "__main__":

@@ -23,13 +23,12 @@ from absl import app
 from absl import flags
 import jax
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=g-import-not-at-top
-from experiments.classifier import tasks  # noqa: E402
-from experiments.classifier import timing  # noqa: E402
-from experiments.loop import config_files  # noqa: E402
+from experiments.classifier import tasks
+from experiments.classifier import timing
+from experiments.loop import config_files
 
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 128, "Minibatch size M.")
 _STEPS = flags.DEFINE_integer("steps", 50, "Training steps per timed call.")
@@ -39,22 +38,27 @@ _HIDDEN = flags.DEFINE_integer("hidden_size", 512, "Hidden units.")
 # name -> (configs/mnist.py preset, overrides); each RLS variant is paired
 # with Adam on its loss, the square-root form with the full form.
 RUNS = {
-    "adam (mse)": ("adam_mse", {}),
-    "rls (mse)": ("rls", {}),
-    "rls square-root P (mse)": ("rls", {"square_root": True}),
-    "adam (cross-entropy)": ("adam_ce", {}),
-    "rls_hybrid (cross-entropy)": ("rls_hybrid", {}),
+  "adam (mse)": ("adam_mse", {}),
+  "rls (mse)": ("rls", {}),
+  "rls square-root P (mse)": ("rls", {"square_root": True}),
+  "adam (cross-entropy)": ("adam_ce", {}),
+  "rls_hybrid (cross-entropy)": ("rls_hybrid", {}),
 }
-PAIRS = {"rls (mse)": "adam (mse)",
-         "rls square-root P (mse)": "rls (mse)",
-         "rls_hybrid (cross-entropy)": "adam (cross-entropy)"}
+PAIRS = {
+  "rls (mse)": "adam (mse)",
+  "rls square-root P (mse)": "rls (mse)",
+  "rls_hybrid (cross-entropy)": "adam (cross-entropy)",
+}
 
 
 def print_step_times(seconds: dict[str, float]) -> None:
   print("\nTime per training step (clip 5.0 + optimiser, jitted):")
   for name, value in seconds.items():
-    ratio = (f"{value / seconds[PAIRS[name]]:.2f}x {PAIRS[name]}"
-             if name in PAIRS else "baseline")
+    ratio = (
+      f"{value / seconds[PAIRS[name]]:.2f}x {PAIRS[name]}"
+      if name in PAIRS
+      else "baseline"
+    )
     print(f"  {name:28s} {value * 1e3:8.3f} ms   {ratio}")
 
 
@@ -62,11 +66,14 @@ def print_predictions(seconds: dict[str, float], config) -> None:
   print("\nPredicted RLS/Adam (paper Table I, FLOP counts) vs measured:")
   predictions = timing.table_one_ratios(tasks.MNIST, config)
   predictions["whole net, with Adam's ~10 flops per parameter"] = (
-      timing.predicted_ratio(tasks.MNIST, config)["ratio"])
+    timing.predicted_ratio(tasks.MNIST, config)["ratio"]
+  )
   for name, ratio in predictions.items():
     print(f"  {name:50s} {ratio:6.2f}x")
-  print(f"  {'paper, measured (PyTorch, 1080Ti GPU)':50s} "
-        f"{timing.PAPER_RATIOS['mnist']:6.2f}x")
+  print(
+    f"  {'paper, measured (PyTorch, 1080Ti GPU)':50s} "
+    f"{timing.PAPER_RATIOS['mnist']:6.2f}x"
+  )
   for rls_name, adam_name in PAIRS.items():
     label = f"here, measured {rls_name} / {adam_name}"
     print(f"  {label:50s} {seconds[rls_name] / seconds[adam_name]:6.2f}x")
@@ -75,26 +82,39 @@ def print_predictions(seconds: dict[str, float], config) -> None:
 def print_breakdown(breakdown: dict[str, float], rls_step: float) -> None:
   print("\nWhere the time of a full-RLS step goes (each part timed alone):")
   for name, seconds in breakdown.items():
-    print(f"  {name:52s} {seconds * 1e3:8.3f} ms  "
-          f"({100 * seconds / rls_step:5.1f}% of an rls step)")
+    print(
+      f"  {name:52s} {seconds * 1e3:8.3f} ms  "
+      f"({100 * seconds / rls_step:5.1f}% of an rls step)"
+    )
 
 
 def main(argv):
   del argv
-  configs = {name: config_files.load_config(
-      "mnist", preset, hidden_size=_HIDDEN.value,
-      batch_size=_BATCH_SIZE.value, **overrides)
-      for name, (preset, overrides) in RUNS.items()}
-  print(f"MNIST FNN 784-{_HIDDEN.value}-10, batch {_BATCH_SIZE.value}, "
-        f"{jax.devices()[0].platform} ({jax.device_count()} device), "
-        f"median of {_REPEATS.value} x {_STEPS.value} scanned steps")
-  timed = dict(steps=_STEPS.value, repeats=_REPEATS.value,
-               statistic=statistics.median)
+  configs = {
+    name: config_files.load_config(
+      "mnist",
+      preset,
+      hidden_size=_HIDDEN.value,
+      batch_size=_BATCH_SIZE.value,
+      **overrides,
+    )
+    for name, (preset, overrides) in RUNS.items()
+  }
+  print(
+    f"MNIST FNN 784-{_HIDDEN.value}-10, batch {_BATCH_SIZE.value}, "
+    f"{jax.devices()[0].platform} ({jax.device_count()} device), "
+    f"median of {_REPEATS.value} x {_STEPS.value} scanned steps"
+  )
+  timed = dict(
+    steps=_STEPS.value, repeats=_REPEATS.value, statistic=statistics.median
+  )
   seconds = timing.time_steps(tasks.MNIST, configs, **timed)
   print_step_times(seconds)
   print_predictions(seconds, configs["rls (mse)"])
-  print_breakdown(timing.time_breakdown(tasks.MNIST, configs["rls (mse)"],
-                                        **timed), seconds["rls (mse)"])
+  print_breakdown(
+    timing.time_breakdown(tasks.MNIST, configs["rls (mse)"], **timed),
+    seconds["rls (mse)"],
+  )
 
 
 if __name__ == "__main__":

@@ -63,17 +63,33 @@ import optax
 SCRIPTS = pathlib.Path(__file__).resolve().parent
 sys.path[:0] = [str(SCRIPTS), str(SCRIPTS.parent)]
 # pylint: disable=g-import-not-at-top,wrong-import-position
-from _bench_lib import (compiled, count_floats,  # noqa: E402
-                        load_average, matmul_gflops, memory_gbps,
-                        run_timed)
+from _bench_costs import GENERIC_PREFIX  # noqa: E402
+from _bench_costs import PAPER  # noqa: E402
+from _bench_costs import RANKED  # noqa: E402
+from _bench_costs import UNRANKED  # noqa: E402
+from _bench_costs import analytic_tangent_floats  # noqa: E402
+from _bench_costs import base_name  # noqa: E402
+from _bench_costs import flop_floor  # noqa: E402
+from _bench_costs import label  # noqa: E402
+from _bench_costs import memory_floor_bytes  # noqa: E402
+from _bench_costs import methods  # noqa: E402
+from _bench_lib import compiled  # noqa: E402
+from _bench_lib import count_floats  # noqa: E402
+from _bench_lib import load_average  # noqa: E402
+from _bench_lib import matmul_gflops  # noqa: E402
+from _bench_lib import memory_gbps  # noqa: E402
+from _bench_lib import run_timed  # noqa: E402
 from _bench_ok_pieces import ok_pieces  # noqa: E402
-from _bench_report import (report, report_generic,  # noqa: E402
-                           report_overhead)
-from _bench_costs import (GENERIC_PREFIX, PAPER, RANKED,  # noqa: E402
-                          UNRANKED, analytic_tangent_floats, base_name,
-                          flop_floor, label, memory_floor_bytes, methods)
+from _bench_report import report  # noqa: E402
+from _bench_report import report_generic  # noqa: E402
+from _bench_report import report_overhead  # noqa: E402
+
 from experiments.online.setup import init_params  # noqa: E402
-from rtrl import bptt, cells, estimators, linalg, online  # noqa: E402
+from rtrl import bptt  # noqa: E402
+from rtrl import cells  # noqa: E402
+from rtrl import estimators  # noqa: E402
+from rtrl import linalg  # noqa: E402
+from rtrl import online  # noqa: E402
 from rtrl.tasks import copy_task  # noqa: E402
 
 VOCAB = copy_task.VOCAB_SIZE
@@ -81,8 +97,9 @@ VOCAB = copy_task.VOCAB_SIZE
 
 def tangent_floats(estimator, cell, cell_params) -> int:
   """Floats in one example's tangent state (the PRNG key is not counted)."""
-  tstate = jax.eval_shape(estimator.init, cell_params, cell.initial_state(),
-                          jax.random.PRNGKey(0))
+  tstate = jax.eval_shape(
+    estimator.init, cell_params, cell.initial_state(), jax.random.PRNGKey(0)
+  )
   return count_floats(tstate.tangent)
 
 
@@ -95,8 +112,13 @@ def tbptt_residual_floats(cell, cell_params, truncation) -> int:
     return jax.lax.scan(step, cell.initial_state(), xs)[1]
 
   residuals = jax.eval_shape(lambda p: jax.vjp(window, p)[1], cell_params)
-  return count_floats([r for r in jax.tree_util.tree_leaves(residuals)
-                       if r.ndim and r.shape[0] == truncation])
+  return count_floats(
+    [
+      r
+      for r in jax.tree_util.tree_leaves(residuals)
+      if r.ndim and r.shape[0] == truncation
+    ]
+  )
 
 
 def build(method, cell, params, chunk, chunk_t, args):
@@ -108,33 +130,45 @@ def build(method, cell, params, chunk, chunk_t, args):
   if name == "tbptt":
     trainer = bptt.make_tbptt_trainer(cell, optimizer, args.truncation)
     state = trainer.init(params, key, batch)
-    entry = {"full": compiled(trainer.run, state, chunk_t),
-             "per_call": chunk_t.targets.shape[0],
-             "mem": args.truncation * cell.num_state_rows * cell.hidden_size,
-             "residual_floats": tbptt_residual_floats(
-                 cell, params["cell"], args.truncation)}
+    entry = {
+      "full": compiled(trainer.run, state, chunk_t),
+      "per_call": chunk_t.targets.shape[0],
+      "mem": args.truncation * cell.num_state_rows * cell.hidden_size,
+      "residual_floats": tbptt_residual_floats(
+        cell, params["cell"], args.truncation
+      ),
+    }
     if args.core:
-      core = lambda p, s, c: bptt.tbptt_gradients(cell, p, s, c,
-                                                  args.truncation)
+      core = lambda p, s, c: bptt.tbptt_gradients(
+        cell, p, s, c, args.truncation
+      )
       entry["core"] = compiled(core, params, state.cell_state, chunk_t)
     return entry
   # A generic method sees the same cell through its step function only.
   served = cells.as_custom(cell) if name.startswith(GENERIC_PREFIX) else cell
-  estimator = estimators.make(base_name(name), served,
-                              **({"rank": rank} if rank else {}))
+  estimator = estimators.make(
+    base_name(name), served, **({"rank": rank} if rank else {})
+  )
   trainer = online.make_online_trainer(served, estimator, optimizer)
-  state = trainer.init(params, key, batch)   # traces init: rank errors here
-  entry = {"full": compiled(trainer.run, state, chunk), "per_call": steps,
-           "mem": tangent_floats(estimator, served, params["cell"]),
-           "analytic": analytic_tangent_floats(name, rank, cell, VOCAB)}
+  state = trainer.init(params, key, batch)  # traces init: rank errors here
+  entry = {
+    "full": compiled(trainer.run, state, chunk),
+    "per_call": steps,
+    "mem": tangent_floats(estimator, served, params["cell"]),
+    "analytic": analytic_tangent_floats(name, rank, cell, VOCAB),
+  }
   if args.core:
+
     def core(cell_params, tstate, cell_state, inputs):
       step = jax.vmap(estimator.step(cell_params))
-      carry, _ = jax.lax.scan(lambda c, x: (step(*c, x), None),
-                              (tstate, cell_state), inputs)
+      carry, _ = jax.lax.scan(
+        lambda c, x: (step(*c, x), None), (tstate, cell_state), inputs
+      )
       return carry
-    entry["core"] = compiled(core, params["cell"], state.tstate,
-                             state.cell_state, chunk.inputs)
+
+    entry["core"] = compiled(
+      core, params["cell"], state.tstate, state.cell_state, chunk.inputs
+    )
   return entry
 
 
@@ -154,22 +188,29 @@ def warm_result(method, n, entry, cell, args, parts) -> dict:
   """Runs each compiled part once and returns the method's result record
   (timings to be appended to its `parts` lists)."""
   start = time.perf_counter()
-  run_timed(entry["full"])       # the first call (after compilation)
+  run_timed(entry["full"])  # the first call (after compilation)
   first_call = time.perf_counter() - start
   for part in parts[1:]:
     run_timed(entry[part])
   return {
-      "method": method[0], "rank": method[1], "n": n, "mem": entry["mem"],
-      "analytic": entry.get("analytic"),
-      "residual_floats": entry.get("residual_floats"),
-      "compile_wall_s": entry["full"][2][0],
-      "compile_cpu_s": entry["full"][2][1],
-      "first_call_s": entry["full"][2][0] + first_call,
-      "floor_flops": flop_floor(method[0], method[1], cell, VOCAB,
-                                args.batch_size),
-      "floor_bytes": memory_floor_bytes(method[0], method[1], cell, VOCAB,
-                                        args.batch_size),
-      "per_call": entry["per_call"], **{p: [] for p in parts}}
+    "method": method[0],
+    "rank": method[1],
+    "n": n,
+    "mem": entry["mem"],
+    "analytic": entry.get("analytic"),
+    "residual_floats": entry.get("residual_floats"),
+    "compile_wall_s": entry["full"][2][0],
+    "compile_cpu_s": entry["full"][2][1],
+    "first_call_s": entry["full"][2][0] + first_call,
+    "floor_flops": flop_floor(
+      method[0], method[1], cell, VOCAB, args.batch_size
+    ),
+    "floor_bytes": memory_floor_bytes(
+      method[0], method[1], cell, VOCAB, args.batch_size
+    ),
+    "per_call": entry["per_call"],
+    **{p: [] for p in parts},
+  }
 
 
 def add_ok_breakdown(cell, params, chunk, args, timers, results) -> None:
@@ -177,8 +218,9 @@ def add_ok_breakdown(cell, params, chunk, args, timers, results) -> None:
   for rank in args.ranks:
     if f"{rank}-ok" not in results:
       continue
-    pieces = ok_pieces(cell, params["cell"], chunk, rank, args.batch_size,
-                       args.steps)
+    pieces = ok_pieces(
+      cell, params["cell"], chunk, rank, args.batch_size, args.steps
+    )
     for piece, entry in pieces.items():
       run_timed(entry)
       timers[(f"{rank}-ok", piece)] = entry
@@ -194,11 +236,15 @@ def time_interleaved(timers, results, n, args, history) -> None:
       results[tag][part].append(run_timed(entry) / results[tag]["per_call"])
   for tag, res in results.items():
     for part in [p for p in res if isinstance(res[p], list)]:
-      res[part] = {"min": min(res[part]),
-                   "median": statistics.median(res[part])}
+      res[part] = {
+        "min": min(res[part]),
+        "median": statistics.median(res[part]),
+      }
     core = res["core"]["min"] if "core" in res else 0.0
-    history[tag] = (n, (args.repeats + 1) * res["per_call"] * (
-        res["full"]["min"] + core))
+    history[tag] = (
+      n,
+      (args.repeats + 1) * res["per_call"] * (res["full"]["min"] + core),
+    )
 
 
 def measure_size(n, cell_name, todo, args, history, skipped):
@@ -213,14 +259,13 @@ def measure_size(n, cell_name, todo, args, history, skipped):
   parts = ("full", "core") if args.core else ("full",)
   for method in todo:
     tag = label(method, args.truncation)
-    why = skipped.get(tag) or predicted_too_slow(method, tag, n, args,
-                                                 history)
+    why = skipped.get(tag) or predicted_too_slow(method, tag, n, args, history)
     if why:
       skipped.setdefault(tag, (n, why))
       continue
     try:
       entry = build(method, cell, params, chunk, chunk_t, args)
-    except ValueError as err:   # e.g. a rank larger than n allows
+    except ValueError as err:  # e.g. a rank larger than n allows
       skipped[tag] = (n, f"invalid: {err}")
       continue
     results[tag] = warm_result(method, n, entry, cell, args, parts)
@@ -237,43 +282,69 @@ def parse_args(argv):
   ints = lambda s: [] if s == "none" else [int(v) for v in s.split(",") if v]
   parser.add_argument("--sizes", type=ints, default=[32, 64, 128])
   parser.add_argument("--ranks", type=ints, default=[1, 2, 8, 16])
-  parser.add_argument("--estimators", default="all",
-                      help="'all' or a comma list of estimator names and "
-                      "'tbptt'")
+  parser.add_argument(
+    "--estimators",
+    default="all",
+    help="'all' or a comma list of estimator names and 'tbptt'",
+  )
   parser.add_argument("--cell", default="rhn", choices=sorted(cells.CELLS))
   parser.add_argument("--batch_size", type=int, default=16)
   parser.add_argument("--steps", type=int, default=20)
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--truncation", type=int, default=20)
-  parser.add_argument("--max_seconds", type=float, default=60.0,
-                      help="skip a configuration whose predicted timing cost "
-                      "(warm-up + repeats) exceeds this")
-  parser.add_argument("--breakdown_sizes", type=ints, default=[128],
-                      help="sizes for OK's step breakdown ('none': skip)")
-  parser.add_argument("--core", action="store_true",
-                      help="also time the estimator's tangent step alone")
-  parser.add_argument("--generic", action="store_true",
-                      help="also time the generic autodiff path (rtrl, uoro, "
-                      "snap1 on the cell wrapped by cells.as_custom) beside "
-                      "each analytic one")
+  parser.add_argument(
+    "--max_seconds",
+    type=float,
+    default=60.0,
+    help="skip a configuration whose predicted timing cost "
+    "(warm-up + repeats) exceeds this",
+  )
+  parser.add_argument(
+    "--breakdown_sizes",
+    type=ints,
+    default=[128],
+    help="sizes for OK's step breakdown ('none': skip)",
+  )
+  parser.add_argument(
+    "--core",
+    action="store_true",
+    help="also time the estimator's tangent step alone",
+  )
+  parser.add_argument(
+    "--generic",
+    action="store_true",
+    help="also time the generic autodiff path (rtrl, uoro, "
+    "snap1 on the cell wrapped by cells.as_custom) beside "
+    "each analytic one",
+  )
   parser.add_argument("--json", default=None, help="write all results here")
-  parser.add_argument("--cache_dir", default=None,
-                      help="persistent XLA compilation cache: a rerun skips "
-                      "most of the compile time (first-call times then "
-                      "measure the cache, not the compiler)")
-  parser.add_argument("--matmul_precision", default="highest",
-                      choices=sorted(linalg.MATMUL_PRECISIONS),
-                      help="the GEMM precision the estimators are traced "
-                      "under (jax.default_matmul_precision, see rtrl.linalg; "
-                      "GPU/TPU only)")
+  parser.add_argument(
+    "--cache_dir",
+    default=None,
+    help="persistent XLA compilation cache: a rerun skips "
+    "most of the compile time (first-call times then "
+    "measure the cache, not the compiler)",
+  )
+  parser.add_argument(
+    "--matmul_precision",
+    default="highest",
+    choices=sorted(linalg.MATMUL_PRECISIONS),
+    help="the GEMM precision the estimators are traced "
+    "under (jax.default_matmul_precision, see rtrl.linalg; "
+    "GPU/TPU only)",
+  )
   args = parser.parse_args(argv)
   known = set(UNRANKED) | set(RANKED)
-  args.names = (list(UNRANKED) + list(RANKED) if args.estimators == "all"
-                else args.estimators.split(","))
+  args.names = (
+    list(UNRANKED) + list(RANKED)
+    if args.estimators == "all"
+    else args.estimators.split(",")
+  )
   unknown = set(args.names) - known
   if unknown:
-    parser.error(f"--estimators: unknown {sorted(unknown)}; known "
-                 f"{sorted(known)}")
+    parser.error(
+      f"--estimators: unknown {sorted(unknown)}; known {sorted(known)}"
+    )
   for flag in ("batch_size", "steps", "repeats", "truncation"):
     if getattr(args, flag) < 1:
       parser.error(f"--{flag} must be positive")
@@ -288,23 +359,30 @@ def measure_sizes(sizes, todo, args, skipped) -> dict:
     t0 = time.perf_counter()
     results = measure_size(n, args.cell, todo, args, history, skipped)
     all_results.update({(tag, n): res for tag, res in results.items()})
-    print(f"  n={n}: {len(results)} configurations in "
-          f"{time.perf_counter() - t0:.0f}s wall (compiling took "
-          f"{sum(r['compile_cpu_s'] for r in results.values()):.0f}s CPU)",
-          flush=True)
+    print(
+      f"  n={n}: {len(results)} configurations in "
+      f"{time.perf_counter() - t0:.0f}s wall (compiling took "
+      f"{sum(r['compile_cpu_s'] for r in results.values()):.0f}s CPU)",
+      flush=True,
+    )
   return all_results
 
 
 def write_json(path, args, gflops, all_results, fits, overhead, skipped):
   with open(path, "w") as f:
-    json.dump({"args": {k: v for k, v in vars(args).items()},
-               "matmul_gflops": gflops,
-               "results": [dict(label=t, **r) for (t, _), r in
-                           all_results.items()],
-               "fits": fits, "ok_overhead": overhead,
-               "skipped": {t: {"n": n, "why": w}
-                           for t, (n, w) in skipped.items()}}, f, indent=1,
-              default=str)
+    json.dump(
+      {
+        "args": {k: v for k, v in vars(args).items()},
+        "matmul_gflops": gflops,
+        "results": [dict(label=t, **r) for (t, _), r in all_results.items()],
+        "fits": fits,
+        "ok_overhead": overhead,
+        "skipped": {t: {"n": n, "why": w} for t, (n, w) in skipped.items()},
+      },
+      f,
+      indent=1,
+      default=str,
+    )
 
 
 def main(argv=None):
@@ -317,18 +395,29 @@ def main(argv=None):
   tags = [label(m, args.truncation) for m in todo]
   gflops = matmul_gflops()
   gbps = memory_gbps()
-  print(f"cell={args.cell} batch={args.batch_size} steps={args.steps} "
-        f"matmul_precision={args.matmul_precision} "
-        f"repeats={args.repeats} T={args.truncation} "
-        f"device={jax.devices()[0].device_kind}")
-  print(f"large matmul (2048^3 float32): {gflops:.0f} GFLOP/s; streaming "
-        f"{gbps:.1f} GB/s; {load_average()}", flush=True)
+  print(
+    f"cell={args.cell} batch={args.batch_size} steps={args.steps} "
+    f"matmul_precision={args.matmul_precision} "
+    f"repeats={args.repeats} T={args.truncation} "
+    f"device={jax.devices()[0].device_kind}"
+  )
+  print(
+    f"large matmul (2048^3 float32): {gflops:.0f} GFLOP/s; streaming "
+    f"{gbps:.1f} GB/s; {load_average()}",
+    flush=True,
+  )
   skipped = {}
   start = time.perf_counter()
   with jax.default_matmul_precision(args.matmul_precision):
     all_results = measure_sizes(sizes, todo, args, skipped)
-  fits = report(all_results, dict(zip(tags, [m[0] for m in todo])), sizes,
-                skipped, gflops, gbps)
+  fits = report(
+    all_results,
+    dict(zip(tags, [m[0] for m in todo])),
+    sizes,
+    skipped,
+    gflops,
+    gbps,
+  )
   if args.generic:
     report_generic(all_results, tags, sizes)
   overhead = report_overhead(all_results, sizes, args, gflops)

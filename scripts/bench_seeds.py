@@ -44,10 +44,13 @@ SCRIPTS = pathlib.Path(__file__).resolve().parent
 sys.path[:0] = [str(SCRIPTS), str(SCRIPTS.parent)]
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+from _bench_programs import compile_side  # noqa: E402
+from _bench_programs import experiment_module  # noqa: E402
+from _bench_programs import initial_state  # noqa: E402
+from _bench_programs import make_config  # noqa: E402
+from _bench_programs import run_chunks  # noqa: E402
 import jax  # noqa: E402
 
-from _bench_programs import (compile_side, experiment_module,  # noqa: E402
-                             initial_state, make_config, run_chunks)
 from experiments.loop import run_axes  # noqa: E402
 from rtrl import linalg  # noqa: E402
 
@@ -63,32 +66,45 @@ def timed(fn):
 
 def parse_args(argv):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--experiment", default="copy_task",
-                      help="an experiments/ main on the shared run loop "
-                           "(copy_task, ptb, seq_cifar)")
-  parser.add_argument("--preset", default="",
-                      help="the config file's preset (e.g. official)")
+  parser.add_argument(
+    "--experiment",
+    default="copy_task",
+    help="an experiments/ main on the shared run loop "
+    "(copy_task, ptb, seq_cifar)",
+  )
+  parser.add_argument(
+    "--preset", default="", help="the config file's preset (e.g. official)"
+  )
   parser.add_argument("--num_seeds", type=int, default=5)
-  parser.add_argument("--steps", type=int, default=2000,
-                      help="timed training steps per run and round")
+  parser.add_argument(
+    "--steps",
+    type=int,
+    default=2000,
+    help="timed training steps per run and round",
+  )
   parser.add_argument("--chunk_steps", type=int, default=100)
   parser.add_argument("--hidden_size", type=int, default=None)
   parser.add_argument("--rank", type=int, default=None)
   parser.add_argument("--estimator", default=None)
   parser.add_argument("--batch_size", type=int, default=None)
   parser.add_argument("--repeats", type=int, default=2)
-  parser.add_argument("--sequential_runs", type=int, default=None,
-                      help="time only this many of the single runs "
-                           "(default: all num_seeds)")
-  parser.add_argument("--matmul_precision", default=None,
-                      choices=sorted(linalg.MATMUL_PRECISIONS))
+  parser.add_argument(
+    "--sequential_runs",
+    type=int,
+    default=None,
+    help="time only this many of the single runs (default: all num_seeds)",
+  )
+  parser.add_argument(
+    "--matmul_precision", default=None, choices=sorted(linalg.MATMUL_PRECISIONS)
+  )
   parser.add_argument("--data_dir", default=None)
   parser.add_argument("--json", default=None, help="write the results here")
   args = parser.parse_args(argv)
   if args.steps % args.chunk_steps:
     parser.error("--steps must be a multiple of --chunk_steps")
   if args.sequential_runs is not None and not (
-      1 <= args.sequential_runs <= args.num_seeds):
+    1 <= args.sequential_runs <= args.num_seeds
+  ):
     parser.error("--sequential_runs must be in 1..--num_seeds")
   return args
 
@@ -103,103 +119,143 @@ def time_rounds(args, vmapped, singles) -> dict:
   best = {"vmapped": [inf, inf], "sequential": [inf, inf]}  # wall, CPU
   for round_ in range(args.repeats):
     vmap_state, wall, cpu = timed(
-        lambda: run_chunks(vmap_chunk, vmap_state, num_chunks))
-    best["vmapped"] = [min(best["vmapped"][0], wall),
-                       min(best["vmapped"][1], cpu)]
+      lambda: run_chunks(vmap_chunk, vmap_state, num_chunks)
+    )
+    best["vmapped"] = [
+      min(best["vmapped"][0], wall),
+      min(best["vmapped"][1], cpu),
+    ]
     line = f"round {round_}: vmapped {wall:.2f} s wall / {cpu:.2f} s CPU"
     seq_states, wall, cpu = timed(
-        lambda: [run_chunks(single_chunk, s, num_chunks) for s in seq_states])
-    best["sequential"] = [min(best["sequential"][0], wall),
-                          min(best["sequential"][1], cpu)]
-    print(f"{line}; sequential {wall:.2f} s wall / {cpu:.2f} s CPU",
-          flush=True)
+      lambda: [run_chunks(single_chunk, s, num_chunks) for s in seq_states]
+    )
+    best["sequential"] = [
+      min(best["sequential"][0], wall),
+      min(best["sequential"][1], cpu),
+    ]
+    print(f"{line}; sequential {wall:.2f} s wall / {cpu:.2f} s CPU", flush=True)
   return best
 
 
-def summarize(best: dict, num_runs: int, sequential_runs: int,
-              steps: int) -> dict:
+def summarize(
+  best: dict, num_runs: int, sequential_runs: int, steps: int
+) -> dict:
   """Per-step times and throughputs of both sides (wall and CPU)."""
   (vw, vc), (sw, sc) = best["vmapped"], best["sequential"]
   return {
-      "program_ms_per_step_vmapped": 1e3 * vw / steps,
-      "ms_per_run_step_vmapped": 1e3 * vw / steps / num_runs,
-      "ms_per_step_single": 1e3 * sw / steps / sequential_runs,
-      "run_steps_per_s_vmapped": num_runs * steps / vw,
-      "run_steps_per_s_vmapped_cpu": num_runs * steps / vc,
-      "run_steps_per_s_sequential": sequential_runs * steps / sw,
-      "run_steps_per_s_sequential_cpu": sequential_runs * steps / sc,
-      "vmapped_over_sequential_wall": (sw / sequential_runs) / (vw / num_runs),
-      "vmapped_over_sequential_cpu": (sc / sequential_runs) / (vc / num_runs),
+    "program_ms_per_step_vmapped": 1e3 * vw / steps,
+    "ms_per_run_step_vmapped": 1e3 * vw / steps / num_runs,
+    "ms_per_step_single": 1e3 * sw / steps / sequential_runs,
+    "run_steps_per_s_vmapped": num_runs * steps / vw,
+    "run_steps_per_s_vmapped_cpu": num_runs * steps / vc,
+    "run_steps_per_s_sequential": sequential_runs * steps / sw,
+    "run_steps_per_s_sequential_cpu": sequential_runs * steps / sc,
+    "vmapped_over_sequential_wall": (sw / sequential_runs) / (vw / num_runs),
+    "vmapped_over_sequential_cpu": (sc / sequential_runs) / (vc / num_runs),
   }
 
 
-def print_table(summary: dict, num_runs: int, sequential_runs: int,
-                steps: int) -> None:
+def print_table(
+  summary: dict, num_runs: int, sequential_runs: int, steps: int
+) -> None:
   s = summary
-  print("\n| side | ms per program step | ms per run-step | run-steps/s "
-        "(wall) | run-steps/s (CPU) |\n|---|---|---|---|---|")
-  print(f"| vmapped ({num_runs} runs x {steps} steps) | "
-        f"{s['program_ms_per_step_vmapped']:.3f} | "
-        f"{s['ms_per_run_step_vmapped']:.4f} | "
-        f"{s['run_steps_per_s_vmapped']:.1f} | "
-        f"{s['run_steps_per_s_vmapped_cpu']:.1f} |")
-  print(f"| single ({sequential_runs} runs one after another x {steps} "
-        f"steps) | {s['ms_per_step_single']:.3f} | "
-        f"{s['ms_per_step_single']:.4f} | "
-        f"{s['run_steps_per_s_sequential']:.1f} | "
-        f"{s['run_steps_per_s_sequential_cpu']:.1f} |")
-  print(f"\nvmapped / sequential throughput: "
-        f"{s['vmapped_over_sequential_wall']:.2f}x (wall), "
-        f"{s['vmapped_over_sequential_cpu']:.2f}x (CPU)")
+  print(
+    "\n| side | ms per program step | ms per run-step | run-steps/s "
+    "(wall) | run-steps/s (CPU) |\n|---|---|---|---|---|"
+  )
+  print(
+    f"| vmapped ({num_runs} runs x {steps} steps) | "
+    f"{s['program_ms_per_step_vmapped']:.3f} | "
+    f"{s['ms_per_run_step_vmapped']:.4f} | "
+    f"{s['run_steps_per_s_vmapped']:.1f} | "
+    f"{s['run_steps_per_s_vmapped_cpu']:.1f} |"
+  )
+  print(
+    f"| single ({sequential_runs} runs one after another x {steps} "
+    f"steps) | {s['ms_per_step_single']:.3f} | "
+    f"{s['ms_per_step_single']:.4f} | "
+    f"{s['run_steps_per_s_sequential']:.1f} | "
+    f"{s['run_steps_per_s_sequential_cpu']:.1f} |"
+  )
+  print(
+    f"\nvmapped / sequential throughput: "
+    f"{s['vmapped_over_sequential_wall']:.2f}x (wall), "
+    f"{s['vmapped_over_sequential_cpu']:.2f}x (CPU)"
+  )
 
 
 def main(argv=None) -> int:
   args = parse_args(argv)
   config = make_config(
-      args.experiment, args.preset,
-      {f: getattr(args, f) for f in FIELD_FLAGS
-       if getattr(args, f) is not None},
-      args.chunk_steps, args.num_seeds, args.data_dir)
+    args.experiment,
+    args.preset,
+    {f: getattr(args, f) for f in FIELD_FLAGS if getattr(args, f) is not None},
+    args.chunk_steps,
+    args.num_seeds,
+    args.data_dir,
+  )
   experiment = experiment_module(args.experiment).make_experiment(config)
   grid = run_axes.run_grid(config, experiment.swept_hparams)
   sequential_runs = args.sequential_runs or len(grid)
   device = jax.devices()[0]
-  print(f"{experiment.name} | {len(grid)} runs | chunk {args.chunk_steps} "
-        f"steps | {args.steps} timed steps per run x {args.repeats} rounds | "
-        f"{sequential_runs} single runs timed | matmul precision "
-        f"{args.matmul_precision or 'highest'} | {device.platform} "
-        f"({device.device_kind}) | {os.cpu_count()} visible CPUs, affinity "
-        f"{sorted(os.sched_getaffinity(0))}", flush=True)
-  precision = (jax.default_matmul_precision(args.matmul_precision)
-               if args.matmul_precision else contextlib.nullcontext())
+  print(
+    f"{experiment.name} | {len(grid)} runs | chunk {args.chunk_steps} "
+    f"steps | {args.steps} timed steps per run x {args.repeats} rounds | "
+    f"{sequential_runs} single runs timed | matmul precision "
+    f"{args.matmul_precision or 'highest'} | {device.platform} "
+    f"({device.device_kind}) | {os.cpu_count()} visible CPUs, affinity "
+    f"{sorted(os.sched_getaffinity(0))}",
+    flush=True,
+  )
+  precision = (
+    jax.default_matmul_precision(args.matmul_precision)
+    if args.matmul_precision
+    else contextlib.nullcontext()
+  )
   with precision:
     vmap_compile, vmap_program = compile_side(experiment, grid)
     single_compile, single_program = compile_side(experiment, grid[:1])
-    print(f"first call (compilation and one chunk): vmapped "
-          f"{vmap_compile:.2f} s, single {single_compile:.2f} s (excluded "
-          "from the timings)", flush=True)
-    vmap_chunk, single_chunk = (vmap_program.train_chunk,
-                                single_program.train_chunk)
+    print(
+      f"first call (compilation and one chunk): vmapped "
+      f"{vmap_compile:.2f} s, single {single_compile:.2f} s (excluded "
+      "from the timings)",
+      flush=True,
+    )
+    vmap_chunk, single_chunk = (
+      vmap_program.train_chunk,
+      single_program.train_chunk,
+    )
     vmap_state = run_chunks(  # Warm-up.
-        vmap_chunk, initial_state(experiment, vmap_program, grid), 1)
+      vmap_chunk, initial_state(experiment, vmap_program, grid), 1
+    )
     seq_states = [
-        run_chunks(single_chunk,
-                   initial_state(experiment, single_program, [run]), 1)
-        for run in grid[:sequential_runs]]
-    best = time_rounds(args, (vmap_chunk, vmap_state),
-                       (single_chunk, seq_states))
+      run_chunks(
+        single_chunk, initial_state(experiment, single_program, [run]), 1
+      )
+      for run in grid[:sequential_runs]
+    ]
+    best = time_rounds(
+      args, (vmap_chunk, vmap_state), (single_chunk, seq_states)
+    )
   summary = summarize(best, len(grid), sequential_runs, args.steps)
   print_table(summary, len(grid), sequential_runs, args.steps)
   if args.json:
     with open(args.json, "w") as f:
-      json.dump({"experiment": experiment.name, "runs": len(grid),
-                 "sequential_runs": sequential_runs, "steps": args.steps,
-                 "chunk_steps": args.chunk_steps,
-                 "matmul_precision": args.matmul_precision or "highest",
-                 "device": device.device_kind,
-                 "compile_s": {"vmapped": vmap_compile,
-                               "single": single_compile},
-                 **summary}, f, indent=1)
+      json.dump(
+        {
+          "experiment": experiment.name,
+          "runs": len(grid),
+          "sequential_runs": sequential_runs,
+          "steps": args.steps,
+          "chunk_steps": args.chunk_steps,
+          "matmul_precision": args.matmul_precision or "highest",
+          "device": device.device_kind,
+          "compile_s": {"vmapped": vmap_compile, "single": single_compile},
+          **summary,
+        },
+        f,
+        indent=1,
+      )
   return 0
 
 

@@ -26,10 +26,11 @@ SCRIPTS = pathlib.Path(__file__).resolve().parent
 sys.path[:0] = [str(SCRIPTS), str(SCRIPTS.parent)]
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+from _bench_lib import compiled  # noqa: E402
+from _bench_lib import run_timed  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from _bench_lib import compiled, run_timed  # noqa: E402
 from rtrl import cpu_kernels  # noqa: E402
 
 
@@ -58,19 +59,25 @@ def _jacobi(a):
   return u * s[..., None, :]
 
 
-FACTORISATIONS = {"svd": _svd, "eigh": _eigh, "cholesky": _cholesky,
-                  "qr": _qr, "jacobi": _jacobi}
+FACTORISATIONS = {
+  "svd": _svd,
+  "eigh": _eigh,
+  "cholesky": _cholesky,
+  "qr": _qr,
+  "jacobi": _jacobi,
+}
 
 
 def scanned(factorise, steps):
   """`steps` dependent calls: each input is the previous output's Gram
   matrix, renormalised (stays PSD and O(1))."""
+
   def body(a, _):
     f = factorise(a)
     g = jnp.einsum("bij,bkj->bik", f, f)
-    g = g / jnp.maximum(jnp.max(jnp.abs(g), axis=(1, 2), keepdims=True),
-                        1e-30)
+    g = g / jnp.maximum(jnp.max(jnp.abs(g), axis=(1, 2), keepdims=True), 1e-30)
     return g + jnp.eye(a.shape[-1], dtype=a.dtype), None
+
   return lambda a: jax.lax.scan(body, a, None, length=steps)[0]
 
 
@@ -85,11 +92,12 @@ def main(argv=None) -> int:
   batches = [int(b) for b in args.batches.split(",")]
   factorisations = dict(FACTORISATIONS)
   if not cpu_kernels.svd_usable(max(sizes), jnp.float32):
-    del factorisations["jacobi"]   # not a CPU, or no compiler
-  print(f"device {jax.devices()[0].device_kind}; ms per batched call "
-        f"(min over {args.repeats} runs of {args.steps} dependent calls)")
-  header = "  batch     c " + "".join(f"{name:>11s}"
-                                       for name in factorisations)
+    del factorisations["jacobi"]  # not a CPU, or no compiler
+  print(
+    f"device {jax.devices()[0].device_kind}; ms per batched call "
+    f"(min over {args.repeats} runs of {args.steps} dependent calls)"
+  )
+  header = "  batch     c " + "".join(f"{name:>11s}" for name in factorisations)
   print(header)
   for batch in batches:
     for c in sizes:

@@ -29,38 +29,47 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))))  # The checkout's `experiments`.
-from experiments.classifier import tasks  # noqa: E402
-from experiments.classifier import timing  # noqa: E402
-from experiments.classifier import experiment  # noqa: E402
-from experiments.loop import config_files  # noqa: E402
-from experiments.loop import workdir as workdir_lib  # noqa: E402
+sys.path.insert(
+  0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)  # The checkout's `experiments`.
+from experiments.classifier import experiment
+from experiments.classifier import tasks
+from experiments.classifier import timing
+from experiments.loop import config_files
+from experiments.loop import workdir as workdir_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The second-moment RLS as tuned on MNIST (2 epochs, one seed; the doc's
 # notes list what was tried): direction η P_s ∇, λ = 0.999, P_0 = 3 I,
 # c = 0.03, η = 1, 256 rows.
-SECOND_MOMENT = dict(input_statistics="second_moment", input_samples=256,
-                     second_moment_direction="updated", init_scale=3.0,
-                     forgetting_factor=0.999, ratio=0.03)
+SECOND_MOMENT = dict(
+  input_statistics="second_moment",
+  input_samples=256,
+  second_moment_direction="updated",
+  init_scale=3.0,
+  forgetting_factor=0.999,
+  ratio=0.03,
+)
 
 # label -> (preset, config overrides).
 VARIANTS = {
-    "Adam": ("adam_mse", {}),
-    "RLS": ("rls", {}),
-    "RLS+M": ("rls_momentum", {}),
-    "RLS-SM": ("rls", SECOND_MOMENT),
-    "RLS-SM+M": ("rls_momentum", SECOND_MOMENT),
-    "Muon": ("adam_mse", {"optimizer": "muon", "learning_rate": 0.03}),
+  "Adam": ("adam_mse", {}),
+  "RLS": ("rls", {}),
+  "RLS+M": ("rls_momentum", {}),
+  "RLS-SM": ("rls", SECOND_MOMENT),
+  "RLS-SM+M": ("rls_momentum", SECOND_MOMENT),
+  "Muon": ("adam_mse", {"optimizer": "muon", "learning_rate": 0.03}),
 }
 
 # task -> (preset suffix, overrides, experiment module name, table title).
 TASKS = {
-    "mnist": ("", {"epochs": 3}, "MNIST FNN 784-512-10, full training set"),
-    "cifar10": (",small", {"epochs": 4},
-                "CIFAR-10 mini-VGG `small` (quarter width, 4,000 images)"),
+  "mnist": ("", {"epochs": 3}, "MNIST FNN 784-512-10, full training set"),
+  "cifar10": (
+    ",small",
+    {"epochs": 4},
+    "CIFAR-10 mini-VGG `small` (quarter width, 4,000 images)",
+  ),
 }
 
 
@@ -106,8 +115,10 @@ def slug(label: str) -> str:
 
 
 # Per task, settings that replace VARIANTS' for the RLS-SM variants.
-SECOND_MOMENT_BY_TASK = {"mnist": {},
-                         "cifar10": {"init_scale": 1.0, "ratio": 1.0}}
+SECOND_MOMENT_BY_TASK = {
+  "mnist": {},
+  "cifar10": {"init_scale": 1.0, "ratio": 1.0},
+}
 
 
 def load(task: str, label: str, num_seeds: int, epochs: int | None):
@@ -127,7 +138,7 @@ def train(task: str, config, workdir: str) -> list[dict]:
   """Runs (or finds finished) one comparison run; returns its records."""
   records = workdir_lib.read_metrics(workdir)
   if len(records) >= config.epochs:
-    return records[:config.epochs]
+    return records[: config.epochs]
   return experiment.train(tasks.BY_NAME[task], config, workdir)
 
 
@@ -155,17 +166,27 @@ def table(task: str, results: dict, step_seconds: dict) -> list[str]:
   _, _, title = TASKS[task]
   epochs = len(next(iter(results.values())))
   lines = [f"## {title}", ""]
-  header = (["optimiser"] + [f"train loss ep {e + 1}" for e in range(epochs)]
-            + ["end train loss (MNIST: full set; CIFAR: last batch)",
-               "test acc", "ms/step", "x Adam time"])
+  header = (
+    ["optimiser"]
+    + [f"train loss ep {e + 1}" for e in range(epochs)]
+    + [
+      "end train loss (MNIST: full set; CIFAR: last batch)",
+      "test acc",
+      "ms/step",
+      "x Adam time",
+    ]
+  )
   lines.append("| " + " | ".join(header) + " |")
   lines.append("|" + "---|" * len(header))
   adam = step_seconds.get("Adam")
   for label, records in results.items():
     losses = _per_run(records, "train_loss")
     row = [label] + [_mean_std(losses[e]) for e in range(epochs)]
-    key = ("train_eval_loss" if "train_eval_loss" in records[-1]
-           else "train_loss_last_batch")
+    key = (
+      "train_eval_loss"
+      if "train_eval_loss" in records[-1]
+      else "train_loss_last_batch"
+    )
     row.append(_mean_std(_per_run(records, key)[-1]))
     row.append(_mean_std(_per_run(records, "test_accuracy")[-1]))
     seconds = step_seconds.get(label, float("nan"))
@@ -178,29 +199,51 @@ def table(task: str, results: dict, step_seconds: dict) -> list[str]:
 
 def plot(all_results: dict, all_seconds: dict, path: str) -> None:
   import matplotlib  # pylint: disable=g-import-not-at-top
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, axes = plt.subplots(len(all_results), 2,
-                           figsize=(10, 3.6 * len(all_results)),
-                           squeeze=False)
+
+  fig, axes = plt.subplots(
+    len(all_results), 2, figsize=(10, 3.6 * len(all_results)), squeeze=False
+  )
   for row, (task, results) in enumerate(all_results.items()):
     for label, records in results.items():
       epochs = _per_run(records, "epoch")[:, 0]
       losses = _per_run(records, "train_loss")
-      axes[row, 0].errorbar(epochs, losses.mean(1), yerr=losses.std(1),
-                            marker="o", capsize=3, label=label)
+      axes[row, 0].errorbar(
+        epochs,
+        losses.mean(1),
+        yerr=losses.std(1),
+        marker="o",
+        capsize=3,
+        label=label,
+      )
       # A record's curve is (runs, blocks) with several runs, else (blocks,).
-      blocks = [np.asarray(r["train_loss_curve"], np.float64).reshape(
-          losses.shape[1], -1).T for r in records]
+      blocks = [
+        np.asarray(r["train_loss_curve"], np.float64)
+        .reshape(losses.shape[1], -1)
+        .T
+        for r in records
+      ]
       curve = np.concatenate(blocks)  # (blocks of all epochs, runs)
       steps_per_block = records[0]["step"] / len(blocks[0])
-      seconds = (np.arange(1, len(curve) + 1) * steps_per_block
-                 * all_seconds[task][label])
+      seconds = (
+        np.arange(1, len(curve) + 1)
+        * steps_per_block
+        * all_seconds[task][label]
+      )
       axes[row, 1].plot(seconds, curve.mean(1), label=label)
-    axes[row, 0].set(xlabel="epoch", ylabel="train loss (epoch mean, MSE)",
-                     yscale="log", title=TASKS[task][2])
-    axes[row, 1].set(xlabel="seconds (one seed, CPU, timing.time_steps)",
-                     ylabel="train loss (mean of 10 steps)", yscale="log")
+    axes[row, 0].set(
+      xlabel="epoch",
+      ylabel="train loss (epoch mean, MSE)",
+      yscale="log",
+      title=TASKS[task][2],
+    )
+    axes[row, 1].set(
+      xlabel="seconds (one seed, CPU, timing.time_steps)",
+      ylabel="train loss (mean of 10 steps)",
+      yscale="log",
+    )
     axes[row, 0].legend(fontsize=8)
   fig.tight_layout()
   fig.savefig(path, dpi=100)
@@ -209,33 +252,50 @@ def plot(all_results: dict, all_seconds: dict, path: str) -> None:
 
 def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--workdir", default="/work/scratch/sm/compare",
-                      help="run folders go in WORKDIR/TASK/VARIANT")
+  parser.add_argument(
+    "--workdir",
+    default="/work/scratch/sm/compare",
+    help="run folders go in WORKDIR/TASK/VARIANT",
+  )
   parser.add_argument("--tasks", default="mnist,cifar10")
   parser.add_argument("--variants", default=",".join(VARIANTS))
   parser.add_argument("--num-seeds", type=int, default=3)
-  parser.add_argument("--epochs", type=int, default=0,
-                      help="override every task's epochs (0: 3 MNIST, 4 CIFAR)")
-  parser.add_argument("--table", default=os.path.join(
-      REPO, "docs", "bench", "rls_second_moment.md"))
-  parser.add_argument("--figure", default=os.path.join(
-      REPO, "docs", "figures", "rls_second_moment.png"))
+  parser.add_argument(
+    "--epochs",
+    type=int,
+    default=0,
+    help="override every task's epochs (0: 3 MNIST, 4 CIFAR)",
+  )
+  parser.add_argument(
+    "--table",
+    default=os.path.join(REPO, "docs", "bench", "rls_second_moment.md"),
+  )
+  parser.add_argument(
+    "--figure",
+    default=os.path.join(REPO, "docs", "figures", "rls_second_moment.png"),
+  )
   args = parser.parse_args(argv)
   labels = [v for v in args.variants.split(",") if v]
   all_results, all_seconds = {}, {}
-  lines = ["# Second-moment RLS vs RLS, Adam and Muon", "",
-           "Generated by `scripts/compare_rls_second_moment.py` "
-           f"({args.num_seeds} seeds, mean ± std over seeds). RLS-SM: "
-           f"`rls.second_moment` with {json.dumps(SECOND_MOMENT)}, "
-           f"per task {json.dumps(SECOND_MOMENT_BY_TASK)}.", ""]
+  lines = [
+    "# Second-moment RLS vs RLS, Adam and Muon",
+    "",
+    "Generated by `scripts/compare_rls_second_moment.py` "
+    f"({args.num_seeds} seeds, mean ± std over seeds). RLS-SM: "
+    f"`rls.second_moment` with {json.dumps(SECOND_MOMENT)}, "
+    f"per task {json.dumps(SECOND_MOMENT_BY_TASK)}.",
+    "",
+  ]
   for task in [t for t in args.tasks.split(",") if t]:
-    configs = {label: load(task, label, args.num_seeds, args.epochs)
-               for label in labels}
+    configs = {
+      label: load(task, label, args.num_seeds, args.epochs) for label in labels
+    }
     results = {}
     for label, config in configs.items():
       print(f"== {task} {label}", flush=True)
-      results[label] = train(task, config,
-                             os.path.join(args.workdir, task, slug(label)))
+      results[label] = train(
+        task, config, os.path.join(args.workdir, task, slug(label))
+      )
     all_results[task] = results
     all_seconds[task] = seconds_per_step(task, configs)
     lines += table(task, results, all_seconds[task])

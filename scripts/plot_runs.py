@@ -18,13 +18,14 @@ import sys
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))))  # The checkout's `experiments`.
-from experiments.loop import workdir as workdir_lib  # noqa: E402
-from rtrl import estimators  # noqa: E402
+sys.path.insert(
+  0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)  # The checkout's `experiments`.
+from experiments.loop import workdir as workdir_lib
+from rtrl import estimators
 
 
 def run_label(config: dict) -> str:
@@ -32,8 +33,9 @@ def run_label(config: dict) -> str:
   estimator = config.get("estimator", "?")
   if estimator == "tbptt":
     name = f"TBPTT-{config.get('truncation')}"
-  elif (estimator in estimators.names()
-        and "rank" in estimators.hyperparameters(estimator)):
+  elif estimator in estimators.names() and "rank" in estimators.hyperparameters(
+    estimator
+  ):
     name = f"{config.get('rank')}-{estimator.upper().replace('_', '-')}"
   else:
     name = estimator.upper()

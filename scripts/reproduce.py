@@ -27,11 +27,10 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from experiments import reproduce  # noqa: E402  pylint: disable=g-import-not-at-top
-from experiments.reproduce import plan  # noqa: E402  pylint: disable=g-import-not-at-top
+from experiments import reproduce
+from experiments.reproduce import plan
 
 
 def _parse_value(text: str):
@@ -46,17 +45,26 @@ def _parse_value(text: str):
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("target", nargs="?", help="a target name (--list)")
-  parser.add_argument("--scale", choices=reproduce.common.SCALES,
-                      default="small")
+  parser.add_argument(
+    "--scale", choices=reproduce.common.SCALES, default="small"
+  )
   parser.add_argument("--workdir", default="runs/reproduce")
-  parser.add_argument("--list", action="store_true",
-                      help="print every target and exit")
-  parser.add_argument("--set", action="append", default=[],
-                      metavar="FIELD=VALUE",
-                      help="override a config field in every curve that has "
-                      "it (e.g. --set num_steps=2000); repeatable")
-  parser.add_argument("--plan", action="store_true",
-                      help="measure each program's cost; train nothing")
+  parser.add_argument(
+    "--list", action="store_true", help="print every target and exit"
+  )
+  parser.add_argument(
+    "--set",
+    action="append",
+    default=[],
+    metavar="FIELD=VALUE",
+    help="override a config field in every curve that has "
+    "it (e.g. --set num_steps=2000); repeatable",
+  )
+  parser.add_argument(
+    "--plan",
+    action="store_true",
+    help="measure each program's cost; train nothing",
+  )
   args = parser.parse_args(argv)
   overrides = {}
   for item in args.set:
@@ -70,8 +78,10 @@ def main(argv=None) -> int:
       print(f"{name:16s} {reproduce.describe(fn)}")
     return 0 if args.list else 2
   if args.target not in targets:
-    print(f"Unknown target {args.target!r}; known: {', '.join(sorted(targets))}",
-          file=sys.stderr)
+    print(
+      f"Unknown target {args.target!r}; known: {', '.join(sorted(targets))}",
+      file=sys.stderr,
+    )
     return 2
   _, fn = targets[args.target]
   if args.plan:
@@ -88,8 +98,11 @@ def main(argv=None) -> int:
 
 def _plan(target: str, fn, scale: str, workdir: str, overrides: dict) -> int:
   """Runs `fn` in plan mode in a scratch folder; prints and saves the plan."""
-  with tempfile.TemporaryDirectory() as scratch, plan.planning() as plans, \
-      reproduce.common.overriding(overrides):
+  with (
+    tempfile.TemporaryDirectory() as scratch,
+    plan.planning() as plans,
+    reproduce.common.overriding(overrides),
+  ):
     fn(scale, scratch)
   text = plan.table(target, scale, plans)
   print("\n" + text)

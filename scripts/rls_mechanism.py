@@ -29,18 +29,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=g-import-not-at-top
-from experiments.classifier import experiment  # noqa: E402
-from experiments.classifier import tasks  # noqa: E402
-from experiments.loop import config_files  # noqa: E402
-import rls  # noqa: E402
+from experiments.classifier import experiment
+from experiments.classifier import tasks
+from experiments.loop import config_files
+import rls
 
 _EPOCHS = flags.DEFINE_integer("epochs", 3, "Epochs.")
-_TRAIN_LIMIT = flags.DEFINE_integer("train_limit", 0,
-                                    "First N training images (0: all).")
+_TRAIN_LIMIT = flags.DEFINE_integer(
+  "train_limit", 0, "First N training images (0: all)."
+)
 _SEED = flags.DEFINE_integer("seed", 0, "Seed.")
 _PRESET = flags.DEFINE_string("preset", "rls", "configs/mnist.py preset.")
 
@@ -53,11 +53,14 @@ def hidden_spectrum(state, mean_image: np.ndarray, ratio: float) -> dict:
   eigenvalues = np.linalg.eigvalsh((p + p.T) / 2)
   x = np.append(mean_image, 1.0)
   kept = float(x @ p @ x)
-  return {"below_0.5": int(np.sum(eigenvalues < 0.5)),
-          "below_0.99": int(np.sum(eigenvalues < 0.99)),
-          "median": float(np.median(eigenvalues)),
-          "smallest": float(eigenvalues[0]),
-          "kept_fraction": kept / float(x @ x), "h": 1.0 + ratio * kept}
+  return {
+    "below_0.5": int(np.sum(eigenvalues < 0.5)),
+    "below_0.99": int(np.sum(eigenvalues < 0.99)),
+    "median": float(np.median(eigenvalues)),
+    "smallest": float(eigenvalues[0]),
+    "kept_fraction": kept / float(x @ x),
+    "h": 1.0 + ratio * kept,
+  }
 
 
 def run(config, epochs: int) -> list[dict]:
@@ -66,11 +69,17 @@ def run(config, epochs: int) -> list[dict]:
   dataset = tasks.MNIST.read(config)
   arrays, preprocess = tasks.MNIST.arrays(config, dataset)
   data = {k: jnp.asarray(v) for k, v in arrays.items()}
-  config = experiment.with_schedule(config, experiment.steps_per_epoch(
-      config, data["train_inputs"].shape[0]))
+  config = experiment.with_schedule(
+    config, experiment.steps_per_epoch(config, data["train_inputs"].shape[0])
+  )
   pieces = experiment.make_experiment(
-      config, tasks.MNIST.make_model(config), data, "mnist",
-      tasks.example_input(tasks.MNIST, config), preprocess)
+    config,
+    tasks.MNIST.make_model(config),
+    data,
+    "mnist",
+    tasks.example_input(tasks.MNIST, config),
+    preprocess,
+  )
   state = pieces.init(jax.random.PRNGKey(config.seed), {})
   train_chunk = jax.jit(pieces.train_chunk)
   evaluate = jax.jit(pieces.evaluate)
@@ -79,11 +88,18 @@ def run(config, epochs: int) -> list[dict]:
   for epoch in range(1, epochs + 1):
     state, _ = train_chunk(state, data)
     _, metrics = evaluate(state, data)
-    row = {"epoch": epoch,
-           "train_loss": float(metrics["train_eval_loss"]),
-           **hidden_spectrum(state, mean_image, config.ratio)}
-    print("  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                    for k, v in row.items()), flush=True)
+    row = {
+      "epoch": epoch,
+      "train_loss": float(metrics["train_eval_loss"]),
+      **hidden_spectrum(state, mean_image, config.ratio),
+    }
+    print(
+      "  ".join(
+        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+        for k, v in row.items()
+      ),
+      flush=True,
+    )
     rows.append(row)
   return rows
 
@@ -91,11 +107,17 @@ def run(config, epochs: int) -> list[dict]:
 def main(argv):
   del argv
   config = config_files.load_config(
-      "mnist", _PRESET.value, train_limit=_TRAIN_LIMIT.value,
-      seed=_SEED.value, eval_train_set=True)
-  print(f"MNIST FNN, {_PRESET.value}, seed {_SEED.value}, "
-        f"train_limit {_TRAIN_LIMIT.value or 'all'}: the hidden layer's P "
-        "(785 x 785)")
+    "mnist",
+    _PRESET.value,
+    train_limit=_TRAIN_LIMIT.value,
+    seed=_SEED.value,
+    eval_train_set=True,
+  )
+  print(
+    f"MNIST FNN, {_PRESET.value}, seed {_SEED.value}, "
+    f"train_limit {_TRAIN_LIMIT.value or 'all'}: the hidden layer's P "
+    "(785 x 785)"
+  )
   run(config, _EPOCHS.value)
 
 

@@ -4,10 +4,9 @@ and the built CPU kernels."""
 import os
 import pathlib
 
+from helpers import REPO_ROOT
 import jax
 import pytest
-
-from helpers import REPO_ROOT
 
 
 def shared_data_root() -> pathlib.Path:
@@ -32,8 +31,10 @@ def dataset_dir_or_skip(name: str) -> pathlib.Path:
   Uses `$DATA_DIR` as it was when the test session started."""
   path = SHARED_DATA_ROOT / name
   if not path.is_dir():
-    pytest.skip(f"real dataset '{name}' not found at {path} "
-                f"(set DATA_DIR or place ../shared/data/{name} beside the repo)")
+    pytest.skip(
+      f"real dataset '{name}' not found at {path} "
+      f"(set DATA_DIR or place ../shared/data/{name} beside the repo)"
+    )
   return path
 
 
@@ -56,7 +57,9 @@ def kernels():
   one does, the build must succeed (a silent fallback would hide a broken
   kernel behind XLA's products and LAPACK)."""
   from helpers import HAVE_COMPILER  # pylint: disable=g-import-not-at-top
+
   from rtrl import cpu_kernels  # pylint: disable=g-import-not-at-top
+
   if not HAVE_COMPILER:
     pytest.skip("no C++ compiler: the kernels cannot be built here")
   assert cpu_kernels.usable(16, jax.numpy.float32)

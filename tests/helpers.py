@@ -3,22 +3,34 @@
 
 from __future__ import annotations
 
-from experiments.loop.config_files import REPO_ROOT as _ROOT
-from experiments.loop.config_files import load_config
 import pathlib
 import shutil
 
 import numpy as np
 
+from experiments.loop.config_files import REPO_ROOT as _ROOT
+from experiments.loop.config_files import load_config
+
 REPO_ROOT = pathlib.Path(_ROOT)
 
 # Copy-task fields pinned so that later changes of the shipped defaults (e.g.
 # another default estimator) do not change what the tests measure.
-COPY_PINNED = dict(estimator="rtrl", cell="rhn", hidden_size=32,
-                   batch_size=16, learning_rate=10 ** -2.5, clip_norm=0.0,
-                   accumulate_steps=1, seed=0, chunk_steps=100, log_every=100,
-                   checkpoint_every=100_000, max_length=100,
-                   error_threshold=0.15, curriculum="output_only")
+COPY_PINNED = dict(
+  estimator="rtrl",
+  cell="rhn",
+  hidden_size=32,
+  batch_size=16,
+  learning_rate=10**-2.5,
+  clip_norm=0.0,
+  accumulate_steps=1,
+  seed=0,
+  chunk_steps=100,
+  log_every=100,
+  checkpoint_every=100_000,
+  max_length=100,
+  error_threshold=0.15,
+  curriculum="output_only",
+)
 
 
 def copy_config(**overrides):
@@ -37,5 +49,11 @@ def random_normal(shape, dtype, seed):
   return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
 
 
-__all__ = ["REPO_ROOT", "COPY_PINNED", "HAVE_COMPILER", "copy_config",
-           "load_config", "random_normal"]
+__all__ = [
+  "REPO_ROOT",
+  "COPY_PINNED",
+  "HAVE_COMPILER",
+  "copy_config",
+  "load_config",
+  "random_normal",
+]

@@ -19,26 +19,31 @@ copies thorough too, e.g. to hunt for a counterexample in one file:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import datetime
 import os
-from typing import Callable
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck
+from hypothesis import given
+from hypothesis import settings
 import pytest
 
 FAST = "rtrl-fast"
 THOROUGH = "rtrl-thorough"
 
 _COMMON = dict(
-    database=None,
-    print_blob=True,
-    suppress_health_check=(HealthCheck.too_slow, HealthCheck.data_too_large),
+  database=None,
+  print_blob=True,
+  suppress_health_check=(HealthCheck.too_slow, HealthCheck.data_too_large),
 )
 settings.register_profile(
-    FAST, max_examples=12, derandomize=True,
-    deadline=datetime.timedelta(seconds=60), **_COMMON)
-settings.register_profile(
-    THOROUGH, max_examples=200, deadline=None, **_COMMON)
+  FAST,
+  max_examples=12,
+  derandomize=True,
+  deadline=datetime.timedelta(seconds=60),
+  **_COMMON,
+)
+settings.register_profile(THOROUGH, max_examples=200, deadline=None, **_COMMON)
 
 
 def _default_profile() -> str:
@@ -46,10 +51,12 @@ def _default_profile() -> str:
   return THOROUGH if name in ("thorough", THOROUGH) else FAST
 
 
-def property_tests(strategy, thorough_strategy=None,
-                   max_examples: int | None = None,
-                   thorough_examples: int | None = None
-                   ) -> Callable[[Callable], tuple]:
+def property_tests(
+  strategy,
+  thorough_strategy=None,
+  max_examples: int | None = None,
+  thorough_examples: int | None = None,
+) -> Callable[[Callable], tuple]:
   """Decorator: `body(case)` -> (default-suite test, slow thorough test).
 
   Usage::
@@ -71,17 +78,22 @@ def property_tests(strategy, thorough_strategy=None,
     def build(profile: str, examples: int | None, slow: bool):
       def test(case):
         body(case)
+
       test.__name__ = body.__name__ + ("_thorough" if slow else "")
       test.__qualname__ = test.__name__
       test.__doc__ = body.__doc__
       overrides = {} if examples is None else {"max_examples": examples}
       drawn = thorough_strategy if profile == THOROUGH else strategy
       test = settings(settings.get_profile(profile), **overrides)(
-          given(case=drawn)(test))
+        given(case=drawn)(test)
+      )
       return pytest.mark.slow(test) if slow else test
 
     default = _default_profile()
     fast_examples = max_examples if default == FAST else thorough_examples
-    return (build(default, fast_examples, slow=False),
-            build(THOROUGH, thorough_examples, slow=True))
+    return (
+      build(default, fast_examples, slow=False),
+      build(THOROUGH, thorough_examples, slow=True),
+    )
+
   return decorate

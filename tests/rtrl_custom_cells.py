@@ -12,7 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rtrl.cells import CustomCell, as_custom
+from rtrl.cells import CustomCell
+from rtrl.cells import as_custom
 
 N = 3
 
@@ -25,10 +26,11 @@ def gates_init(key, input_size, num_gates, extra=()):
   """`{'W': (I, K n), 'U': (n, K n), 'b': (K n,)}` plus `extra` leaves
   `(name, shape)`; random biases so that bias bugs show."""
   keys = jax.random.split(key, 3 + len(extra))
-  params = {"W": _normal(keys[0], (input_size, num_gates * N),
-                         input_size ** -0.5),
-            "U": _normal(keys[1], (N, num_gates * N), N ** -0.5),
-            "b": _normal(keys[2], (num_gates * N,), 0.5)}
+  params = {
+    "W": _normal(keys[0], (input_size, num_gates * N), input_size**-0.5),
+    "U": _normal(keys[1], (N, num_gates * N), N**-0.5),
+    "b": _normal(keys[2], (num_gates * N,), 0.5),
+  }
   for k, (name, shape) in zip(keys[3:], extra):
     params[name] = _normal(k, shape, 0.5)
   return params
@@ -39,15 +41,18 @@ def cho_gru_step(params, h, x):
   zx = x @ params["W"] + params["b"]
   u = params["U"]
   reset = jax.nn.sigmoid(zx[:N] + h @ u[:, :N])
-  update = jax.nn.sigmoid(zx[N:2 * N] + h @ u[:, N:2 * N])
-  candidate = jnp.tanh(zx[2 * N:] + (reset * h) @ u[:, 2 * N:])
+  update = jax.nn.sigmoid(zx[N : 2 * N] + h @ u[:, N : 2 * N])
+  candidate = jnp.tanh(zx[2 * N :] + (reset * h) @ u[:, 2 * N :])
   return (1.0 - update) * h + update * candidate
 
 
 def cho_gru():
-  return CustomCell(step=cho_gru_step,
-                    init=lambda key, i: gates_init(key, i, 3),
-                    initial_state=lambda: jnp.zeros(N), name="cho_gru")
+  return CustomCell(
+    step=cho_gru_step,
+    init=lambda key, i: gates_init(key, i, 3),
+    initial_state=lambda: jnp.zeros(N),
+    name="cho_gru",
+  )
 
 
 def peephole_lstm_step(params, state, x):
@@ -55,16 +60,18 @@ def peephole_lstm_step(params, state, x):
   c, h = state
   z = x @ params["W"] + h @ params["U"] + params["b"]
   forget = jax.nn.sigmoid(z[:N] + params["peep"] * c)
-  c = forget * c + (1.0 - forget) * jnp.tanh(z[N:2 * N])
-  return c, jax.nn.sigmoid(z[2 * N:]) * jnp.tanh(c)
+  c = forget * c + (1.0 - forget) * jnp.tanh(z[N : 2 * N])
+  return c, jax.nn.sigmoid(z[2 * N :]) * jnp.tanh(c)
 
 
 def peephole_lstm():
   return CustomCell(
-      step=peephole_lstm_step,
-      init=lambda key, i: gates_init(key, i, 3, extra=[("peep", (N,))]),
-      initial_state=lambda: (jnp.zeros(N), jnp.zeros(N)),
-      output=lambda state: state[1], name="peephole_lstm")
+    step=peephole_lstm_step,
+    init=lambda key, i: gates_init(key, i, 3, extra=[("peep", (N,))]),
+    initial_state=lambda: (jnp.zeros(N), jnp.zeros(N)),
+    output=lambda state: state[1],
+    name="peephole_lstm",
+  )
 
 
 def diagonal_step(params, h, x):
@@ -75,8 +82,12 @@ def diagonal_step(params, h, x):
 def diagonal_rnn():
   def init(key, input_size):
     kw, ku, kb = jax.random.split(key, 3)
-    return {"W": _normal(kw, (input_size, N), 1.0),
-            "u": _normal(ku, (N,), 0.8), "b": _normal(kb, (N,), 0.5)}
+    return {
+      "W": _normal(kw, (input_size, N), 1.0),
+      "u": _normal(ku, (N,), 0.8),
+      "b": _normal(kb, (N,), 0.5),
+    }
+
   return CustomCell(diagonal_step, init, lambda: jnp.zeros(N), name="diag")
 
 
@@ -89,8 +100,10 @@ def cho_gru_pattern(params):
   """`M (d, p)` of the Cho GRU by hand: a reset-gate parameter (gate column
   j < n) reaches every unit (through `(r ⊙ h) U_c`); an update or candidate
   parameter of column j reaches unit j mod n only."""
-  columns = [np.broadcast_to(np.arange(3 * N), a.shape).reshape(-1)
-             for a in jax.tree_util.tree_leaves(params)]
+  columns = [
+    np.broadcast_to(np.arange(3 * N), a.shape).reshape(-1)
+    for a in jax.tree_util.tree_leaves(params)
+  ]
   column = np.concatenate(columns)  # ravel_pytree's order: the leaves'
   unit = np.arange(N)[:, None]
   return (column[None, :] < N) | (column[None, :] % N == unit)

@@ -7,13 +7,14 @@ module as `rtrl_problems`.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rtrl import online, readout
+from rtrl import online
+from rtrl import readout
 
 
 def rel_err(a, b) -> float:
@@ -28,8 +29,13 @@ def with_random_bias(w: jax.Array, rng: np.random.Generator) -> jax.Array:
   return w.at[-1].add(jnp.asarray(0.5 * rng.standard_normal(w.shape[1])))
 
 
-def make_params(cell, key: jax.Array, input_size: int, num_outputs: int,
-                rng: np.random.Generator | None = None) -> dict:
+def make_params(
+  cell,
+  key: jax.Array,
+  input_size: int,
+  num_outputs: int,
+  rng: np.random.Generator | None = None,
+) -> dict:
   """`{'cell', 'readout'}` params; with `rng`, random cell and readout
   biases (drawn from `rng` in that order)."""
   cell_key, readout_key = jax.random.split(key)
@@ -41,10 +47,15 @@ def make_params(cell, key: jax.Array, input_size: int, num_outputs: int,
   return {"cell": {"W": w}, "readout": r}
 
 
-def make_chunk(rng: np.random.Generator, steps: int, batch: int,
-               input_size: int, num_outputs: int,
-               resets: Iterable[tuple[int, int | None]],
-               keep_probability: float | None = None) -> online.StepBatch:
+def make_chunk(
+  rng: np.random.Generator,
+  steps: int,
+  batch: int,
+  input_size: int,
+  num_outputs: int,
+  resets: Iterable[tuple[int, int | None]],
+  keep_probability: float | None = None,
+) -> online.StepBatch:
   """A time-major `StepBatch` (leaves `(steps, batch, ...)`): normal inputs,
   uniform targets, weights 1 or Bernoulli(`keep_probability`), and a reset
   at each `(t, b)` of `resets` (`b=None`: every example)."""
@@ -56,24 +67,39 @@ def make_chunk(rng: np.random.Generator, steps: int, batch: int,
   if keep_probability is None:
     weights = np.ones((steps, batch))
   else:
-    weights = (rng.random((steps, batch)) < keep_probability).astype(
-        np.float64)
-  return online.StepBatch(inputs=jnp.asarray(inputs),
-                          targets=jnp.asarray(targets),
-                          weights=jnp.asarray(weights),
-                          resets=jnp.asarray(reset_mask))
+    weights = (rng.random((steps, batch)) < keep_probability).astype(np.float64)
+  return online.StepBatch(
+    inputs=jnp.asarray(inputs),
+    targets=jnp.asarray(targets),
+    weights=jnp.asarray(weights),
+    resets=jnp.asarray(reset_mask),
+  )
 
 
-def make_problem(cell, *, input_size: int, num_outputs: int, batch: int,
-                 steps: int, resets: Iterable[tuple[int, int | None]],
-                 seed: int = 0, keep_probability: float | None = None,
-                 random_biases: bool = False):
+def make_problem(
+  cell,
+  *,
+  input_size: int,
+  num_outputs: int,
+  batch: int,
+  steps: int,
+  resets: Iterable[tuple[int, int | None]],
+  seed: int = 0,
+  keep_probability: float | None = None,
+  random_biases: bool = False,
+):
   """`(params, chunk)`: `make_params` and `make_chunk` from one seed."""
   rng = np.random.default_rng(seed)
-  params = make_params(cell, jax.random.PRNGKey(seed), input_size,
-                       num_outputs, rng if random_biases else None)
-  chunk = make_chunk(rng, steps, batch, input_size, num_outputs, resets,
-                     keep_probability)
+  params = make_params(
+    cell,
+    jax.random.PRNGKey(seed),
+    input_size,
+    num_outputs,
+    rng if random_biases else None,
+  )
+  chunk = make_chunk(
+    rng, steps, batch, input_size, num_outputs, resets, keep_probability
+  )
   return params, chunk
 
 
@@ -81,40 +107,55 @@ def make_example_problem(cell, input_size: int, steps: int, seed: int = 0):
   """One example's `(params, xs (T, I), gs (T, S, n))`: cell params with a
   random bias, inputs, and a `dL/dstate` covector at every step."""
   rng = np.random.default_rng(seed)
-  w = with_random_bias(cell.init(jax.random.PRNGKey(seed), input_size)["W"],
-                       rng)
+  w = with_random_bias(
+    cell.init(jax.random.PRNGKey(seed), input_size)["W"], rng
+  )
   xs = jnp.asarray(rng.standard_normal((steps, input_size)))
-  gs = jnp.asarray(rng.standard_normal((steps, cell.num_state_rows,
-                                        cell.hidden_size)))
+  gs = jnp.asarray(
+    rng.standard_normal((steps, cell.num_state_rows, cell.hidden_size))
+  )
   return {"W": w}, xs, gs
 
 
-def cell_problem(cell, seed: int, steps: int, batch: int, input_size: int,
-                 num_outputs: int, resets) -> tuple[dict, online.StepBatch]:
+def cell_problem(
+  cell,
+  seed: int,
+  steps: int,
+  batch: int,
+  input_size: int,
+  num_outputs: int,
+  resets,
+) -> tuple[dict, online.StepBatch]:
   """`{'cell', 'readout'}` params (the cell's and the linear readout's own
   initialisation) and a chunk with resets and a 0.75-Bernoulli loss mask."""
   rng = np.random.default_rng(seed)
   kc, kr = jax.random.split(jax.random.PRNGKey(seed))
-  params = {"cell": cell.init(kc, input_size),
-            "readout": readout.init(kr, cell.hidden_size, num_outputs)}
-  chunk = make_chunk(rng, steps, batch, input_size, num_outputs, resets,
-                     keep_probability=0.75)
+  params = {
+    "cell": cell.init(kc, input_size),
+    "readout": readout.init(kr, cell.hidden_size, num_outputs),
+  }
+  chunk = make_chunk(
+    rng, steps, batch, input_size, num_outputs, resets, keep_probability=0.75
+  )
   return params, chunk
 
 
-def summed_online_and_bptt(cell, estimator, params: dict,
-                           chunk: online.StepBatch) -> tuple:
+def summed_online_and_bptt(
+  cell, estimator, params: dict, chunk: online.StepBatch
+) -> tuple:
   """`(Σ_t of the estimator's per-step cell gradients, full BPTT's cell
   gradient)` over `chunk` from the initial state, parameters fixed (jitted):
   equal for an exact estimator."""
   import rtrl  # pylint: disable=g-import-not-at-top
+
   batch = chunk.targets.shape[1]
   state0 = online.broadcast_state(cell.initial_state(), batch)
 
   @jax.jit
   def compute(params, chunk):
-    steps, _ = rtrl.frozen_gradients(cell, estimator, params, chunk,
-                                     jax.random.PRNGKey(1))
+    steps, _ = rtrl.frozen_gradients(
+      cell, estimator, params, chunk, jax.random.PRNGKey(1)
+    )
     total = jax.tree_util.tree_map(lambda a: a.sum(0), steps)
     return total, rtrl.bptt_gradient(cell, params, state0, chunk)["cell"]
 

@@ -13,9 +13,22 @@ def test_wheel_holds_only_rtrl_and_rls(tmp_path):
   """Builds the wheel as `pip install .` does (pip fetches the build backend
   from the package index, as the README's setup does)."""
   result = subprocess.run(
-      [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
-       str(tmp_path), str(REPO_ROOT)],
-      capture_output=True, text=True, timeout=300, check=False)
+    [
+      sys.executable,
+      "-m",
+      "pip",
+      "wheel",
+      "--no-deps",
+      "-q",
+      "-w",
+      str(tmp_path),
+      str(REPO_ROOT),
+    ],
+    capture_output=True,
+    text=True,
+    timeout=300,
+    check=False,
+  )
   assert result.returncode == 0, result.stderr[-2000:]
   (wheel,) = tmp_path.glob("*.whl")
   names = zipfile.ZipFile(wheel).namelist()

@@ -24,8 +24,8 @@ run's values); record values are then lists over runs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import functools
-from typing import Callable
 
 import flax.linen as nn
 import jax
@@ -35,8 +35,8 @@ import numpy as np
 
 from experiments.classifier import models
 from experiments.classifier import presets
-from experiments.classifier import training
 from experiments.classifier import tasks
+from experiments.classifier import training
 from experiments.loop import checks
 from experiments.loop import runner
 from experiments.loop import sharding
@@ -48,22 +48,28 @@ PROGRESS_FIELDS = ("epoch", "train_loss", "test_loss", "test_accuracy")
 
 def validate(config) -> None:
   if config.optimizer not in presets.OPTIMIZERS:
-    raise ValueError(f"optimizer={config.optimizer!r}; expected one of "
-                     f"{presets.OPTIMIZERS}")
+    raise ValueError(
+      f"optimizer={config.optimizer!r}; expected one of {presets.OPTIMIZERS}"
+    )
   if config.loss not in training.LOSSES:
-    raise ValueError(f"loss={config.loss!r}; expected one of "
-                     f"{presets.LOSS_NAMES}")
-  checks.positive_ints(config, "batch_size", "epochs", "eval_chunk_size",
-                       "loss_every")
-  checks.nonnegative_ints(config, "train_limit", "test_limit",
-                          zero_means="the whole split")
+    raise ValueError(
+      f"loss={config.loss!r}; expected one of {presets.LOSS_NAMES}"
+    )
+  checks.positive_ints(
+    config, "batch_size", "epochs", "eval_chunk_size", "loss_every"
+  )
+  checks.nonnegative_ints(
+    config, "train_limit", "test_limit", zero_means="the whole split"
+  )
   if config.get("param_init", "flax") not in models.PARAM_INITS:
-    raise ValueError(f"param_init={config.param_init!r}; expected one of "
-                     f"{models.PARAM_INITS}")
+    raise ValueError(
+      f"param_init={config.param_init!r}; expected one of {models.PARAM_INITS}"
+    )
 
 
-def make_evaluate(model: nn.Module, loss_name: str, chunk_size: int,
-                  preprocess: Callable) -> Callable:
+def make_evaluate(
+  model: nn.Module, loss_name: str, chunk_size: int, preprocess: Callable
+) -> Callable:
   """`evaluate(params, inputs, labels) -> (mean loss, accuracy)`.
 
   Forward passes of `chunk_size` examples inside one `lax.map`; the tail is
@@ -86,7 +92,8 @@ def make_evaluate(model: nn.Module, loss_name: str, chunk_size: int,
     labels = jnp.pad(labels, (0, pad)).reshape(chunks, size)
     mask = (jnp.arange(chunks * size) < n).reshape(chunks, size)
     losses, correct = jax.lax.map(
-        lambda c: per_example(params, c[0], c[1]), (inputs, labels))
+      lambda c: per_example(params, c[0], c[1]), (inputs, labels)
+    )
     return jnp.sum(losses * mask) / n, jnp.sum(correct * mask) / n
 
   return evaluate
@@ -99,7 +106,8 @@ def with_schedule(config, steps_per_epoch: int) -> ml_collections.ConfigDict:
   config.log_every = steps_per_epoch
   config.eval_every = steps_per_epoch
   config.checkpoint_every = steps_per_epoch * config.get(
-      "checkpoint_every_epochs", 1)
+    "checkpoint_every_epochs", 1
+  )
   return config
 
 
@@ -107,8 +115,9 @@ def full_batches(config, num_train: int) -> int:
   """Full minibatches per epoch."""
   steps = num_train // config.batch_size
   if steps == 0:
-    raise ValueError(f"{num_train} training examples < batch_size "
-                     f"{config.batch_size}")
+    raise ValueError(
+      f"{num_train} training examples < batch_size {config.batch_size}"
+    )
   return steps
 
 
@@ -121,8 +130,9 @@ def partial_batch_size(config, num_train: int) -> int:
 
 def steps_per_epoch(config, num_train: int) -> int:
   """Training steps per epoch: the full minibatches and a partial one."""
-  return (full_batches(config, num_train)
-          + (partial_batch_size(config, num_train) > 0))
+  return full_batches(config, num_train) + (
+    partial_batch_size(config, num_train) > 0
+  )
 
 
 def make_init(config, model: nn.Module, example_input: jax.Array) -> Callable:
@@ -135,27 +145,44 @@ def make_init(config, model: nn.Module, example_input: jax.Array) -> Callable:
     if config.get("param_init", "flax") == "pytorch":
       params = models.pytorch_default_init(params, init_key)
     tx = training.make_optimizer(config, **hparams)
-    return {"params": params, "opt_state": tx.init(params),
-            "epoch": jnp.zeros((), jnp.int32), "shuffle_key": shuffle_key,
-            "hparams": hparams}
+    return {
+      "params": params,
+      "opt_state": tx.init(params),
+      "epoch": jnp.zeros((), jnp.int32),
+      "shuffle_key": shuffle_key,
+      "hparams": hparams,
+    }
 
   return init
 
 
-def shuffled_batches(shuffle_key: jax.Array, epoch: jax.Array, num_train: int,
-                     num_batches: int, batch_size: int,
-                     partial_size: int = 0) -> tuple[jax.Array, jax.Array]:
+def shuffled_batches(
+  shuffle_key: jax.Array,
+  epoch: jax.Array,
+  num_train: int,
+  num_batches: int,
+  batch_size: int,
+  partial_size: int = 0,
+) -> tuple[jax.Array, jax.Array]:
   """`epoch`'s permutation as `(num_batches, batch_size)` example indices and
   the `(partial_size,)` indices of the last, partial minibatch."""
-  order = jax.random.permutation(jax.random.fold_in(shuffle_key, epoch),
-                                 num_train)
+  order = jax.random.permutation(
+    jax.random.fold_in(shuffle_key, epoch), num_train
+  )
   full = num_batches * batch_size
-  return (order[:full].reshape(num_batches, batch_size),
-          order[full:full + partial_size])
+  return (
+    order[:full].reshape(num_batches, batch_size),
+    order[full : full + partial_size],
+  )
 
 
-def make_train_chunk(config, model: nn.Module, preprocess: Callable,
-                     num_batches: int, partial_size: int = 0) -> Callable:
+def make_train_chunk(
+  config,
+  model: nn.Module,
+  preprocess: Callable,
+  num_batches: int,
+  partial_size: int = 0,
+) -> Callable:
   """`train_chunk(state, data) -> (state, metrics)`: one epoch, a scan over
   the minibatches of a fresh permutation, then the partial one (if
   `partial_size`)."""
@@ -163,16 +190,27 @@ def make_train_chunk(config, model: nn.Module, preprocess: Callable,
   def train_chunk(state, data):
     epoch = state["epoch"] + 1
     batches, partial = shuffled_batches(
-        state["shuffle_key"], epoch, data["train_inputs"].shape[0],
-        num_batches, config.batch_size, partial_size)
+      state["shuffle_key"],
+      epoch,
+      data["train_inputs"].shape[0],
+      num_batches,
+      config.batch_size,
+      partial_size,
+    )
     tx = training.make_optimizer(config, **state["hparams"])
-    train_step = training.make_train_step(model, tx, config.loss,
-                                          training.uses_layer_inputs(config),
-                                          training.input_samples(config))
+    train_step = training.make_train_step(
+      model,
+      tx,
+      config.loss,
+      training.uses_layer_inputs(config),
+      training.input_samples(config),
+    )
 
     def body(carry, indices, shard=True):
-      inputs, labels = (preprocess(data["train_inputs"][indices]),
-                        data["train_labels"][indices])
+      inputs, labels = (
+        preprocess(data["train_inputs"][indices]),
+        data["train_labels"][indices],
+      )
       if shard:
         # Split over the `data` mesh axis when there is one: the layer-input
         # means and gradients are then global-batch means (all-reduced), so
@@ -182,7 +220,8 @@ def make_train_chunk(config, model: nn.Module, preprocess: Callable,
       return (params, opt_state), loss
 
     carry, losses = jax.lax.scan(
-        body, (state["params"], state["opt_state"]), batches)
+      body, (state["params"], state["opt_state"]), batches
+    )
     if partial_size:
       # Its size need not divide over the devices; one step, unsplit.
       carry, last_loss = body(carry, partial, shard=False)
@@ -194,13 +233,15 @@ def make_train_chunk(config, model: nn.Module, preprocess: Callable,
   return train_chunk
 
 
-def make_evaluate_splits(config, model: nn.Module,
-                         preprocess: Callable) -> Callable:
+def make_evaluate_splits(
+  config, model: nn.Module, preprocess: Callable
+) -> Callable:
   """`evaluate(state, data) -> (state, metrics)`: loss and accuracy on the
   test set (`test_*`) and, with `config.eval_train_set`, the training set
   (`train_eval_*`)."""
-  evaluate_split = make_evaluate(model, config.loss, config.eval_chunk_size,
-                                 preprocess)
+  evaluate_split = make_evaluate(
+    model, config.loss, config.eval_chunk_size, preprocess
+  )
   prefixes = {"test": "test"}
   if config.eval_train_set:
     prefixes["train"] = "train_eval"
@@ -208,8 +249,9 @@ def make_evaluate_splits(config, model: nn.Module,
   def evaluate(state, data):
     metrics = {}
     for split, prefix in prefixes.items():
-      loss, accuracy = evaluate_split(state["params"], data[f"{split}_inputs"],
-                                      data[f"{split}_labels"])
+      loss, accuracy = evaluate_split(
+        state["params"], data[f"{split}_inputs"], data[f"{split}_labels"]
+      )
       metrics[f"{prefix}_loss"] = loss
       metrics[f"{prefix}_accuracy"] = accuracy
     return state, metrics
@@ -220,12 +262,16 @@ def make_evaluate_splits(config, model: nn.Module,
 def summarize(window: list[dict], loss_every: int) -> dict:
   """The log record of the epochs in `window` (their per-step losses)."""
   losses = np.concatenate([np.asarray(m["losses"]) for m in window])
-  blocks = [float(b.mean()) for b in
-            np.array_split(losses, -(-len(losses) // loss_every))]
-  return {"epoch": int(window[-1]["epoch"]),
-          "train_loss": float(losses.mean()),
-          "train_loss_last_batch": float(losses[-1]),
-          "train_loss_curve": blocks}
+  blocks = [
+    float(b.mean())
+    for b in np.array_split(losses, -(-len(losses) // loss_every))
+  ]
+  return {
+    "epoch": int(window[-1]["epoch"]),
+    "train_loss": float(losses.mean()),
+    "train_loss_last_batch": float(losses[-1]),
+    "train_loss_curve": blocks,
+  }
 
 
 def summarize_eval(metrics: dict) -> dict:
@@ -238,15 +284,22 @@ def finish(state, workdir: str) -> dict:
   records = workdir_lib.read_metrics(workdir)
   # Values are lists over runs when seeds or hyper-parameters are swept.
   accuracy = np.asarray([r["test_accuracy"] for r in records], np.float64)
-  return {"epochs": records[-1]["epoch"],
-          "final_test_accuracy": records[-1]["test_accuracy"],
-          "final_test_loss": records[-1]["test_loss"],
-          "best_test_accuracy": accuracy.max(axis=0).tolist()}
+  return {
+    "epochs": records[-1]["epoch"],
+    "final_test_accuracy": records[-1]["test_accuracy"],
+    "final_test_loss": records[-1]["test_loss"],
+    "best_test_accuracy": accuracy.max(axis=0).tolist(),
+  }
 
 
-def make_experiment(config, model: nn.Module, data: dict, name: str,
-                    example_input: jax.Array,
-                    preprocess: Callable) -> runner.Experiment:
+def make_experiment(
+  config,
+  model: nn.Module,
+  data: dict,
+  name: str,
+  example_input: jax.Array,
+  preprocess: Callable,
+) -> runner.Experiment:
   """The runner pieces for one classifier run.
 
   Args:
@@ -262,20 +315,31 @@ def make_experiment(config, model: nn.Module, data: dict, name: str,
   num_train = data["train_inputs"].shape[0]
   training.make_optimizer(config)  # Checks the hyper-parameters before tracing.
   return runner.Experiment(
-      name=name, init=make_init(config, model, example_input),
-      train_chunk=make_train_chunk(config, model, preprocess,
-                                   full_batches(config, num_train),
-                                   partial_batch_size(config, num_train)),
-      chunk_steps=steps_per_epoch(config, num_train),
-      summarize=functools.partial(summarize, loss_every=config.loss_every),
-      evaluate=make_evaluate_splits(config, model, preprocess),
-      summarize_eval=summarize_eval, finish=finish,
-      progress_fields=PROGRESS_FIELDS, examples_per_step=config.batch_size,
-      data=data, swept_hparams=SWEPT_HPARAMS, batch_size=config.batch_size)
+    name=name,
+    init=make_init(config, model, example_input),
+    train_chunk=make_train_chunk(
+      config,
+      model,
+      preprocess,
+      full_batches(config, num_train),
+      partial_batch_size(config, num_train),
+    ),
+    chunk_steps=steps_per_epoch(config, num_train),
+    summarize=functools.partial(summarize, loss_every=config.loss_every),
+    evaluate=make_evaluate_splits(config, model, preprocess),
+    summarize_eval=summarize_eval,
+    finish=finish,
+    progress_fields=PROGRESS_FIELDS,
+    examples_per_step=config.batch_size,
+    data=data,
+    swept_hparams=SWEPT_HPARAMS,
+    batch_size=config.batch_size,
+  )
 
 
-def train(task: tasks.Task, config, workdir: str,
-          dataset: dict | None = None) -> list[dict]:
+def train(
+  task: tasks.Task, config, workdir: str, dataset: dict | None = None
+) -> list[dict]:
   """Runs (or resumes) `config.epochs` epochs of `task` in `workdir`.
 
   Args:
@@ -289,17 +353,26 @@ def train(task: tasks.Task, config, workdir: str,
     The records, one per epoch.
   """
   if config.optimizer == "rls" and config.loss == "cross_entropy":
-    print("Note: full RLS is derived for an identity output with MSE loss "
-          "(eq. 57); running it on cross-entropy anyway.")
+    print(
+      "Note: full RLS is derived for an identity output with MSE loss "
+      "(eq. 57); running it on cross-entropy anyway."
+    )
   if dataset is None:
     dataset = task.read(config)
   arrays, preprocess = task.arrays(config, dataset)
   data = {k: jnp.asarray(v) for k, v in arrays.items()}
   name = task.describe(config, arrays)
   config = with_schedule(
-      config, steps_per_epoch(config, data["train_inputs"].shape[0]))
-  experiment = make_experiment(config, task.make_model(config), data, name,
-                               tasks.example_input(task, config), preprocess)
+    config, steps_per_epoch(config, data["train_inputs"].shape[0])
+  )
+  experiment = make_experiment(
+    config,
+    task.make_model(config),
+    data,
+    name,
+    tasks.example_input(task, config),
+    preprocess,
+  )
   records = runner.run(config, workdir, experiment)
   plot_curves(records, workdir, title=name)
   return records
@@ -310,19 +383,26 @@ def plot_curves(records: list[dict], workdir: str, title: str = "") -> None:
   if not records:
     return
   import matplotlib  # pylint: disable=g-import-not-at-top
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
   # With several runs (lists), plot their mean.
   column = lambda key: [float(np.mean(r[key])) for r in records]
   epochs = column("epoch")
   fig, (acc_ax, loss_ax) = plt.subplots(1, 2, figsize=(9, 3.5))
   acc_ax.plot(epochs, column("test_accuracy"), marker="o")
   acc_ax.set(xlabel="epoch", ylabel="test accuracy")
-  loss_ax.plot(epochs, column("train_loss"), marker="o",
-               label="train (epoch mean)")
+  loss_ax.plot(
+    epochs, column("train_loss"), marker="o", label="train (epoch mean)"
+  )
   if "train_eval_loss" in records[0]:
-    loss_ax.plot(epochs, column("train_eval_loss"), marker="o",
-                 label="train (end of epoch)")
+    loss_ax.plot(
+      epochs,
+      column("train_eval_loss"),
+      marker="o",
+      label="train (end of epoch)",
+    )
   loss_ax.plot(epochs, column("test_loss"), marker="o", label="test")
   loss_ax.set(xlabel="epoch", ylabel="loss", yscale="log")
   loss_ax.legend()

@@ -36,8 +36,9 @@ optimiser selects the output layer by name.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 import math
-from typing import Any, Sequence
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -52,6 +53,7 @@ VGG_CONV_FEATURES = (64, 64, "pool", 128, 128, "pool", 256)
 
 class FNN(nn.Module):
   """784-`hidden_size`(ReLU)-`num_classes`, identity output."""
+
   hidden_size: int = 512
   num_classes: int = 10
 
@@ -70,6 +72,7 @@ class PatchConv3x3(nn.Module):
   ``x̄`` = the mean over batch and positions of its zero-padded patches,
   flattened in the kernel's ``(kh, kw, in)`` row order (eq. 72).
   """
+
   features: int
   kernel_init: Any = nn.initializers.lecun_normal()
   bias_init: Any = nn.initializers.zeros_init()
@@ -78,14 +81,20 @@ class PatchConv3x3(nn.Module):
   def __call__(self, x: jax.Array) -> jax.Array:
     """(batch, h, w, in) -> (batch, h, w, features)."""
     in_features = x.shape[-1]
-    kernel = self.param("kernel", self.kernel_init,
-                        (3, 3, in_features, self.features))
+    kernel = self.param(
+      "kernel", self.kernel_init, (3, 3, in_features, self.features)
+    )
     bias = self.param("bias", self.bias_init, (self.features,))
     height, width = x.shape[1:3]
     padded = jnp.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
     patches = jnp.concatenate(
-        [padded[:, i:i + height, j:j + width] for i in range(3)
-         for j in range(3)], axis=-1)  # (b, h, w, 9 * in), (kh, kw, in) order
+      [
+        padded[:, i : i + height, j : j + width]
+        for i in range(3)
+        for j in range(3)
+      ],
+      axis=-1,
+    )  # (b, h, w, 9 * in), (kh, kw, in) order
     flat_kernel = kernel.reshape(9 * in_features, self.features)
     outputs = patches @ flat_kernel.astype(x.dtype) + bias.astype(x.dtype)
     if rls.capture.is_capturing(self):
@@ -93,9 +102,14 @@ class PatchConv3x3(nn.Module):
       # RLS, spread over examples and positions (`sample_rows`).
       num_samples = rls.capture.num_samples_wanted()
       rls.record_layer_input(
-          self, jnp.mean(patches, axis=(0, 1, 2)),
-          samples=(rls.input_samples.sample_rows(patches, num_samples)
-                   if num_samples else None))
+        self,
+        jnp.mean(patches, axis=(0, 1, 2)),
+        samples=(
+          rls.input_samples.sample_rows(patches, num_samples)
+          if num_samples
+          else None
+        ),
+      )
     return outputs
 
 
@@ -111,6 +125,7 @@ class MiniVGG(nn.Module):
     num_classes: outputs.
     conv_impl: "patches" (`PatchConv3x3`) or "flax" (``nn.Conv``).
   """
+
   conv_features: Sequence = VGG_CONV_FEATURES
   pool_after_conv5: bool = True
   hidden_size: int = 1024
@@ -132,8 +147,9 @@ class MiniVGG(nn.Module):
         elif self.conv_impl == "flax":
           conv = nn.Conv(int(spec), (3, 3), padding="SAME", name=name)
         else:
-          raise ValueError(f"conv_impl={self.conv_impl!r}; expected "
-                           "'patches' or 'flax'")
+          raise ValueError(
+            f"conv_impl={self.conv_impl!r}; expected 'patches' or 'flax'"
+          )
         x = nn.relu(conv(x))
         conv_index += 1
     if self.pool_after_conv5:
@@ -153,6 +169,7 @@ class SentimentLSTM(nn.Module):
     num_layers: stacked LSTM layers (paper 2).
     num_classes: outputs (2).
   """
+
   vocab_size: int = 20_000
   embed_dim: int = 128
   hidden_size: int = 512
@@ -175,6 +192,7 @@ def optimizer_labels(params, hybrid: bool = False) -> dict:
   input); for the output layer 'adam' when `hybrid`, else 'rls_output' (RLS
   with the output layer's own η^L); 'rls' for the rest.
   """
+
   def label(name):
     if name == EMBEDDING:
       return "embedding"
@@ -182,8 +200,10 @@ def optimizer_labels(params, hybrid: bool = False) -> dict:
       return "adam" if hybrid else "rls_output"
     return "rls"
 
-  return {name: jax.tree.map(lambda _, n=name: label(n), subtree)
-          for name, subtree in params.items()}
+  return {
+    name: jax.tree.map(lambda _, n=name: label(n), subtree)
+    for name, subtree in params.items()
+  }
 
 
 PARAM_INITS = ("flax", "pytorch")
@@ -214,26 +234,31 @@ def pytorch_default_init(params: dict, key: jax.Array) -> dict:
   def uniform(key, tree, bound):
     leaves, treedef = jax.tree.flatten(tree)
     subkeys = jax.random.split(key, len(leaves))
-    return treedef.unflatten([
+    return treedef.unflatten(
+      [
         jax.random.uniform(k, leaf.shape, leaf.dtype, -bound, bound)
-        for k, leaf in zip(subkeys, leaves)])
+        for k, leaf in zip(subkeys, leaves)
+      ]
+    )
 
   out = {}
   for name in names:
     layer = params[name]
     if "recurrent" in layer and "input" in layer:
       hidden_size = layer["recurrent"]["kernel"].shape[0]
-      out[name] = uniform(keys[name], layer, hidden_size ** -0.5)
+      out[name] = uniform(keys[name], layer, hidden_size**-0.5)
     elif "kernel" in layer:
       fan_in = math.prod(layer["kernel"].shape[:-1])
-      out[name] = uniform(keys[name], layer, fan_in ** -0.5)
+      out[name] = uniform(keys[name], layer, fan_in**-0.5)
     elif "embedding" in layer:
       table = layer["embedding"]
-      out[name] = {"embedding": jax.random.normal(keys[name], table.shape,
-                                                  table.dtype)}
+      out[name] = {
+        "embedding": jax.random.normal(keys[name], table.shape, table.dtype)
+      }
     else:
-      raise ValueError(f"pytorch_default_init: layer {name!r} with params "
-                       f"{sorted(layer)} is not a Dense, conv, rls.LSTM or "
-                       "embedding layer.")
+      raise ValueError(
+        f"pytorch_default_init: layer {name!r} with params "
+        f"{sorted(layer)} is not a Dense, conv, rls.LSTM or "
+        "embedding layer."
+      )
   return out
-

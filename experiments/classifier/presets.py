@@ -21,7 +21,7 @@ def base_config(optimizer: str, loss: str) -> ml_collections.ConfigDict:
   config.loss = loss
   config.data_dir = config_dict.placeholder(str)
   config.train_limit = 0  # Use only the first N training examples (0: all).
-  config.test_limit = 0   # Evaluate on N test examples (0: all).
+  config.test_limit = 0  # Evaluate on N test examples (0: all).
   config.batch_size = 128
   # Train on the last n % batch_size examples of each epoch's permutation too
   # (PyTorch's DataLoader default, as in the paper).
@@ -68,14 +68,14 @@ def base_config(optimizer: str, loss: str) -> ml_collections.ConfigDict:
 # Preset name -> (optimizer, loss, use momentum, use L1): the paper's legends
 # (Figs. 2, 3): RLS, RLS+M, RLS+M+R, HRLS, HRLS+M, HRLS+M+R, Adam.
 PRESETS = {
-    "rls": ("rls", "mse", False, False),
-    "rls_momentum": ("rls", "mse", True, False),
-    "rls_momentum_l1": ("rls", "mse", True, True),
-    "rls_hybrid": ("rls_hybrid", "cross_entropy", False, False),
-    "rls_hybrid_momentum": ("rls_hybrid", "cross_entropy", True, False),
-    "rls_hybrid_momentum_l1": ("rls_hybrid", "cross_entropy", True, True),
-    "adam_mse": ("adam", "mse", False, False),
-    "adam_ce": ("adam", "cross_entropy", False, False),
+  "rls": ("rls", "mse", False, False),
+  "rls_momentum": ("rls", "mse", True, False),
+  "rls_momentum_l1": ("rls", "mse", True, True),
+  "rls_hybrid": ("rls_hybrid", "cross_entropy", False, False),
+  "rls_hybrid_momentum": ("rls_hybrid", "cross_entropy", True, False),
+  "rls_hybrid_momentum_l1": ("rls_hybrid", "cross_entropy", True, True),
+  "adam_mse": ("adam", "mse", False, False),
+  "adam_ce": ("adam", "cross_entropy", False, False),
 }
 
 
@@ -92,8 +92,10 @@ def preset_config(arg: str, l1: float, clip_norm: float, where: str):
   small = "small" in parts
   names = [p for p in parts if p != "small"] or ["rls"]
   if len(names) != 1 or names[0] not in PRESETS:
-    raise ValueError(f"{where}:{arg}: unknown optimiser preset; choose one of "
-                     f"{tuple(PRESETS)}, optionally followed by ',small'")
+    raise ValueError(
+      f"{where}:{arg}: unknown optimiser preset; choose one of "
+      f"{tuple(PRESETS)}, optionally followed by ',small'"
+    )
   optimizer, loss, momentum, use_l1 = PRESETS[names[0]]
   config = base_config(optimizer, loss)
   config.preset = names[0]

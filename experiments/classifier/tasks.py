@@ -16,15 +16,16 @@ experiment (`experiment.py`). Adding a dataset is one `Task` here (and its
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.classifier import models
 from experiments import data
+from experiments.classifier import models
 
 Arrays = dict[str, np.ndarray]
 Preprocess = Callable[[jax.Array], jax.Array]
@@ -54,6 +55,7 @@ class Task(NamedTuple):
     describe: `describe(config, arrays) -> str`, printed at the start of a run
       and the title of its `curves.png`.
   """
+
   name: str
   read: Callable[[Any], dict]
   arrays: Callable[[Any, dict], tuple[Arrays, Preprocess]]
@@ -75,22 +77,26 @@ def _mnist_arrays(config, dataset: dict) -> tuple[Arrays, Preprocess]:
   `config.test_limit`)."""
   limit = config.train_limit or None
   test_limit = config.get("test_limit") or None
-  return {"train_inputs": dataset["train_images"][:limit],
-          "train_labels": dataset["train_labels"][:limit],
-          "test_inputs": dataset["test_images"][:test_limit],
-          "test_labels": dataset["test_labels"][:test_limit]}, _identity
+  return {
+    "train_inputs": dataset["train_images"][:limit],
+    "train_labels": dataset["train_labels"][:limit],
+    "test_inputs": dataset["test_images"][:test_limit],
+    "test_labels": dataset["test_labels"][:test_limit],
+  }, _identity
 
 
 MNIST = Task(
-    name="mnist",
-    read=lambda config: data.load_mnist(config.data_dir),
-    arrays=_mnist_arrays,
-    make_model=lambda config: models.FNN(hidden_size=config.hidden_size),
-    input_spec=lambda config: jax.ShapeDtypeStruct((784,), jnp.float32),
-    num_classes=10,
-    describe=lambda config, arrays: (
-        f"MNIST FNN 784-{config.hidden_size}-10 | {config.optimizer} "
-        f"({config.loss}) | batch {config.batch_size}"))
+  name="mnist",
+  read=lambda config: data.load_mnist(config.data_dir),
+  arrays=_mnist_arrays,
+  make_model=lambda config: models.FNN(hidden_size=config.hidden_size),
+  input_spec=lambda config: jax.ShapeDtypeStruct((784,), jnp.float32),
+  num_classes=10,
+  describe=lambda config, arrays: (
+    f"MNIST FNN 784-{config.hidden_size}-10 | {config.optimizer} "
+    f"({config.loss}) | batch {config.batch_size}"
+  ),
+)
 
 
 def _cifar10_arrays(config, dataset: dict) -> tuple[Arrays, Preprocess]:
@@ -107,36 +113,43 @@ def _cifar10_arrays(config, dataset: dict) -> tuple[Arrays, Preprocess]:
     return (images.astype(jnp.float32) / 255 - mean) / std
 
   test_limit = config.get("test_limit") or None
-  return {"train_inputs": train,
-          "train_labels": dataset["train_labels"][:limit],
-          "test_inputs": to_uint8(dataset["test_images"][:test_limit]),
-          "test_labels": dataset["test_labels"][:test_limit]}, preprocess
+  return {
+    "train_inputs": train,
+    "train_labels": dataset["train_labels"][:limit],
+    "test_inputs": to_uint8(dataset["test_images"][:test_limit]),
+    "test_labels": dataset["test_labels"][:test_limit],
+  }, preprocess
 
 
 def _mini_vgg(config) -> models.MiniVGG:
-  return models.MiniVGG(conv_features=tuple(config.conv_features),
-                        pool_after_conv5=config.pool_after_conv5,
-                        hidden_size=config.hidden_size)
+  return models.MiniVGG(
+    conv_features=tuple(config.conv_features),
+    pool_after_conv5=config.pool_after_conv5,
+    hidden_size=config.hidden_size,
+  )
 
 
 def _describe_mini_vgg(config, arrays: Arrays) -> str:
   pools = sum(spec == "pool" for spec in config.conv_features)
   side = 32 // 2 ** (pools + bool(config.pool_after_conv5))
   channels = [s for s in config.conv_features if s != "pool"][-1]
-  return (f"CIFAR-10 mini-VGG {list(config.conv_features)} (FC in "
-          f"{side}x{side}x{channels}) FC {config.hidden_size} | "
-          f"{config.optimizer} ({config.loss}) | batch {config.batch_size} | "
-          f"{len(arrays['train_labels'])} images")
+  return (
+    f"CIFAR-10 mini-VGG {list(config.conv_features)} (FC in "
+    f"{side}x{side}x{channels}) FC {config.hidden_size} | "
+    f"{config.optimizer} ({config.loss}) | batch {config.batch_size} | "
+    f"{len(arrays['train_labels'])} images"
+  )
 
 
 CIFAR10 = Task(
-    name="cifar10",
-    read=lambda config: data.load_cifar10(config.data_dir),
-    arrays=_cifar10_arrays,
-    make_model=_mini_vgg,
-    input_spec=lambda config: jax.ShapeDtypeStruct((32, 32, 3), jnp.float32),
-    num_classes=10,
-    describe=_describe_mini_vgg)
+  name="cifar10",
+  read=lambda config: data.load_cifar10(config.data_dir),
+  arrays=_cifar10_arrays,
+  make_model=_mini_vgg,
+  input_spec=lambda config: jax.ShapeDtypeStruct((32, 32, 3), jnp.float32),
+  num_classes=10,
+  describe=_describe_mini_vgg,
+)
 
 
 def _every_kth(tokens: np.ndarray, labels: np.ndarray, limit: int):
@@ -151,32 +164,49 @@ def _every_kth(tokens: np.ndarray, labels: np.ndarray, limit: int):
 def _imdb_arrays(config, dataset: dict) -> tuple[Arrays, Preprocess]:
   """Token-id arrays and labels (`train_limit` and `test_limit` keep
   balanced subsets)."""
-  data.imdb.check_sequence_args(config.vocab_size, config.max_length,
-                                config.truncate, config.pad)
+  data.imdb.check_sequence_args(
+    config.vocab_size, config.max_length, config.truncate, config.pad
+  )
   train_tokens, train_labels = _every_kth(
-      dataset["train_tokens"], dataset["train_labels"], config.train_limit)
+    dataset["train_tokens"], dataset["train_labels"], config.train_limit
+  )
   test_tokens, test_labels = _every_kth(
-      dataset["test_tokens"], dataset["test_labels"], config.test_limit)
-  return {"train_inputs": train_tokens, "train_labels": train_labels,
-          "test_inputs": test_tokens, "test_labels": test_labels}, _identity
+    dataset["test_tokens"], dataset["test_labels"], config.test_limit
+  )
+  return {
+    "train_inputs": train_tokens,
+    "train_labels": train_labels,
+    "test_inputs": test_tokens,
+    "test_labels": test_labels,
+  }, _identity
 
 
 IMDB = Task(
-    name="imdb",
-    read=lambda config: data.load_imdb(
-        config.data_dir, config.vocab_size, config.max_length,
-        config.truncate, config.pad),
-    arrays=_imdb_arrays,
-    make_model=lambda config: models.SentimentLSTM(
-        vocab_size=config.vocab_size, embed_dim=config.embed_dim,
-        hidden_size=config.hidden_size, num_layers=config.num_layers),
-    input_spec=lambda config: jax.ShapeDtypeStruct((config.max_length,),
-                                                   jnp.int32),
-    num_classes=2,
-    describe=lambda config, arrays: (
-        f"IMDB embed {config.embed_dim} + {config.num_layers}x LSTM "
-        f"{config.hidden_size} | {config.optimizer} ({config.loss}) | "
-        f"batch {config.batch_size} | vocab {config.vocab_size}, length "
-        f"{config.max_length} | {len(arrays['train_labels'])} reviews"))
+  name="imdb",
+  read=lambda config: data.load_imdb(
+    config.data_dir,
+    config.vocab_size,
+    config.max_length,
+    config.truncate,
+    config.pad,
+  ),
+  arrays=_imdb_arrays,
+  make_model=lambda config: models.SentimentLSTM(
+    vocab_size=config.vocab_size,
+    embed_dim=config.embed_dim,
+    hidden_size=config.hidden_size,
+    num_layers=config.num_layers,
+  ),
+  input_spec=lambda config: jax.ShapeDtypeStruct(
+    (config.max_length,), jnp.int32
+  ),
+  num_classes=2,
+  describe=lambda config, arrays: (
+    f"IMDB embed {config.embed_dim} + {config.num_layers}x LSTM "
+    f"{config.hidden_size} | {config.optimizer} ({config.loss}) | "
+    f"batch {config.batch_size} | vocab {config.vocab_size}, length "
+    f"{config.max_length} | {len(arrays['train_labels'])} reviews"
+  ),
+)
 
 BY_NAME = {task.name: task for task in (MNIST, CIFAR10, IMDB)}

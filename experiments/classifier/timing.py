@@ -22,17 +22,18 @@ rank-one update of ``P``) and Adam's ~10 flops per parameter.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 import time
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-import rls
-from experiments.classifier import training
 from experiments.classifier import tasks
+from experiments.classifier import training
+import rls
 
 ADAM_FLOPS_PER_PARAM = 10
 # Section VI-B: RLS run time / Adam run time (PyTorch, one 1080Ti GPU).
@@ -55,14 +56,18 @@ def synthetic_batch(task: tasks.Task, config, seed: int = 0):
 
 def repeated(step: Callable[[Any], Any], steps: int) -> Callable[[Any], Any]:
   """`step(carry) -> carry`, run `steps` times in one jitted scan."""
+
   def run(carry):
-    return jax.lax.scan(lambda c, _: (step(c), None), carry, None,
-                        length=steps)[0]
+    return jax.lax.scan(
+      lambda c, _: (step(c), None), carry, None, length=steps
+    )[0]
+
   return jax.jit(run)
 
 
-def time_calls(calls: dict[str, Call], steps: int, repeats: int,
-               statistic: Callable = min) -> dict[str, float]:
+def time_calls(
+  calls: dict[str, Call], steps: int, repeats: int, statistic: Callable = min
+) -> dict[str, float]:
   """Seconds per step of each `name: (fn, arg)`, timing `fn(arg)` (which
   runs `steps` steps) round-robin, `repeats` times; `statistic` of them."""
   for fn, arg in calls.values():
@@ -78,16 +83,25 @@ def time_calls(calls: dict[str, Call], steps: int, repeats: int,
 
 def _train_steps_call(model, config, inputs, labels, steps: int) -> Call:
   tx = training.make_optimizer(config)
-  train_step = training.make_train_step(model, tx, config.loss,
-                                        training.uses_layer_inputs(config),
-                                        training.input_samples(config))
+  train_step = training.make_train_step(
+    model,
+    tx,
+    config.loss,
+    training.uses_layer_inputs(config),
+    training.input_samples(config),
+  )
   params = jax.jit(model.init)(jax.random.PRNGKey(0), inputs[:1])["params"]
   step = lambda carry: train_step(*carry, inputs, labels)[:2]
   return repeated(step, steps), (params, tx.init(params))
 
 
-def time_steps(task: tasks.Task, configs: dict[str, Any], steps: int = 5,
-               repeats: int = 5, statistic: Callable = min) -> dict[str, float]:
+def time_steps(
+  task: tasks.Task,
+  configs: dict[str, Any],
+  steps: int = 5,
+  repeats: int = 5,
+  statistic: Callable = min,
+) -> dict[str, float]:
   """Seconds per training step of each config.
 
   All configs must share the network (they are one task's presets).
@@ -95,8 +109,10 @@ def time_steps(task: tasks.Task, configs: dict[str, Any], steps: int = 5,
   first = next(iter(configs.values()))
   model = task.make_model(first)
   inputs, labels = synthetic_batch(task, first)
-  calls = {name: _train_steps_call(model, config, inputs, labels, steps)
-           for name, config in configs.items()}
+  calls = {
+    name: _train_steps_call(model, config, inputs, labels, steps)
+    for name, config in configs.items()
+  }
   return time_calls(calls, steps, repeats, statistic)
 
 
@@ -118,10 +134,12 @@ def _feed_back(carry, result):
 def _optimizer_only_call(tx, grads, params, extra: dict) -> tuple:
   """`(step, carry)` of `tx.update` alone on fixed gradients; the updates
   feed back into the carry so none is pruned."""
+
   def step(carry):
     opt_state, p = carry
     updates, opt_state = tx.update(grads, opt_state, p, **extra)
     return opt_state, _feed_back(p, updates)
+
   return step, (tx.init(params), params)
 
 
@@ -134,15 +152,23 @@ def _layer_parts(params) -> dict[str, tuple]:
     grad = jnp.ones((size, kernel.shape[-1]))
     x = jnp.full((size,), 0.1)
     parts[f"  P∇ matmul, {name} ({size}x{size} @ {size}x{grad.shape[1]})"] = (
-        lambda q, g=grad: q + 0 * (q @ g)[:, :1], jnp.eye(size))
+      lambda q, g=grad: q + 0 * (q @ g)[:, :1],
+      jnp.eye(size),
+    )
     parts[f"  u = Px and rank-one P update, {name}"] = (
-        lambda q, x=x: q - 1e-6 * jnp.outer(q @ x, q @ x), jnp.eye(size))
+      lambda q, x=x: q - 1e-6 * jnp.outer(q @ x, q @ x),
+      jnp.eye(size),
+    )
   return parts
 
 
-def time_breakdown(task: tasks.Task, config, steps: int = 5,
-                   repeats: int = 5,
-                   statistic: Callable = min) -> dict[str, float]:
+def time_breakdown(
+  task: tasks.Task,
+  config,
+  steps: int = 5,
+  repeats: int = 5,
+  statistic: Callable = min,
+) -> dict[str, float]:
   """Seconds per step of the parts of an RLS training step (`config`'s
   optimiser), each timed alone, next to Adam's update."""
   model = task.make_model(config)
@@ -159,21 +185,32 @@ def time_breakdown(task: tasks.Task, config, steps: int = 5,
 
   grad_with_capture = jax.grad(with_capture, has_aux=True)
   grads, layer_inputs = grad_with_capture(params)
-  adam = optax.chain(optax.clip_by_global_norm(config.clip_norm),
-                     optax.adam(config.learning_rate))
+  adam = optax.chain(
+    optax.clip_by_global_norm(config.clip_norm),
+    optax.adam(config.learning_rate),
+  )
   parts = {
-      "forward+backward (plain)": (
-          lambda p: _feed_back(p, jax.grad(plain)(p)), params),
-      "forward+backward + x̄ capture": (
-          lambda p: _feed_back(p, grad_with_capture(p)[0]), params),
-      "clip + RLS update (u, h, P∇, P update)": _optimizer_only_call(
-          training.make_optimizer(config), grads, params,
-          {"layer_inputs": layer_inputs}),
-      "clip + Adam update": _optimizer_only_call(adam, grads, params, {}),
-      **_layer_parts(params),
+    "forward+backward (plain)": (
+      lambda p: _feed_back(p, jax.grad(plain)(p)),
+      params,
+    ),
+    "forward+backward + x̄ capture": (
+      lambda p: _feed_back(p, grad_with_capture(p)[0]),
+      params,
+    ),
+    "clip + RLS update (u, h, P∇, P update)": _optimizer_only_call(
+      training.make_optimizer(config),
+      grads,
+      params,
+      {"layer_inputs": layer_inputs},
+    ),
+    "clip + Adam update": _optimizer_only_call(adam, grads, params, {}),
+    **_layer_parts(params),
   }
-  calls = {name: (repeated(step, steps), carry)
-           for name, (step, carry) in parts.items()}
+  calls = {
+    name: (repeated(step, steps), carry)
+    for name, (step, carry) in parts.items()
+  }
   return time_calls(calls, steps, repeats, statistic)
 
 
@@ -218,16 +255,21 @@ def predicted_ratio(task: tasks.Task, config, hybrid: bool = False) -> dict:
   With `hybrid`, the output layer is Adam's (no RLS extra for it).
   """
   shapes = layer_shapes(task, config)
-  fwd_bwd = sum(3 * 2 * rows * fan_in * fan_out
-                for _, fan_in, fan_out, rows in shapes)
+  fwd_bwd = sum(
+    3 * 2 * rows * fan_in * fan_out for _, fan_in, fan_out, rows in shapes
+  )
   num_params = sum((fan_in + 1) * fan_out for _, fan_in, fan_out, _ in shapes)
   rls_layers = shapes[:-1] if hybrid else shapes
-  rls_extra = sum(2 * (fan_in + 1) ** 2 * (fan_out + 2)
-                  for _, fan_in, fan_out, _ in rls_layers)
+  rls_extra = sum(
+    2 * (fan_in + 1) ** 2 * (fan_out + 2)
+    for _, fan_in, fan_out, _ in rls_layers
+  )
   adam_extra = ADAM_FLOPS_PER_PARAM * num_params
-  return {"forward_backward_gflop": fwd_bwd / 1e9,
-          "rls_extra_gflop": rls_extra / 1e9,
-          "ratio": (fwd_bwd + rls_extra) / (fwd_bwd + adam_extra)}
+  return {
+    "forward_backward_gflop": fwd_bwd / 1e9,
+    "rls_extra_gflop": rls_extra / 1e9,
+    "ratio": (fwd_bwd + rls_extra) / (fwd_bwd + adam_extra),
+  }
 
 
 def table_one_ratios(task: tasks.Task, config) -> dict[str, float]:
@@ -242,11 +284,15 @@ def table_one_ratios(task: tasks.Task, config) -> dict[str, float]:
   shapes = layer_shapes(task, config)
   sgd = sum(n_in * rows * n_out for _, n_in, n_out, rows in shapes)
   extra = [n_in * n_in * n_out for _, n_in, n_out, _ in shapes]
-  ratios = {f"{name} {n_in}->{n_out}: 1 + N_(l-1)/M": 1 + n_in / rows
-            for name, n_in, n_out, rows in shapes}
+  ratios = {
+    f"{name} {n_in}->{n_out}: 1 + N_(l-1)/M": 1 + n_in / rows
+    for name, n_in, n_out, rows in shapes
+  }
   ratios["whole net, Table I FLOPs"] = 1 + sum(extra) / sgd
-  ratios["whole net, extra FLOPs over fwd+bwd (3 matmuls)"] = (
-      1 + sum(extra) / (3 * sgd))
-  ratios["hybrid (RLS on hidden only), over fwd+bwd"] = (
-      1 + sum(extra[:-1]) / (3 * sgd))
+  ratios["whole net, extra FLOPs over fwd+bwd (3 matmuls)"] = 1 + sum(extra) / (
+    3 * sgd
+  )
+  ratios["hybrid (RLS on hidden only), over fwd+bwd"] = 1 + sum(extra[:-1]) / (
+    3 * sgd
+  )
   return ratios

@@ -20,17 +20,17 @@ mean over all elements (``/ (M C)``, PyTorch's `MSELoss`, 2/C times eq. 57's);
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import functools
-from typing import Callable
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
 
-import rls
-from experiments.classifier import presets
 from experiments.classifier import models
+from experiments.classifier import presets
+import rls
 
 
 def mse_loss(outputs: jax.Array, labels: jax.Array) -> jax.Array:
@@ -47,11 +47,15 @@ def mse_mean_loss(outputs: jax.Array, labels: jax.Array) -> jax.Array:
 
 def cross_entropy_loss(outputs: jax.Array, labels: jax.Array) -> jax.Array:
   return jnp.mean(
-      optax.softmax_cross_entropy_with_integer_labels(outputs, labels))
+    optax.softmax_cross_entropy_with_integer_labels(outputs, labels)
+  )
 
 
-LOSSES = {"mse": mse_loss, "mse_mean": mse_mean_loss,
-          "cross_entropy": cross_entropy_loss}
+LOSSES = {
+  "mse": mse_loss,
+  "mse_mean": mse_mean_loss,
+  "cross_entropy": cross_entropy_loss,
+}
 
 
 def uses_layer_inputs(config) -> bool:
@@ -67,8 +71,9 @@ def input_samples(config) -> int:
   second-moment RLS, else 0 (means only)."""
   statistics = config.get("input_statistics", "mean")
   if statistics not in INPUT_STATISTICS:
-    raise ValueError(f"input_statistics={statistics!r}; expected one of "
-                     f"{INPUT_STATISTICS}")
+    raise ValueError(
+      f"input_statistics={statistics!r}; expected one of {INPUT_STATISTICS}"
+    )
   if statistics == "mean" or not uses_layer_inputs(config):
     return 0
   return int(config.get("input_samples", 256))
@@ -87,29 +92,39 @@ def _rls_and_adam(config, rls_opt, learning_rate, output_rls_opt=None):
   embedding_adam = optax.adam(config.embedding_learning_rate)
   if config.optimizer == "rls":
     return optax.multi_transform(
-        {"rls": rls_opt, "rls_output": output_rls_opt or rls_opt,
-         "embedding": embedding_adam},
-        models.optimizer_labels)
+      {
+        "rls": rls_opt,
+        "rls_output": output_rls_opt or rls_opt,
+        "embedding": embedding_adam,
+      },
+      models.optimizer_labels,
+    )
   if config.optimizer == "rls_hybrid":
     return optax.multi_transform(
-        {"rls": rls_opt, "adam": optax.adam(learning_rate),
-         "embedding": embedding_adam},
-        functools.partial(models.optimizer_labels, hybrid=True))
+      {
+        "rls": rls_opt,
+        "adam": optax.adam(learning_rate),
+        "embedding": embedding_adam,
+      },
+      functools.partial(models.optimizer_labels, hybrid=True),
+    )
   if config.optimizer == "adam":
     return optax.adam(learning_rate)
   if config.optimizer == "muon":  # A second-order-style baseline.
     # Muon takes the matrices; its AdamW part (biases, conv kernels) keeps
     # Adam's usual rate, which diverged at Muon's.
     return optax.contrib.muon(
-        learning_rate,
-        adam_learning_rate=config.get("muon_adam_learning_rate", 1e-3))
-  raise ValueError(f"optimizer={config.optimizer!r}; expected one of "
-                   f"{presets.OPTIMIZERS}")
+      learning_rate,
+      adam_learning_rate=config.get("muon_adam_learning_rate", 1e-3),
+    )
+  raise ValueError(
+    f"optimizer={config.optimizer!r}; expected one of {presets.OPTIMIZERS}"
+  )
 
 
 def make_optimizer(
-    config, learning_rate=None, ratio=None,
-    gradient_scale=None) -> optax.GradientTransformationExtraArgs:
+  config, learning_rate=None, ratio=None, gradient_scale=None
+) -> optax.GradientTransformationExtraArgs:
   """Clipping, then RLS (+ Adam for embeddings), the hybrid, or Adam.
 
   `learning_rate` (Adam), `ratio` (k) and `gradient_scale` (η) override the
@@ -117,22 +132,26 @@ def make_optimizer(
   the hidden layers; the output layer keeps `config.output_gradient_scale`
   (η^L = 1 in the paper, section III-D, eq. 63), also in an η sweep.
   """
-  learning_rate = (config.learning_rate if learning_rate is None
-                   else learning_rate)
+  learning_rate = (
+    config.learning_rate if learning_rate is None else learning_rate
+  )
 
   def rls_with_scale(eta):
     return rls.rls(
-        forgetting_factor=config.forgetting_factor,
-        ratio=config.ratio if ratio is None else ratio, gradient_scale=eta,
-        init_scale=config.init_scale, momentum=config.momentum, l1=config.l1,
-        square_root=config.get("square_root", False),
-        input_statistics=("second_moment" if input_samples(config)
-                          else "mean"),
-        second_moment_direction=config.get("second_moment_direction",
-                                           "eq63"))
+      forgetting_factor=config.forgetting_factor,
+      ratio=config.ratio if ratio is None else ratio,
+      gradient_scale=eta,
+      init_scale=config.init_scale,
+      momentum=config.momentum,
+      l1=config.l1,
+      square_root=config.get("square_root", False),
+      input_statistics=("second_moment" if input_samples(config) else "mean"),
+      second_moment_direction=config.get("second_moment_direction", "eq63"),
+    )
 
-  rls_opt = rls_with_scale(config.gradient_scale if gradient_scale is None
-                           else gradient_scale)
+  rls_opt = rls_with_scale(
+    config.gradient_scale if gradient_scale is None else gradient_scale
+  )
   output_rls_opt = rls_with_scale(config.get("output_gradient_scale", 1.0))
   inner = _rls_and_adam(config, rls_opt, learning_rate, output_rls_opt)
   if config.clip_norm:
@@ -140,9 +159,13 @@ def make_optimizer(
   return optax.chain(inner)
 
 
-def make_train_step(model: nn.Module, tx, loss_name: str,
-                    with_layer_inputs: bool,
-                    num_input_samples: int = 0) -> Callable:
+def make_train_step(
+  model: nn.Module,
+  tx,
+  loss_name: str,
+  with_layer_inputs: bool,
+  num_input_samples: int = 0,
+) -> Callable:
   """`step(params, opt_state, inputs, labels) -> (params, opt_state, loss)`.
 
   Gradients and every layer's mean input ``x̄`` (and, with
@@ -155,17 +178,18 @@ def make_train_step(model: nn.Module, tx, loss_name: str,
     variables = {"params": params}
     if with_layer_inputs:
       outputs, layer_inputs = rls.layer_inputs(
-          model.apply, variables, inputs, samples=num_input_samples)
+        model.apply, variables, inputs, samples=num_input_samples
+      )
     else:
       outputs, layer_inputs = model.apply(variables, inputs), None
     return loss_fn(outputs, labels), layer_inputs
 
   def train_step(params, opt_state, inputs, labels):
     (loss, layer_inputs), grads = jax.value_and_grad(
-        loss_and_inputs, has_aux=True)(params, inputs, labels)
+      loss_and_inputs, has_aux=True
+    )(params, inputs, labels)
     extra = {"layer_inputs": layer_inputs} if with_layer_inputs else {}
     updates, opt_state = tx.update(grads, opt_state, params, **extra)
     return optax.apply_updates(params, updates), opt_state, loss
 
   return train_step
-

@@ -16,5 +16,14 @@ from experiments.data.imdb import load_imdb
 from experiments.data.mnist import load_mnist
 from experiments.data.ptb import load_ptb_split
 
-__all__ = ["cifar10", "files", "imdb", "mnist", "ptb", "load_cifar10",
-           "load_imdb", "load_mnist", "load_ptb_split"]
+__all__ = [
+  "cifar10",
+  "files",
+  "imdb",
+  "mnist",
+  "ptb",
+  "load_cifar10",
+  "load_imdb",
+  "load_mnist",
+  "load_ptb_split",
+]

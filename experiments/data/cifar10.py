@@ -43,13 +43,13 @@ NUM_CLASSES = 10
 
 # The only globals a CIFAR-10 pickle (python 2 or 3, any numpy) refers to.
 _ALLOWED_GLOBALS = {
-    ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy", "ndarray"),
-    ("numpy", "dtype"),
-    ("numpy.core.multiarray", "scalar"),
-    ("numpy._core.multiarray", "scalar"),
-    ("_codecs", "encode"),
+  ("numpy.core.multiarray", "_reconstruct"),
+  ("numpy._core.multiarray", "_reconstruct"),
+  ("numpy", "ndarray"),
+  ("numpy", "dtype"),
+  ("numpy.core.multiarray", "scalar"),
+  ("numpy._core.multiarray", "scalar"),
+  ("_codecs", "encode"),
 }
 
 
@@ -58,12 +58,12 @@ class CifarFormatError(ValueError):
 
 
 class _NumpyOnlyUnpickler(pickle.Unpickler):
-
   def find_class(self, module, name):
     if (module, name) in _ALLOWED_GLOBALS:
       return super().find_class(module, name)
     raise pickle.UnpicklingError(
-        f"global {module}.{name} is not allowed in a CIFAR-10 batch")
+      f"global {module}.{name} is not allowed in a CIFAR-10 batch"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +75,7 @@ class BatchReport:
     train_batches: names of the training batch files present, in order.
     missing_train_batches: names of the absent ones among `data_batch_1..5`.
   """
+
   folder: pathlib.Path
   train_batches: tuple[str, ...]
   missing_train_batches: tuple[str, ...]
@@ -101,43 +102,63 @@ def read_batch(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
   try:
     with open(path, "rb") as f:
       batch = _NumpyOnlyUnpickler(f, encoding="bytes").load()
-  except (pickle.UnpicklingError, EOFError, ValueError, TypeError,
-          AttributeError, IndexError, KeyError, UnicodeDecodeError) as e:
+  except (
+    pickle.UnpicklingError,
+    EOFError,
+    ValueError,
+    TypeError,
+    AttributeError,
+    IndexError,
+    KeyError,
+    UnicodeDecodeError,
+  ) as e:
     raise CifarFormatError(
-        f"{path}: not a readable CIFAR-10 python pickle ({type(e).__name__}: "
-        f"{e}); the file is corrupt or truncated. Re-download "
-        f"{URL} (md5 {MD5}).") from e
+      f"{path}: not a readable CIFAR-10 python pickle ({type(e).__name__}: "
+      f"{e}); the file is corrupt or truncated. Re-download "
+      f"{URL} (md5 {MD5})."
+    ) from e
   if not isinstance(batch, dict):
-    raise CifarFormatError(f"{path}: expected a pickled dict, got "
-                           f"{type(batch).__name__}")
-  batch = {k.decode() if isinstance(k, bytes) else k: v
-           for k, v in batch.items()}
+    raise CifarFormatError(
+      f"{path}: expected a pickled dict, got {type(batch).__name__}"
+    )
+  batch = {
+    k.decode() if isinstance(k, bytes) else k: v for k, v in batch.items()
+  }
   if "data" not in batch or "labels" not in batch:
-    raise CifarFormatError(f"{path}: the dict has keys {sorted(batch)}; "
-                           "expected 'data' and 'labels'")
+    raise CifarFormatError(
+      f"{path}: the dict has keys {sorted(batch)}; expected 'data' and 'labels'"
+    )
   data = np.asarray(batch["data"])
   labels = np.asarray(batch["labels"])
   if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
-    raise CifarFormatError(f"{path}: 'data' must be uint8 (n, 3072), got "
-                           f"{data.dtype} {data.shape}")
+    raise CifarFormatError(
+      f"{path}: 'data' must be uint8 (n, 3072), got {data.dtype} {data.shape}"
+    )
   if labels.shape != (data.shape[0],):
-    raise CifarFormatError(f"{path}: {data.shape[0]} images but labels of "
-                           f"shape {labels.shape}")
+    raise CifarFormatError(
+      f"{path}: {data.shape[0]} images but labels of shape {labels.shape}"
+    )
   if labels.size and (labels.min() < 0 or labels.max() >= NUM_CLASSES):
     raise CifarFormatError(f"{path}: labels outside 0..{NUM_CLASSES - 1}")
   images = data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
   return np.ascontiguousarray(images), labels.astype(np.int32)
 
 
-def write_batch(path: str | os.PathLike, images: np.ndarray,
-                labels: np.ndarray, batch_label: str = "test fixture") -> None:
+def write_batch(
+  path: str | os.PathLike,
+  images: np.ndarray,
+  labels: np.ndarray,
+  batch_label: str = "test fixture",
+) -> None:
   """Writes a batch in the standard format (inverse of `read_batch`)."""
   images = np.asarray(images, np.uint8)
   data = images.transpose(0, 3, 1, 2).reshape(images.shape[0], -1)
-  batch = {b"batch_label": batch_label.encode(), b"labels": [int(y) for y in
-                                                               labels],
-           b"data": data,
-           b"filenames": [f"{i}.png".encode() for i in range(len(labels))]}
+  batch = {
+    b"batch_label": batch_label.encode(),
+    b"labels": [int(y) for y in labels],
+    b"data": data,
+    b"filenames": [f"{i}.png".encode() for i in range(len(labels))],
+  }
   with open(path, "wb") as f:
     pickle.dump(batch, f, protocol=2)
 
@@ -145,7 +166,8 @@ def write_batch(path: str | os.PathLike, images: np.ndarray,
 def _batches_folder(root: pathlib.Path) -> pathlib.Path:
   """`root` if it holds the batch files, else `root/cifar-10-batches-py`."""
   if (root / TEST_BATCH).exists() or any(
-      (root / name).exists() for name in TRAIN_BATCHES):
+    (root / name).exists() for name in TRAIN_BATCHES
+  ):
     return root
   return root / FOLDER
 
@@ -162,24 +184,30 @@ def find_batches(folder: str | os.PathLike) -> BatchReport:
   missing = tuple(n for n in TRAIN_BATCHES if n not in present)
   if not present or not (folder / TEST_BATCH).is_file():
     absent = ([TEST_BATCH] if not (folder / TEST_BATCH).is_file() else []) + (
-        ["any of " + ", ".join(TRAIN_BATCHES)] if not present else [])
+      ["any of " + ", ".join(TRAIN_BATCHES)] if not present else []
+    )
     raise FileNotFoundError(
-        f"CIFAR-10: {folder} lacks {' and '.join(absent)} (it has: "
-        f"{files.listing(folder)}). Put the standard python batches "
-        f"({FOLDER}/ from {URL}) in a folder and "
-        f"{files.how_to_provide('cifar10')}.")
+      f"CIFAR-10: {folder} lacks {' and '.join(absent)} (it has: "
+      f"{files.listing(folder)}). Put the standard python batches "
+      f"({FOLDER}/ from {URL}) in a folder and "
+      f"{files.how_to_provide('cifar10')}."
+    )
   return BatchReport(folder, present, missing)
 
 
 def _extract(archive_path: pathlib.Path, into: pathlib.Path) -> None:
   with tarfile.open(archive_path, "r:gz") as tar:
-    members = [m for m in tar.getmembers()
-               if m.name.startswith(FOLDER + "/") and m.isfile()]
+    members = [
+      m
+      for m in tar.getmembers()
+      if m.name.startswith(FOLDER + "/") and m.isfile()
+    ]
     tar.extractall(into, members=members, filter="data")
 
 
-def resolve_folder(data_dir=None, cache_dir=None,
-                   download: bool = True) -> pathlib.Path:
+def resolve_folder(
+  data_dir=None, cache_dir=None, download: bool = True
+) -> pathlib.Path:
   """The folder to read: `data_dir`, `$DATA_DIR/cifar10`, or the cache."""
   folder = files.data_folder(data_dir, "cifar10")
   if folder is not None:
@@ -191,9 +219,11 @@ def resolve_folder(data_dir=None, cache_dir=None,
   return cache / FOLDER
 
 
-def load_cifar10(data_dir: str | os.PathLike | None = None,
-                 cache_dir: str | os.PathLike | None = None,
-                 download: bool = True) -> dict[str, np.ndarray]:
+def load_cifar10(
+  data_dir: str | os.PathLike | None = None,
+  cache_dir: str | os.PathLike | None = None,
+  download: bool = True,
+) -> dict[str, np.ndarray]:
   """Loads CIFAR-10 as float images in [0, 1] (NHWC) and int32 labels.
 
   Args:
@@ -213,25 +243,37 @@ def load_cifar10(data_dir: str | os.PathLike | None = None,
   test_images, test_labels = read_batch(report.folder / TEST_BATCH)
   train_images = np.concatenate([images for images, _ in train])
   train_labels = np.concatenate([labels for _, labels in train])
-  sizes = ", ".join(f"{name} ({len(labels)})" for name, (_, labels) in
-                    zip(report.train_batches, train))
-  message = (f"CIFAR-10 from {report.folder}: training batches {sizes}; "
-             f"test_batch ({len(test_labels)}).")
-  short = [name for name, (_, labels) in zip(report.train_batches, train)
-           if len(labels) < IMAGES_PER_BATCH]
+  sizes = ", ".join(
+    f"{name} ({len(labels)})"
+    for name, (_, labels) in zip(report.train_batches, train)
+  )
+  message = (
+    f"CIFAR-10 from {report.folder}: training batches {sizes}; "
+    f"test_batch ({len(test_labels)})."
+  )
+  short = [
+    name
+    for name, (_, labels) in zip(report.train_batches, train)
+    if len(labels) < IMAGES_PER_BATCH
+  ]
   if len(test_labels) < IMAGES_PER_BATCH:
     short.append(TEST_BATCH)
   if report.missing_train_batches or short:
     logging.warning(
-        "%s This is a SUBSET of CIFAR-10 (%d of 50,000 training and %d of "
-        "10,000 test images): missing %s; partial %s.", message,
-        len(train_labels), len(test_labels),
-        ", ".join(report.missing_train_batches) or "none",
-        ", ".join(short) or "none")
+      "%s This is a SUBSET of CIFAR-10 (%d of 50,000 training and %d of "
+      "10,000 test images): missing %s; partial %s.",
+      message,
+      len(train_labels),
+      len(test_labels),
+      ", ".join(report.missing_train_batches) or "none",
+      ", ".join(short) or "none",
+    )
   else:
     logging.info("%s The full set.", message)
   scale = np.float32(1 / 255)
-  return {"train_images": train_images.astype(np.float32) * scale,
-          "train_labels": train_labels,
-          "test_images": test_images.astype(np.float32) * scale,
-          "test_labels": test_labels}
+  return {
+    "train_images": train_images.astype(np.float32) * scale,
+    "train_labels": train_labels,
+    "test_images": test_images.astype(np.float32) * scale,
+    "test_labels": test_labels,
+  }

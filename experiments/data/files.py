@@ -17,13 +17,13 @@ their files are missing, the error names the files and where to put them.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 import contextlib
 import hashlib
 import os
 import pathlib
 import shutil
 import tempfile
-from typing import Iterator
 import urllib.error
 import urllib.request
 
@@ -44,12 +44,14 @@ def cache_dir(name: str) -> pathlib.Path:
   if os.environ.get(CACHE_ENV):
     return pathlib.Path(os.environ[CACHE_ENV]).expanduser() / name
   root = os.environ.get("XDG_CACHE_HOME") or os.path.join(
-      os.path.expanduser("~"), ".cache")
+    os.path.expanduser("~"), ".cache"
+  )
   return pathlib.Path(root) / "rtrl_rls" / name
 
 
-def data_folder(data_dir: str | os.PathLike | None,
-                name: str) -> pathlib.Path | None:
+def data_folder(
+  data_dir: str | os.PathLike | None, name: str
+) -> pathlib.Path | None:
   """`data_dir` if given, else `$DATA_DIR/NAME` if set, else None (cache)."""
   if data_dir:
     return pathlib.Path(data_dir).expanduser()
@@ -60,8 +62,10 @@ def data_folder(data_dir: str | os.PathLike | None,
 
 def how_to_provide(name: str) -> str:
   """The end of every "files not found" error: where the files may go."""
-  return (f"pass that folder as data_dir (--config.data_dir=FOLDER), or set "
-          f"DATA_DIR so that $DATA_DIR/{name} is that folder")
+  return (
+    f"pass that folder as data_dir (--config.data_dir=FOLDER), or set "
+    f"DATA_DIR so that $DATA_DIR/{name} is that folder"
+  )
 
 
 def listing(folder: pathlib.Path) -> str:
@@ -72,8 +76,9 @@ def listing(folder: pathlib.Path) -> str:
 
 
 @contextlib.contextmanager
-def fetched(url: str, folder: str | os.PathLike,
-            timeout: float = 120.0) -> Iterator[pathlib.Path]:
+def fetched(
+  url: str, folder: str | os.PathLike, timeout: float = 120.0
+) -> Iterator[pathlib.Path]:
   """Downloads `url` into a temporary file in `folder`, removed on exit.
 
   Raises:
@@ -82,8 +87,10 @@ def fetched(url: str, folder: str | os.PathLike,
   fd, tmp = tempfile.mkstemp(dir=folder, suffix=".part")
   try:
     try:
-      with os.fdopen(fd, "wb") as out, urllib.request.urlopen(
-          url, timeout=timeout) as response:
+      with (
+        os.fdopen(fd, "wb") as out,
+        urllib.request.urlopen(url, timeout=timeout) as response,
+      ):
         shutil.copyfileobj(response, out)
     except (urllib.error.URLError, OSError, ValueError) as e:
       raise FileNotFoundError(f"could not download {url} ({e})") from e
@@ -93,8 +100,9 @@ def fetched(url: str, folder: str | os.PathLike,
       os.remove(tmp)
 
 
-def download_verified(url: str, md5: str, target: pathlib.Path,
-                      timeout: float = 120.0) -> None:
+def download_verified(
+  url: str, md5: str, target: pathlib.Path, timeout: float = 120.0
+) -> None:
   """Downloads `url` to `target` if its md5 matches; else writes nothing.
 
   Raises:
@@ -110,8 +118,9 @@ def download_verified(url: str, md5: str, target: pathlib.Path,
     os.replace(tmp, target)
 
 
-def cached_archive(url: str, md5: str, cache: pathlib.Path,
-                   download: bool, what: str) -> pathlib.Path:
+def cached_archive(
+  url: str, md5: str, cache: pathlib.Path, download: bool, what: str
+) -> pathlib.Path:
   """Path of the verified archive in `cache`, downloading it if allowed.
 
   An archive already in the cache is trusted only if its md5 matches.
@@ -121,16 +130,20 @@ def cached_archive(url: str, md5: str, cache: pathlib.Path,
     if md5_of(target) == md5:
       return target
     if not download:
-      raise FileNotFoundError(f"{what}: {target} has the wrong md5 (expected "
-                              f"{md5}); delete it or pass data_dir.")
+      raise FileNotFoundError(
+        f"{what}: {target} has the wrong md5 (expected "
+        f"{md5}); delete it or pass data_dir."
+      )
   if not download:
     raise FileNotFoundError(
-        f"{what}: no data_dir given, DATA_DIR unset, {target} absent and "
-        f"downloads are off. Pass data_dir, or allow the download of {url}.")
+      f"{what}: no data_dir given, DATA_DIR unset, {target} absent and "
+      f"downloads are off. Pass data_dir, or allow the download of {url}."
+    )
   try:
     download_verified(url, md5, target)
   except FileNotFoundError as e:
     raise FileNotFoundError(
-        f"{what}: {e}. Put the archive at {target} yourself "
-        f"(md5 {md5}), or pass data_dir / set DATA_DIR.") from e
+      f"{what}: {e}. Put the archive at {target} yourself "
+      f"(md5 {md5}), or pass data_dir / set DATA_DIR."
+    ) from e
   return target

@@ -36,12 +36,12 @@ length) starts in about a second.
 from __future__ import annotations
 
 import collections
+from collections.abc import Iterable
 import hashlib
 import os
 import pathlib
 import re
 import tarfile
-from typing import Iterable
 
 from absl import logging
 import numpy as np
@@ -50,8 +50,11 @@ from experiments.data import files
 
 URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
 MD5 = "7c2ac02c03563afcf9b574c7e56c153a"
-ARCHIVE_NAMES = ("aclImdb_v1.tar.gz", "aclImdb_labeled.tar.gz",
-                 "aclImdb.tar.gz")
+ARCHIVE_NAMES = (
+  "aclImdb_v1.tar.gz",
+  "aclImdb_labeled.tar.gz",
+  "aclImdb.tar.gz",
+)
 SPLITS = ("train", "test")
 LABELS = {"neg": 0, "pos": 1}
 PAD_ID = 0
@@ -100,15 +103,21 @@ def read_reviews_from_folder(folder: pathlib.Path) -> dict:
       sub = folder / split / label
       if not sub.is_dir():
         raise FileNotFoundError(
-            f"IMDB: {sub} is missing; an aclImdb folder needs "
-            "{train,test}/{pos,neg}/*.txt.")
-      files = sorted((p for p in sub.iterdir() if p.suffix == ".txt"),
-                     key=lambda p: _review_sort_key(p.name))
+          f"IMDB: {sub} is missing; an aclImdb folder needs "
+          "{train,test}/{pos,neg}/*.txt."
+        )
+      files = sorted(
+        (p for p in sub.iterdir() if p.suffix == ".txt"),
+        key=lambda p: _review_sort_key(p.name),
+      )
       if not files:
-        raise ValueError(f"IMDB: review folder {sub} is empty (no .txt "
-                         "files); the dataset is incomplete.")
-      reviews[split, label] = [p.read_text(encoding="utf-8", errors="replace")
-                               for p in files]
+        raise ValueError(
+          f"IMDB: review folder {sub} is empty (no .txt "
+          "files); the dataset is incomplete."
+        )
+      reviews[split, label] = [
+        p.read_text(encoding="utf-8", errors="replace") for p in files
+      ]
   return reviews
 
 
@@ -121,25 +130,33 @@ def read_reviews_from_archive(path: pathlib.Path) -> dict:
         where = member.isfile() and _review_path_parts(member.name)
         if where:
           data = tar.extractfile(member).read()
-          named[where].append((_review_sort_key(member.name),
-                               data.decode("utf-8", errors="replace")))
+          named[where].append(
+            (
+              _review_sort_key(member.name),
+              data.decode("utf-8", errors="replace"),
+            )
+          )
   except (tarfile.TarError, OSError, EOFError) as e:
-    raise ValueError(f"IMDB: cannot read archive {path} ({e}); is it a "
-                     "truncated download?") from e
+    raise ValueError(
+      f"IMDB: cannot read archive {path} ({e}); is it a truncated download?"
+    ) from e
   reviews = {}
   for split in SPLITS:
     for label in LABELS:
       items = sorted(named.get((split, label), []))
       if not items:
-        raise ValueError(f"IMDB: archive {path} has no reviews in "
-                         f"aclImdb/{split}/{label}/; the dataset is "
-                         "incomplete.")
+        raise ValueError(
+          f"IMDB: archive {path} has no reviews in "
+          f"aclImdb/{split}/{label}/; the dataset is "
+          "incomplete."
+        )
       reviews[split, label] = [text for _, text in items]
   return reviews
 
 
-def find_source(data_dir=None, cache_dir=None,
-                download: bool = True) -> pathlib.Path:
+def find_source(
+  data_dir=None, cache_dir=None, download: bool = True
+) -> pathlib.Path:
   """The `aclImdb/` folder or `.tar.gz` to read (see the module docstring)."""
   root = files.data_folder(data_dir, "imdb")
   if root is None:
@@ -154,10 +171,11 @@ def find_source(data_dir=None, cache_dir=None,
     if (root / name).is_file():
       return root / name
   raise FileNotFoundError(
-      f"IMDB: {root} holds neither an aclImdb/ folder nor one of "
-      f"{ARCHIVE_NAMES} ({files.listing(root)}). Put the Large Movie Review "
-      f"Dataset ({URL}, md5 {MD5}) in a folder and "
-      f"{files.how_to_provide('imdb')}.")
+    f"IMDB: {root} holds neither an aclImdb/ folder nor one of "
+    f"{ARCHIVE_NAMES} ({files.listing(root)}). Put the Large Movie Review "
+    f"Dataset ({URL}, md5 {MD5}) in a folder and "
+    f"{files.how_to_provide('imdb')}."
+  )
 
 
 def read_reviews(source: pathlib.Path) -> dict:
@@ -179,32 +197,44 @@ def _source_key(source: pathlib.Path) -> str:
   text = f"{source.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
   if source.is_dir():  # A folder's mtime misses edits inside it.
     text += "|" + "|".join(
-        f"{s}/{l}:{len(os.listdir(source / s / l))}" for s in SPLITS
-        for l in LABELS if (source / s / l).is_dir())
+      f"{s}/{l}:{len(os.listdir(source / s / l))}"
+      for s in SPLITS
+      for l in LABELS
+      if (source / s / l).is_dir()
+    )
   return hashlib.sha1(f"{CACHE_VERSION}|{text}".encode()).hexdigest()[:16]
 
 
 def _build_corpus(source: pathlib.Path) -> dict:
   """Reads and tokenises every review (see `tokenized_corpus`)."""
   reviews = read_reviews(source)
-  tokens = {split: [tokenize(t) for label in LABELS for t in reviews[split,
-                                                                     label]]
-            for split in SPLITS}
+  tokens = {
+    split: [tokenize(t) for label in LABELS for t in reviews[split, label]]
+    for split in SPLITS
+  }
   train_words = build_vocabulary(tokens["train"])
-  test_only = sorted(set(w for r in tokens["test"] for w in r)
-                     - set(train_words))
+  test_only = sorted(
+    set(w for r in tokens["test"] for w in r) - set(train_words)
+  )
   words = train_words + test_only
   rank = {w: i for i, w in enumerate(words)}
-  corpus = {"words": np.asarray(words, dtype=str),
-            "num_train_words": np.asarray(len(train_words), np.int64)}
+  corpus = {
+    "words": np.asarray(words, dtype=str),
+    "num_train_words": np.asarray(len(train_words), np.int64),
+  }
   for split in SPLITS:
     corpus[f"{split}_ranks"] = np.asarray(
-        [rank[w] for r in tokens[split] for w in r], np.int32)
-    corpus[f"{split}_lengths"] = np.asarray([len(r) for r in tokens[split]],
-                                            np.int32)
+      [rank[w] for r in tokens[split] for w in r], np.int32
+    )
+    corpus[f"{split}_lengths"] = np.asarray(
+      [len(r) for r in tokens[split]], np.int32
+    )
     corpus[f"{split}_labels"] = np.concatenate(
-        [np.full(len(reviews[split, label]), value, np.int32)
-         for label, value in LABELS.items()])
+      [
+        np.full(len(reviews[split, label]), value, np.int32)
+        for label, value in LABELS.items()
+      ]
+    )
   return corpus
 
 
@@ -244,9 +274,15 @@ def tokenized_corpus(source: pathlib.Path, cache_dir=None) -> dict:
   return corpus
 
 
-def encode(ranks: np.ndarray, lengths: np.ndarray, vocab_size: int,
-           max_length: int, num_train_words: int, truncate: str = "pre",
-           pad: str = "pre") -> np.ndarray:
+def encode(
+  ranks: np.ndarray,
+  lengths: np.ndarray,
+  vocab_size: int,
+  max_length: int,
+  num_train_words: int,
+  truncate: str = "pre",
+  pad: str = "pre",
+) -> np.ndarray:
   """Fixed-length id sequences from concatenated word ranks.
 
   Args:
@@ -267,23 +303,25 @@ def encode(ranks: np.ndarray, lengths: np.ndarray, vocab_size: int,
   out = np.full((len(lengths), max_length), PAD_ID, np.int32)
   ends = np.cumsum(lengths)
   for i, (end, n) in enumerate(zip(ends, lengths)):
-    review = ids[end - n:end]
+    review = ids[end - n : end]
     review = review[-max_length:] if truncate == "pre" else review[:max_length]
     if len(review):
       if pad == "pre":
-        out[i, max_length - len(review):] = review
+        out[i, max_length - len(review) :] = review
       else:
-        out[i, :len(review)] = review
+        out[i, : len(review)] = review
   return out
 
 
 def check_sequence_args(vocab_size, max_length, truncate="pre", pad="pre"):
   if int(max_length) < 1:
-    raise ValueError(f"max_length (the sequence length) must be >= 1, got "
-                     f"{max_length}.")
+    raise ValueError(
+      f"max_length (the sequence length) must be >= 1, got {max_length}."
+    )
   if int(vocab_size) < NUM_SPECIAL + 1:
-    raise ValueError(f"vocab_size must be >= 3 (padding, OOV and one word), "
-                     f"got {vocab_size}.")
+    raise ValueError(
+      f"vocab_size must be >= 3 (padding, OOV and one word), got {vocab_size}."
+    )
   for name, value in (("truncate", truncate), ("pad", pad)):
     if value not in ("pre", "post"):
       raise ValueError(f"{name} must be 'pre' or 'post', got {value!r}.")
@@ -300,11 +338,15 @@ def decode(ids: Iterable[int], words: np.ndarray) -> list[str]:
   return out
 
 
-def load_imdb(data_dir: str | os.PathLike | None = None,
-              vocab_size: int = 20_000, max_length: int = 200,
-              truncate: str = "pre", pad: str = "pre",
-              cache_dir: str | os.PathLike | None = None,
-              download: bool = True) -> dict[str, np.ndarray]:
+def load_imdb(
+  data_dir: str | os.PathLike | None = None,
+  vocab_size: int = 20_000,
+  max_length: int = 200,
+  truncate: str = "pre",
+  pad: str = "pre",
+  cache_dir: str | os.PathLike | None = None,
+  download: bool = True,
+) -> dict[str, np.ndarray]:
   """Loads IMDB as padded id sequences.
 
   Args:
@@ -325,15 +367,26 @@ def load_imdb(data_dir: str | os.PathLike | None = None,
   source = find_source(data_dir, cache_dir, download)
   corpus = tokenized_corpus(source, cache_dir)
   num_train_words = int(corpus["num_train_words"])
-  result = {"words": corpus["words"][:min(vocab_size - NUM_SPECIAL,
-                                          num_train_words)]}
+  result = {
+    "words": corpus["words"][: min(vocab_size - NUM_SPECIAL, num_train_words)]
+  }
   for split in SPLITS:
     result[f"{split}_tokens"] = encode(
-        corpus[f"{split}_ranks"], corpus[f"{split}_lengths"], vocab_size,
-        max_length, num_train_words, truncate, pad)
+      corpus[f"{split}_ranks"],
+      corpus[f"{split}_lengths"],
+      vocab_size,
+      max_length,
+      num_train_words,
+      truncate,
+      pad,
+    )
     result[f"{split}_labels"] = corpus[f"{split}_labels"]
-  logging.info("IMDB from %s: %d train / %d test reviews, vocabulary %d, "
-               "length %d", source, len(result["train_labels"]),
-               len(result["test_labels"]), vocab_size, max_length)
+  logging.info(
+    "IMDB from %s: %d train / %d test reviews, vocabulary %d, length %d",
+    source,
+    len(result["train_labels"]),
+    len(result["test_labels"]),
+    vocab_size,
+    max_length,
+  )
   return result
-

@@ -21,34 +21,36 @@ from experiments.data import files
 
 # Split name -> (file name without `.gz`, md5 of the canonical `.gz` archive).
 FILES = {
-    "train_images": ("train-images-idx3-ubyte",
-                     "f68b3c2dcbeaaa9fbdd348bbdeb94873"),
-    "train_labels": ("train-labels-idx1-ubyte",
-                     "d53e105ee54ea40749a09fcbcd1e9432"),
-    "test_images": ("t10k-images-idx3-ubyte",
-                    "9fb629c4189551a2d022fa330f9573f3"),
-    "test_labels": ("t10k-labels-idx1-ubyte",
-                    "ec29112dd5afa0611ce80d1b7f02629c"),
+  "train_images": (
+    "train-images-idx3-ubyte",
+    "f68b3c2dcbeaaa9fbdd348bbdeb94873",
+  ),
+  "train_labels": (
+    "train-labels-idx1-ubyte",
+    "d53e105ee54ea40749a09fcbcd1e9432",
+  ),
+  "test_images": ("t10k-images-idx3-ubyte", "9fb629c4189551a2d022fa330f9573f3"),
+  "test_labels": ("t10k-labels-idx1-ubyte", "ec29112dd5afa0611ce80d1b7f02629c"),
 }
 
 # Canonical copies of the same four archives (identical md5s). Yann LeCun's
 # original site is listed last because it often refuses scripted downloads.
 MIRRORS = (
-    "https://ossci-datasets.s3.amazonaws.com/mnist/",
-    "https://storage.googleapis.com/cvdf-datasets/mnist/",
-    "http://yann.lecun.com/exdb/mnist/",
+  "https://ossci-datasets.s3.amazonaws.com/mnist/",
+  "https://storage.googleapis.com/cvdf-datasets/mnist/",
+  "http://yann.lecun.com/exdb/mnist/",
 )
 
 NUM_CLASSES = 10
 
 # IDX type byte -> numpy big-endian dtype (the IDX format is big-endian).
 _IDX_DTYPES = {
-    0x08: np.dtype(">u1"),
-    0x09: np.dtype(">i1"),
-    0x0B: np.dtype(">i2"),
-    0x0C: np.dtype(">i4"),
-    0x0D: np.dtype(">f4"),
-    0x0E: np.dtype(">f8"),
+  0x08: np.dtype(">u1"),
+  0x09: np.dtype(">i1"),
+  0x0B: np.dtype(">i2"),
+  0x0C: np.dtype(">i4"),
+  0x0D: np.dtype(">f4"),
+  0x0E: np.dtype(">f8"),
 }
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -73,23 +75,26 @@ def parse_idx(data: bytes, name: str = "<bytes>") -> np.ndarray:
   """
   if len(data) < 4 or data[0] != 0 or data[1] != 0:
     raise IdxFormatError(
-        f"{name}: not an IDX file (magic number must start with two zero "
-        f"bytes, got {data[:4]!r}); is it a truncated or HTML download?")
+      f"{name}: not an IDX file (magic number must start with two zero "
+      f"bytes, got {data[:4]!r}); is it a truncated or HTML download?"
+    )
   type_code, ndim = data[2], data[3]
   if type_code not in _IDX_DTYPES:
     raise IdxFormatError(f"{name}: unknown IDX type code 0x{type_code:02x}")
   header_size = 4 + 4 * ndim
   if len(data) < header_size:
-    raise IdxFormatError(f"{name}: truncated header ({len(data)} bytes for "
-                         f"{ndim} dimensions)")
+    raise IdxFormatError(
+      f"{name}: truncated header ({len(data)} bytes for {ndim} dimensions)"
+    )
   shape = tuple(int(s) for s in np.frombuffer(data, ">u4", ndim, offset=4))
   dtype = _IDX_DTYPES[type_code]
   expected = header_size + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
   if len(data) != expected:
     raise IdxFormatError(
-        f"{name}: header says shape {shape} of {dtype} ({expected} bytes in "
-        f"all) but the file has {len(data)} bytes; the file is corrupt or "
-        f"truncated")
+      f"{name}: header says shape {shape} of {dtype} ({expected} bytes in "
+      f"all) but the file has {len(data)} bytes; the file is corrupt or "
+      f"truncated"
+    )
   values = np.frombuffer(data, dtype, offset=header_size).reshape(shape)
   return values.astype(dtype.newbyteorder("="))
 
@@ -101,13 +106,15 @@ def encode_idx(array: np.ndarray) -> bytes:
   code = codes.get(array.dtype.newbyteorder("="))
   if code is None:
     raise ValueError(f"IDX cannot store dtype {array.dtype}")
-  header = bytes([0, 0, code, array.ndim]) + np.asarray(
-      array.shape, ">u4").tobytes()
+  header = (
+    bytes([0, 0, code, array.ndim]) + np.asarray(array.shape, ">u4").tobytes()
+  )
   return header + array.astype(_IDX_DTYPES[code]).tobytes()
 
 
-def write_idx(path: str | os.PathLike, array: np.ndarray,
-              compress: bool | None = None) -> None:
+def write_idx(
+  path: str | os.PathLike, array: np.ndarray, compress: bool | None = None
+) -> None:
   """Writes `array` as an IDX file, gzipped if `compress` (default: `.gz`)."""
   data = encode_idx(array)
   if compress if compress is not None else str(path).endswith(".gz"):
@@ -138,16 +145,19 @@ def _find(folder: pathlib.Path, base: str) -> pathlib.Path | None:
   return next((p for p in _candidates(folder, base) if p.is_file()), None)
 
 
-def _missing_files_message(folder: pathlib.Path, missing: list[str],
-                           why: str) -> str:
-  lines = [f"MNIST: {why}",
-           f"Missing in {folder}: " + ", ".join(f"{m}.gz" for m in missing),
-           "Fix one of:",
-           "  * put the four standard files (gzipped or not) "
-           f"{', '.join(base + '.gz' for base, _ in FILES.values())} "
-           f"in a folder and {files.how_to_provide('mnist')};",
-           f"  * or allow a download into {folder} from "
-           f"{MIRRORS[0]} (the md5s are checked)."]
+def _missing_files_message(
+  folder: pathlib.Path, missing: list[str], why: str
+) -> str:
+  lines = [
+    f"MNIST: {why}",
+    f"Missing in {folder}: " + ", ".join(f"{m}.gz" for m in missing),
+    "Fix one of:",
+    "  * put the four standard files (gzipped or not) "
+    f"{', '.join(base + '.gz' for base, _ in FILES.values())} "
+    f"in a folder and {files.how_to_provide('mnist')};",
+    f"  * or allow a download into {folder} from "
+    f"{MIRRORS[0]} (the md5s are checked).",
+  ]
   return "\n".join(lines)
 
 
@@ -156,8 +166,9 @@ def _download(base: str, md5: str, folder: pathlib.Path) -> list[str]:
   errors = []
   for mirror in MIRRORS:
     try:
-      files.download_verified(mirror + f"{base}.gz", md5,
-                              folder / f"{base}.gz", timeout=60.0)
+      files.download_verified(
+        mirror + f"{base}.gz", md5, folder / f"{base}.gz", timeout=60.0
+      )
       return []
     except FileNotFoundError as e:
       errors.append(str(e))
@@ -169,9 +180,14 @@ def _files_in_data_folder(folder: pathlib.Path) -> dict:
   found = {split: _find(folder, base) for split, (base, _) in FILES.items()}
   missing = [FILES[s][0] for s, p in found.items() if p is None]
   if missing:
-    raise FileNotFoundError(_missing_files_message(
-        folder, missing, f"data folder {folder} is incomplete "
-        "(data folders are read as they are, never downloaded into)."))
+    raise FileNotFoundError(
+      _missing_files_message(
+        folder,
+        missing,
+        f"data folder {folder} is incomplete "
+        "(data folders are read as they are, never downloaded into).",
+      )
+    )
   return found
 
 
@@ -187,9 +203,14 @@ def _files_in_cache(folder: pathlib.Path, download: bool) -> dict:
       missing.append(base)
     found[split] = path
   if missing:
-    why = ("no data_dir given, DATA_DIR unset, and the download failed:\n  "
-           + "\n  ".join(errors)) if download else (
-               "no data_dir given, DATA_DIR unset, and downloads are off.")
+    why = (
+      (
+        "no data_dir given, DATA_DIR unset, and the download failed:\n  "
+        + "\n  ".join(errors)
+      )
+      if download
+      else ("no data_dir given, DATA_DIR unset, and downloads are off.")
+    )
     raise FileNotFoundError(_missing_files_message(folder, missing, why))
   return found
 
@@ -203,9 +224,11 @@ def _resolve_files(data_dir, cache_dir, download: bool) -> dict:
   return _files_in_cache(cache, download)
 
 
-def load_mnist(data_dir: str | os.PathLike | None = None,
-               cache_dir: str | os.PathLike | None = None,
-               download: bool = True) -> dict[str, np.ndarray]:
+def load_mnist(
+  data_dir: str | os.PathLike | None = None,
+  cache_dir: str | os.PathLike | None = None,
+  download: bool = True,
+) -> dict[str, np.ndarray]:
   """Loads MNIST as flat float images in [0, 1] and int32 labels.
 
   Args:
@@ -230,16 +253,21 @@ def load_mnist(data_dir: str | os.PathLike | None = None,
     images = arrays[f"{part}_images"]
     labels = arrays[f"{part}_labels"]
     if images.ndim != 3 or images.dtype != np.uint8:
-      raise IdxFormatError(f"{paths[part + '_images']}: expected uint8 images "
-                           f"(n, rows, cols), got {images.dtype} {images.shape}")
+      raise IdxFormatError(
+        f"{paths[part + '_images']}: expected uint8 images "
+        f"(n, rows, cols), got {images.dtype} {images.shape}"
+      )
     if labels.ndim != 1 or labels.shape[0] != images.shape[0]:
       raise IdxFormatError(
-          f"{paths[part + '_labels']}: expected {images.shape[0]} labels (one "
-          f"per image), got shape {labels.shape}")
+        f"{paths[part + '_labels']}: expected {images.shape[0]} labels (one "
+        f"per image), got shape {labels.shape}"
+      )
     if labels.size and (labels.min() < 0 or labels.max() >= NUM_CLASSES):
-      raise IdxFormatError(f"{paths[part + '_labels']}: labels outside "
-                           f"0..{NUM_CLASSES - 1}")
-    result[f"{part}_images"] = (images.reshape(images.shape[0], -1)
-                                .astype(np.float32) / np.float32(255.0))
+      raise IdxFormatError(
+        f"{paths[part + '_labels']}: labels outside 0..{NUM_CLASSES - 1}"
+      )
+    result[f"{part}_images"] = images.reshape(images.shape[0], -1).astype(
+      np.float32
+    ) / np.float32(255.0)
     result[f"{part}_labels"] = labels.astype(np.int32)
   return result

@@ -30,13 +30,16 @@ PTB_FILE = "ptb_8ok_rhn256_b32.csv"
 NUM_SEEDS = 5
 # What each file holds: our metric name -> the file's column prefix.
 COPY_METRICS = {"curriculum_length": "T", "error_ema_bits": "loss_ema_bits"}
-PTB_METRICS = {"train_loss_ema_bits": "train_loss_ema_bits",
-               "valid_bpc": "valid_bpc"}
+PTB_METRICS = {
+  "train_loss_ema_bits": "train_loss_ema_bits",
+  "valid_bpc": "valid_bpc",
+}
 
 
 class OfficialLog(NamedTuple):
   """`steps` (S,) and, per metric, values (S, 5 seeds), NaN where a seed's
   log has no value at that step."""
+
   steps: np.ndarray
   values: dict[str, np.ndarray]
 
@@ -62,8 +65,9 @@ def find_dir(data_dir: str | None = None) -> pathlib.Path:
   if (folder / COPY_FILE).is_file() and (folder / PTB_FILE).is_file():
     return folder
   raise FileNotFoundError(
-      f"the official OK logs ({COPY_FILE}, {PTB_FILE}) were not found in "
-      f"{folder}. {files.how_to_provide(NAME)}")
+    f"the official OK logs ({COPY_FILE}, {PTB_FILE}) were not found in "
+    f"{folder}. {files.how_to_provide(NAME)}"
+  )
 
 
 def read(path: str | os.PathLike, metrics: dict[str, str]) -> OfficialLog:
@@ -72,16 +76,24 @@ def read(path: str | os.PathLike, metrics: dict[str, str]) -> OfficialLog:
     rows = list(csv.DictReader(f))
   if not rows:
     raise ValueError(f"{path}: no rows")
-  missing = [f"{prefix}_seed{s}" for prefix in metrics.values()
-             for s in range(1, NUM_SEEDS + 1)
-             if f"{prefix}_seed{s}" not in rows[0]]
+  missing = [
+    f"{prefix}_seed{s}"
+    for prefix in metrics.values()
+    for s in range(1, NUM_SEEDS + 1)
+    if f"{prefix}_seed{s}" not in rows[0]
+  ]
   if missing or "step" not in rows[0]:
     raise ValueError(f"{path}: missing columns {missing or ['step']}")
   number = lambda text: float(text) if text.strip() else np.nan
-  values = {name: np.array([[number(row[f"{prefix}_seed{s}"])
-                             for s in range(1, NUM_SEEDS + 1)]
-                            for row in rows])
-            for name, prefix in metrics.items()}
+  values = {
+    name: np.array(
+      [
+        [number(row[f"{prefix}_seed{s}"]) for s in range(1, NUM_SEEDS + 1)]
+        for row in rows
+      ]
+    )
+    for name, prefix in metrics.items()
+  }
   return OfficialLog(np.array([int(row["step"]) for row in rows]), values)
 
 

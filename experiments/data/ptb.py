@@ -33,17 +33,22 @@ from rtrl.tasks import ptb
 SPLITS = ("train", "valid", "test")
 FILE_NAMES = {split: f"ptb.char.{split}.txt" for split in SPLITS}
 NUM_SYMBOLS = {"train": 5_017_483, "valid": 393_043, "test": 442_424}
-NUM_SYMBOLS_OFFICIAL = {"train": 5_101_618, "valid": 399_782,
-                        "test": 449_945}
-MD5 = {"train": "874909f99060142f6b88cc74c34baaa2",
-       "valid": "9e0fe5bec2a8bf43fd686dc23d5ab8bb",
-       "test": "1f9a2d1afe00f76e8bfbe09a65439681"}
+NUM_SYMBOLS_OFFICIAL = {"train": 5_101_618, "valid": 399_782, "test": 449_945}
+MD5 = {
+  "train": "874909f99060142f6b88cc74c34baaa2",
+  "valid": "9e0fe5bec2a8bf43fd686dc23d5ab8bb",
+  "test": "1f9a2d1afe00f76e8bfbe09a65439681",
+}
 ARCHIVE_URL = "http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz"
 ARCHIVE_DIR = "simple-examples/data"  # where the archive keeps the files
 
 
-def read_file(path, split: str | None = None, verify_md5: bool = False,
-              layout: str = "standard") -> np.ndarray:
+def read_file(
+  path,
+  split: str | None = None,
+  verify_md5: bool = False,
+  layout: str = "standard",
+) -> np.ndarray:
   """Encodes one file in `layout` (`rtrl.tasks.ptb.LAYOUTS`); with
   `verify_md5` (needs `split`) checks it first.
 
@@ -58,16 +63,18 @@ def read_file(path, split: str | None = None, verify_md5: bool = False,
     actual = files.md5_of(path)
     if actual != MD5[split]:
       raise ValueError(
-          f"{path} has md5 {actual}, but the canonical {FILE_NAMES[split]} "
-          f"has {MD5[split]}: the file is corrupt or not the standard one. "
-          "Replace it (or delete it to re-download), or pass "
-          "verify_md5=False (config.verify_md5=False) to use it anyway.")
+        f"{path} has md5 {actual}, but the canonical {FILE_NAMES[split]} "
+        f"has {MD5[split]}: the file is corrupt or not the standard one. "
+        "Replace it (or delete it to re-download), or pass "
+        "verify_md5=False (config.verify_md5=False) to use it anyway."
+      )
   with open(path, encoding="utf-8") as f:
     return ptb.encode(f.read(), source=str(path), layout=layout)
 
 
-def _extract_verified(archive: pathlib.Path, url: str,
-                      into: pathlib.Path) -> None:
+def _extract_verified(
+  archive: pathlib.Path, url: str, into: pathlib.Path
+) -> None:
   """Writes the three files of `archive` into `into`, checking each md5.
 
   Raises:
@@ -83,8 +90,9 @@ def _extract_verified(archive: pathlib.Path, url: str,
       path.write_bytes(tar.extractfile(member).read())
       got = files.md5_of(path)
       if got != MD5[split]:
-        raise ValueError(f"{name} from {url} has md5 {got}, expected "
-                         f"{MD5[split]}")
+        raise ValueError(
+          f"{name} from {url} has md5 {got}, expected {MD5[split]}"
+        )
 
 
 def download(target_dir, url: str) -> pathlib.Path:
@@ -112,13 +120,16 @@ def _missing(folder: pathlib.Path) -> list[str]:
 
 def _missing_message(where: str) -> str:
   names = ", ".join(FILE_NAMES.values())
-  return (f"char-PTB files not found {where}. Put {names} (Mikolov's split, "
-          f"from {ARCHIVE_URL}, folder {ARCHIVE_DIR}) in a folder and "
-          f"{files.how_to_provide('ptb')}.")
+  return (
+    f"char-PTB files not found {where}. Put {names} (Mikolov's split, "
+    f"from {ARCHIVE_URL}, folder {ARCHIVE_DIR}) in a folder and "
+    f"{files.how_to_provide('ptb')}."
+  )
 
 
-def find_data_dir(data_dir: str | None = None, allow_download: bool = True
-                  ) -> pathlib.Path:
+def find_data_dir(
+  data_dir: str | None = None, allow_download: bool = True
+) -> pathlib.Path:
   """The folder holding the three files (see the module docstring).
 
   Raises:
@@ -127,36 +138,44 @@ def find_data_dir(data_dir: str | None = None, allow_download: bool = True
   folder = files.data_folder(data_dir, "ptb")
   if folder is not None:
     if _missing(folder):
-      raise FileNotFoundError(_missing_message(
-          f"in {folder} (missing: {_missing(folder)})"))
+      raise FileNotFoundError(
+        _missing_message(f"in {folder} (missing: {_missing(folder)})")
+      )
     return folder
   cache = files.cache_dir("ptb")
   if not _missing(cache):
     return cache
   if not allow_download:
-    raise FileNotFoundError(_missing_message(
-        f"in {cache} (DATA_DIR unset, downloads off)"))
+    raise FileNotFoundError(
+      _missing_message(f"in {cache} (DATA_DIR unset, downloads off)")
+    )
   try:
     print(f"Downloading char-PTB from {ARCHIVE_URL} into {cache} ...")
     return download(cache, ARCHIVE_URL)
   except FileNotFoundError as e:
-    raise FileNotFoundError(_missing_message(
-        f"in {cache}, and the download failed ({e})")) from e
+    raise FileNotFoundError(
+      _missing_message(f"in {cache}, and the download failed ({e})")
+    ) from e
 
 
 @functools.lru_cache(maxsize=8)
-def _load_split_cached(folder: str, split: str, verify_md5: bool,
-                       mtime: float, layout: str) -> np.ndarray:
+def _load_split_cached(
+  folder: str, split: str, verify_md5: bool, mtime: float, layout: str
+) -> np.ndarray:
   del mtime  # part of the cache key only
-  ids = read_file(pathlib.Path(folder) / FILE_NAMES[split], split, verify_md5,
-                  layout)
+  ids = read_file(
+    pathlib.Path(folder) / FILE_NAMES[split], split, verify_md5, layout
+  )
   ids.setflags(write=False)
   return ids
 
 
-def load_ptb_split(split: str, data_dir: str | None = None,
-                   verify_md5: bool = True, layout: str = "standard"
-                   ) -> np.ndarray:
+def load_ptb_split(
+  split: str,
+  data_dir: str | None = None,
+  verify_md5: bool = True,
+  layout: str = "standard",
+) -> np.ndarray:
   """`(num_symbols,)` uint8 ids of one split ('train', 'valid' or 'test'),
   in `layout` ("standard", or "official": the official OK code's data).
 
@@ -166,5 +185,6 @@ def load_ptb_split(split: str, data_dir: str | None = None,
   ptb.check_layout(layout)
   folder = find_data_dir(data_dir)
   path = folder / FILE_NAMES[split]
-  return _load_split_cached(str(folder), split, bool(verify_md5),
-                            path.stat().st_mtime, layout)
+  return _load_split_cached(
+    str(folder), split, bool(verify_md5), path.stat().st_mtime, layout
+  )

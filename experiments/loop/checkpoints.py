@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-import warnings
 from typing import Any
+import warnings
 
 import flax.serialization
 import jax
@@ -27,10 +27,10 @@ class CheckpointError(RuntimeError):
   """No checkpoint in a workdir could be read."""
 
 
-
 def checkpoint_path(workdir: str, step: int) -> str:
-  return os.path.join(workdir,
-                      f"{CHECKPOINT_PREFIX}{step:010d}{CHECKPOINT_SUFFIX}")
+  return os.path.join(
+    workdir, f"{CHECKPOINT_PREFIX}{step:010d}{CHECKPOINT_SUFFIX}"
+  )
 
 
 def save_checkpoint(workdir: str, step: int, target: Any, keep: int = 2) -> str:
@@ -44,8 +44,9 @@ def save_checkpoint(workdir: str, step: int, target: Any, keep: int = 2) -> str:
   data = flax.serialization.to_bytes(jax.device_get(target))
   path = checkpoint_path(workdir, step)
   write_atomic(path, data)
-  write_atomic(path + CHECKSUM_SUFFIX,
-               hashlib.sha256(data).hexdigest().encode())
+  write_atomic(
+    path + CHECKSUM_SUFFIX, hashlib.sha256(data).hexdigest().encode()
+  )
   for old in checkpoint_paths(workdir)[:-keep]:
     for p in (old, old + CHECKSUM_SUFFIX):
       if os.path.exists(p):
@@ -57,15 +58,17 @@ def checkpoint_paths(workdir: str) -> list[str]:
   """Checkpoint files of `workdir`, oldest first."""
   if not os.path.isdir(workdir):
     return []
-  names = sorted(n for n in os.listdir(workdir)
-                 if n.startswith(CHECKPOINT_PREFIX)
-                 and n.endswith(CHECKPOINT_SUFFIX))
+  names = sorted(
+    n
+    for n in os.listdir(workdir)
+    if n.startswith(CHECKPOINT_PREFIX) and n.endswith(CHECKPOINT_SUFFIX)
+  )
   return [os.path.join(workdir, n) for n in names]
 
 
 def _step_of(path: str) -> int:
   name = os.path.basename(path)
-  return int(name[len(CHECKPOINT_PREFIX):-len(CHECKPOINT_SUFFIX)])
+  return int(name[len(CHECKPOINT_PREFIX) : -len(CHECKPOINT_SUFFIX)])
 
 
 def latest_checkpoint_step(workdir: str) -> int | None:
@@ -84,14 +87,17 @@ def read_checkpoint_file(path: str) -> Any:
     data = f.read()
   sidecar = path + CHECKSUM_SUFFIX
   if not os.path.exists(sidecar):
-    raise CheckpointError(f"{path}: no checksum file {sidecar} (the write "
-                          "was cut short)")
+    raise CheckpointError(
+      f"{path}: no checksum file {sidecar} (the write was cut short)"
+    )
   with open(sidecar) as f:
     expected = f.read().strip()
   actual = hashlib.sha256(data).hexdigest()
   if actual != expected:
-    raise CheckpointError(f"{path}: checksum mismatch (file is {len(data)} "
-                          "bytes; truncated or corrupted)")
+    raise CheckpointError(
+      f"{path}: checksum mismatch (file is {len(data)} "
+      "bytes; truncated or corrupted)"
+    )
   try:
     return flax.serialization.msgpack_restore(data)
   except Exception as e:  # msgpack raises several unrelated types.
@@ -115,15 +121,19 @@ def read_latest_checkpoint(workdir: str, log=None) -> tuple[int, Any] | None:
     except CheckpointError as e:
       problems.append(str(e))
       message = f"Skipping corrupt checkpoint: {e}"
-      warnings.warn(message)
+      warnings.warn(message, stacklevel=2)
       if log is not None:
         log(message)
       continue
     return _step_of(path), raw
   if paths:
     raise CheckpointError(
-        "No valid checkpoint in " + workdir + ":\n  " + "\n  ".join(problems)
-        + "\nMove these files away to start the run afresh.")
+      "No valid checkpoint in "
+      + workdir
+      + ":\n  "
+      + "\n  ".join(problems)
+      + "\nMove these files away to start the run afresh."
+    )
   return None
 
 
@@ -132,9 +142,11 @@ def _merges_adjacent_axes(old_shape: tuple, new_shape: tuple) -> bool:
   (so a row-major reshape maps one onto the other element for element)."""
   if len(old_shape) != len(new_shape) + 1:
     return False
-  return any(old_shape[:i] + (old_shape[i] * old_shape[i + 1],)
-             + old_shape[i + 2:] == new_shape
-             for i in range(len(old_shape) - 1))
+  return any(
+    old_shape[:i] + (old_shape[i] * old_shape[i + 1],) + old_shape[i + 2 :]
+    == new_shape
+    for i in range(len(old_shape) - 1)
+  )
 
 
 def _upgrade_tangent_layout(template: Any, restored: Any) -> Any:
@@ -142,12 +154,14 @@ def _upgrade_tangent_layout(template: Any, restored: Any) -> Any:
   influence merged their state-row and unit axes (`(S, n, K, n, ...)` ->
   `(S n, K, n, ...)`, `rtrl.tangents`) hold the same numbers in the same
   order: their tangent leaves are reshaped, nothing else is."""
+
   def upgrade(key_path, want, got):
     name = jax.tree_util.keystr(key_path)
     old, new = np.shape(got), np.shape(want)
     if "tangent" in name and _merges_adjacent_axes(old, new):
       return np.reshape(got, new)
     return got
+
   return jax.tree_util.tree_map_with_path(upgrade, template, restored)
 
 
@@ -158,9 +172,10 @@ def _check_like(template: Any, restored: Any, path: str) -> None:
     w_shape, g_shape = np.shape(w), np.shape(g)
     if w_shape != g_shape:
       raise CheckpointError(
-          f"{path}: {jax.tree_util.keystr(key_path)} has shape {g_shape}, "
-          f"but this config needs {w_shape}: the checkpoint was made with a "
-          "different config")
+        f"{path}: {jax.tree_util.keystr(key_path)} has shape {g_shape}, "
+        f"but this config needs {w_shape}: the checkpoint was made with a "
+        "different config"
+      )
 
 
 def restore_like(template: Any, raw: Any, path: str = "checkpoint") -> Any:
@@ -172,8 +187,10 @@ def restore_like(template: Any, raw: Any, path: str = "checkpoint") -> Any:
   try:
     target = flax.serialization.from_state_dict(template, raw)
   except (ValueError, KeyError, TypeError) as e:
-    raise CheckpointError(f"{path} does not match this run's state "
-                          f"({e}); was it made with another config?") from e
+    raise CheckpointError(
+      f"{path} does not match this run's state "
+      f"({e}); was it made with another config?"
+    ) from e
   target = _upgrade_tangent_layout(template, target)
   _check_like(template, target, path)
   return target

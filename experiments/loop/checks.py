@@ -24,8 +24,10 @@ def nonnegative_ints(config, *fields: str, zero_means: str = "") -> None:
 def multiple_of(config, field: str, period: int, period_name: str) -> None:
   """`config.field` is a multiple of `period` (named `period_name`)."""
   if config[field] % period:
-    raise ValueError(f"config.{field} ({config[field]}) must be a multiple "
-                     f"of {period_name} ({period})")
+    raise ValueError(
+      f"config.{field} ({config[field]}) must be a multiple "
+      f"of {period_name} ({period})"
+    )
 
 
 def schedule(config, chunk_steps: int) -> None:
@@ -38,8 +40,11 @@ def schedule(config, chunk_steps: int) -> None:
     positive_ints(config, "eval_every")
     timed.append("eval_every")
   # Online experiments set the chunk length by a field: name it.
-  period_name = ("config.chunk_steps" if config.get("chunk_steps") ==
-                 chunk_steps else "the chunk length in steps")
+  period_name = (
+    "config.chunk_steps"
+    if config.get("chunk_steps") == chunk_steps
+    else "the chunk length in steps"
+  )
   for field in timed:
     multiple_of(config, field, chunk_steps, period_name)
 

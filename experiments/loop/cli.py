@@ -10,8 +10,9 @@ with `train(config, workdir)` from the experiment's package.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import sys
-from typing import Any, Callable
+from typing import Any
 
 from absl import app
 from absl import flags
@@ -28,9 +29,14 @@ def define_flags(default_config: str, help_text: str) -> None:
   `--workdir`. Call under `if __name__ == '__main__'` only, so tests can
   import several experiments at once."""
   from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
+
   config_flags.DEFINE_config_file("config", default_config, help_text)
-  flags.DEFINE_string("workdir", None, "Run directory: config.json, "
-                      "metrics.jsonl, checkpoints.", required=True)
+  flags.DEFINE_string(
+    "workdir",
+    None,
+    "Run directory: config.json, metrics.jsonl, checkpoints.",
+    required=True,
+  )
 
 
 def main_for(train: Callable[[Any, str], Any]) -> Callable[[list[str]], None]:
@@ -45,16 +51,20 @@ def main_for(train: Callable[[Any, str], Any]) -> Callable[[list[str]], None]:
       train(flags.FLAGS.config, flags.FLAGS.workdir)
     except signals.Preempted:
       raise
-    except (workdir_lib.ConfigMismatchError, checkpoints.CheckpointError,
-            runner.NonFiniteError) as e:
+    except (
+      workdir_lib.ConfigMismatchError,
+      checkpoints.CheckpointError,
+      runner.NonFiniteError,
+    ) as e:
       print(f"Error: {e}", file=sys.stderr, flush=True)
       sys.exit(2 if not isinstance(e, runner.NonFiniteError) else 3)
 
   return main
 
 
-def run(train: Callable[[Any, str], Any], default_config: str | None,
-        help_text: str) -> None:
+def run(
+  train: Callable[[Any, str], Any], default_config: str | None, help_text: str
+) -> None:
   """Defines the flags and runs `train(config, workdir)` as an absl app."""
   define_flags(default_config, help_text)
   app.run(main_for(train))

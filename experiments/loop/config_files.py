@@ -11,12 +11,14 @@ import os
 
 import ml_collections
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+REPO_ROOT = os.path.dirname(
+  os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)
 
 
-def load_config(experiment: str, preset: str = "",
-                **overrides) -> ml_collections.ConfigDict:
+def load_config(
+  experiment: str, preset: str = "", **overrides
+) -> ml_collections.ConfigDict:
   """`configs/<experiment>.py`'s `get_config(preset)`, then `overrides`.
 
   Raises:
@@ -24,8 +26,9 @@ def load_config(experiment: str, preset: str = "",
   """
   path = os.path.join(REPO_ROOT, "configs", f"{experiment}.py")
   if not os.path.isfile(path):
-    raise FileNotFoundError(f"no config file {path} for experiment "
-                            f"{experiment!r}")
+    raise FileNotFoundError(
+      f"no config file {path} for experiment {experiment!r}"
+    )
   spec = importlib.util.spec_from_file_location(f"{experiment}_config", path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)

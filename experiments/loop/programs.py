@@ -11,8 +11,9 @@ runs with a setting other than the one it was traced with.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import contextlib
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 
@@ -34,6 +35,7 @@ class Program(NamedTuple):
     state_shape: `jax.ShapeDtypeStruct` tree of the state.
     metrics_shape: that of `train_chunk`'s metrics.
   """
+
   init: Callable[[jax.Array, Pytree], Pytree]
   train_chunk: Callable[[Pytree], tuple[Pytree, Pytree]]
   evaluate: Callable[[Pytree], tuple[Pytree, Pytree]] | None
@@ -53,60 +55,78 @@ def _with_data(jitted: Callable | None, data: Pytree) -> Callable | None:
   return lambda state: jitted(state, data)
 
 
-def compile_program(experiment, runs: run_axes.Runs,
-                    mesh: jax.sharding.Mesh | None) -> Program:
+def compile_program(
+  experiment, runs: run_axes.Runs, mesh: jax.sharding.Mesh | None
+) -> Program:
   """`runs`' functions jitted for one device, or sharded over `mesh`.
 
   `experiment` is the `runner.Experiment` that `runs` was made from (its
   data and batch axes).
   """
   state_shape = jax.eval_shape(runs.init, runs.keys, runs.hparams)
-  metrics_shape = jax.eval_shape(runs.train_chunk, state_shape,
-                                 *_data_args(experiment.data))[1]
+  metrics_shape = jax.eval_shape(
+    runs.train_chunk, state_shape, *_data_args(experiment.data)
+  )[1]
   if mesh is None:
-    return _single_device_program(runs, experiment.data, state_shape,
-                                  metrics_shape)
+    return _single_device_program(
+      runs, experiment.data, state_shape, metrics_shape
+    )
   axes = experiment.batch_axes(state_shape) if experiment.batch_axes else None
-  return _sharded_program(runs, experiment.data, mesh, state_shape,
-                          metrics_shape, axes)
+  return _sharded_program(
+    runs, experiment.data, mesh, state_shape, metrics_shape, axes
+  )
 
 
-def _single_device_program(runs: run_axes.Runs, data: Pytree,
-                           state_shape: Pytree, metrics_shape: Pytree
-                           ) -> Program:
+def _single_device_program(
+  runs: run_axes.Runs, data: Pytree, state_shape: Pytree, metrics_shape: Pytree
+) -> Program:
   data = jax.device_put(data)
   evaluate = jax.jit(runs.evaluate) if runs.evaluate else None
   return Program(
-      init=jax.jit(runs.init),
-      train_chunk=_with_data(jax.jit(runs.train_chunk, donate_argnums=0),
-                             data),
-      evaluate=_with_data(evaluate, data),
-      place_state=jax.device_put,
-      state_shape=state_shape, metrics_shape=metrics_shape)
+    init=jax.jit(runs.init),
+    train_chunk=_with_data(jax.jit(runs.train_chunk, donate_argnums=0), data),
+    evaluate=_with_data(evaluate, data),
+    place_state=jax.device_put,
+    state_shape=state_shape,
+    metrics_shape=metrics_shape,
+  )
 
 
-def _sharded_program(runs: run_axes.Runs, data: Pytree,
-                     mesh: jax.sharding.Mesh, state_shape: Pytree,
-                     metrics_shape: Pytree, batch_axes: Pytree | None
-                     ) -> Program:
+def _sharded_program(
+  runs: run_axes.Runs,
+  data: Pytree,
+  mesh: jax.sharding.Mesh,
+  state_shape: Pytree,
+  metrics_shape: Pytree,
+  batch_axes: Pytree | None,
+) -> Program:
   """The state sharded by `batch_axes` (and the run axis), the data and the
   metrics replicated."""
-  state_sh = sharding.state_shardings(mesh, state_shape, batch_axes,
-                                      runs.stacked)
+  state_sh = sharding.state_shardings(
+    mesh, state_shape, batch_axes, runs.stacked
+  )
   data_sh = () if data is None else (sharding.replicated(mesh, data),)
   if data is not None:
     data = sharding.put(data, data_sh[0])
   train_chunk = jax.jit(
-      runs.train_chunk, donate_argnums=0, in_shardings=(state_sh,) + data_sh,
-      out_shardings=(state_sh, sharding.replicated(mesh, metrics_shape)))
-  evaluate = (jax.jit(runs.evaluate, in_shardings=(state_sh,) + data_sh)
-              if runs.evaluate else None)
+    runs.train_chunk,
+    donate_argnums=0,
+    in_shardings=(state_sh,) + data_sh,
+    out_shardings=(state_sh, sharding.replicated(mesh, metrics_shape)),
+  )
+  evaluate = (
+    jax.jit(runs.evaluate, in_shardings=(state_sh,) + data_sh)
+    if runs.evaluate
+    else None
+  )
   return Program(
-      init=jax.jit(runs.init, out_shardings=state_sh),
-      train_chunk=_with_data(train_chunk, data),
-      evaluate=_with_data(evaluate, data),
-      place_state=lambda tree: sharding.put(tree, state_sh),
-      state_shape=state_shape, metrics_shape=metrics_shape)
+    init=jax.jit(runs.init, out_shardings=state_sh),
+    train_chunk=_with_data(train_chunk, data),
+    evaluate=_with_data(evaluate, data),
+    place_state=lambda tree: sharding.put(tree, state_sh),
+    state_shape=state_shape,
+    metrics_shape=metrics_shape,
+  )
 
 
 @contextlib.contextmanager

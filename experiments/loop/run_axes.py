@@ -11,8 +11,9 @@ PRNG keys, data stream and curriculum logic. `run_grid` gives the order
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import itertools
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -33,19 +34,23 @@ def run_grid(config, swept_hparams: tuple[str, ...] = ()) -> list[dict]:
   """
   num_seeds = config.get("num_seeds", 1)
   num_seeds = validation.positive_int(
-      "config.num_seeds", 1 if num_seeds is None else num_seeds)
+    "config.num_seeds", 1 if num_seeds is None else num_seeds
+  )
   value_lists = []
   for name in swept_hparams:
     listed = config.get(name + "s")
     values = list(listed) if listed else [config[name]]
     for value in values:
       if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"config.{name}s must be a list of numbers, got "
-                         f"{listed!r}")
+        raise ValueError(
+          f"config.{name}s must be a list of numbers, got {listed!r}"
+        )
     value_lists.append(values)
-  return [{"seed": config.seed + j, **dict(zip(swept_hparams, combo))}
-          for combo in itertools.product(*value_lists)
-          for j in range(num_seeds)]
+  return [
+    {"seed": config.seed + j, **dict(zip(swept_hparams, combo))}
+    for combo in itertools.product(*value_lists)
+    for j in range(num_seeds)
+  ]
 
 
 def nonfinite_leaves(tree: Pytree) -> list[str]:
@@ -88,10 +93,12 @@ class Runs:
       vmap = lambda fn, **kw: sharding.vmap_runs(fn, mesh, **kw)
       self.keys, self.hparams = keys, hparams
       self.init = vmap(init_one)
-      self.train_chunk = vmap(experiment.train_chunk,
-                              in_axes=(0,) + data_axes)
-      self.evaluate = (vmap(experiment.evaluate, in_axes=(0,) + data_axes)
-                       if experiment.evaluate else None)
+      self.train_chunk = vmap(experiment.train_chunk, in_axes=(0,) + data_axes)
+      self.evaluate = (
+        vmap(experiment.evaluate, in_axes=(0,) + data_axes)
+        if experiment.evaluate
+        else None
+      )
     else:
       self.keys = keys[0]
       self.hparams = {name: v[0] for name, v in hparams.items()}
@@ -107,15 +114,19 @@ class Runs:
     return {k: [d[k] for d in dicts] for k in dicts[0]}
 
   def nonfinite_runs(self, metrics: Pytree) -> list[int]:
-    return [r for r in range(len(self.runs))
-            if nonfinite_leaves(run_index(metrics, r))]
+    return [
+      r
+      for r in range(len(self.runs))
+      if nonfinite_leaves(run_index(metrics, r))
+    ]
 
 
 def progress_value(value: Any) -> Any:
   """A record value for the progress line: with several runs, the mean of
   the finite ones."""
   if isinstance(value, list):
-    finite = [v for v in value if isinstance(v, (int, float))
-              and np.isfinite(v)]
+    finite = [
+      v for v in value if isinstance(v, (int, float)) and np.isfinite(v)
+    ]
     return float(np.mean(finite)) if finite else float("nan")
   return value

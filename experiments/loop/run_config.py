@@ -19,10 +19,18 @@ from __future__ import annotations
 
 def add_run_fields(config, **defaults):
   """Adds the run-loop fields (those absent from `config`) and returns it."""
-  fields = dict(skip_nonfinite_updates=False, allow_config_change=False,
-                keep_checkpoints=2, num_seeds=1, num_devices=0, mesh_shape=(),
-                distributed=False, coordinator_address="", num_processes=1,
-                process_id=0)
+  fields = dict(
+    skip_nonfinite_updates=False,
+    allow_config_change=False,
+    keep_checkpoints=2,
+    num_seeds=1,
+    num_devices=0,
+    mesh_shape=(),
+    distributed=False,
+    coordinator_address="",
+    num_processes=1,
+    process_id=0,
+  )
   fields.update(defaults)
   for name, value in fields.items():
     if name not in config:

@@ -43,9 +43,10 @@ The jitted programs and the mesh and matmul precision they run under:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import signal
 import time
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -97,6 +98,7 @@ class Experiment(NamedTuple):
     batch_size: the batch that the `data` mesh axis splits (checked to
       divide over it).
   """
+
   name: str
   init: Callable[[jax.Array], Pytree]
   train_chunk: Callable[[Pytree], tuple[Pytree, Pytree]]
@@ -127,6 +129,7 @@ class Setting(NamedTuple):
     writes: whether this process writes files (process 0).
     log: prints on the writing process only.
   """
+
   config: Any
   workdir: str
   experiment: Experiment
@@ -146,9 +149,14 @@ def _config_hparams(state: Pytree, hparams: dict) -> Pytree:
   resume."""
   if not hparams or not isinstance(state, dict) or "hparams" not in state:
     return state
-  return {**state, "hparams": jax.tree_util.tree_map(
-      lambda old, new: np.asarray(new, old.dtype), state["hparams"],
-      jax.device_get(hparams))}
+  return {
+    **state,
+    "hparams": jax.tree_util.tree_map(
+      lambda old, new: np.asarray(new, old.dtype),
+      state["hparams"],
+      jax.device_get(hparams),
+    ),
+  }
 
 
 def restore(setting: Setting) -> tuple[int, Pytree, list[Pytree]] | None:
@@ -165,13 +173,17 @@ def restore(setting: Setting) -> tuple[int, Pytree, list[Pytree]] | None:
   step, raw = found
   path = checkpoints.checkpoint_path(setting.workdir, step)
   program = setting.program
-  state = checkpoints.restore_like(_host_zeros(program.state_shape),
-                                   raw["state"], path)
+  state = checkpoints.restore_like(
+    _host_zeros(program.state_shape), raw["state"], path
+  )
   state = _config_hparams(state, setting.runs.hparams)
   saved_window = raw.get("window") or {}
-  window = [checkpoints.restore_like(_host_zeros(program.metrics_shape),
-                                     saved_window[str(i)], path)
-            for i in range(len(saved_window))]
+  window = [
+    checkpoints.restore_like(
+      _host_zeros(program.metrics_shape), saved_window[str(i)], path
+    )
+    for i in range(len(saved_window))
+  ]
   return step, program.place_state(state), window
 
 
@@ -185,26 +197,36 @@ def start(setting: Setting) -> tuple[int, Pytree, list[Pytree]]:
   step = resumed[0]
   if setting.writes:
     workdir_lib.MetricsWriter(setting.workdir).truncate_after(step)
-  setting.log(f"Resumed from step {step} "
-              f"({checkpoints.checkpoint_path(setting.workdir, step)}).")
+  setting.log(
+    f"Resumed from step {step} "
+    f"({checkpoints.checkpoint_path(setting.workdir, step)})."
+  )
   return resumed
 
 
-def write_checkpoint(setting: Setting, step: int, state: Pytree,
-                     window: list[Pytree]) -> None:
+def write_checkpoint(
+  setting: Setting, step: int, state: Pytree, window: list[Pytree]
+) -> None:
   """Gathers the state (a collective: every process calls this); process 0
   writes it with the logging window, keeping `config.keep_checkpoints`."""
   host_state = sharding.to_host(state)
   if setting.writes:
-    target = {"step": step, "state": host_state,
-              "window": {str(i): m for i, m in enumerate(window)}}
+    target = {
+      "step": step,
+      "state": host_state,
+      "window": {str(i): m for i, m in enumerate(window)},
+    }
     checkpoints.save_checkpoint(
-        setting.workdir, step, target,
-        keep=setting.config.get("keep_checkpoints", 2) or 2)
+      setting.workdir,
+      step,
+      target,
+      keep=setting.config.get("keep_checkpoints", 2) or 2,
+    )
 
 
-def check_finite(setting: Setting, metrics: Pytree, step: int,
-                 diverged: set[int]) -> set[int]:
+def check_finite(
+  setting: Setting, metrics: Pytree, step: int, diverged: set[int]
+) -> set[int]:
   """The NaN/Inf policy for one chunk's metrics (host arrays).
 
   Stacked runs: each run that became non-finite is reported once and the
@@ -218,18 +240,21 @@ def check_finite(setting: Setting, metrics: Pytree, step: int,
   if runs.stacked:
     new = [r for r in runs.nonfinite_runs(metrics) if r not in diverged]
     for r in new:
-      setting.log(f"Run {r} ({runs.runs[r]}) became non-finite in the chunk "
-                  f"ending at step {step}; the other runs go on.")
+      setting.log(
+        f"Run {r} ({runs.runs[r]}) became non-finite in the chunk "
+        f"ending at step {step}; the other runs go on."
+      )
     return diverged | set(new)
   bad = run_axes.nonfinite_leaves(metrics)
   if bad and not setting.config.get("skip_nonfinite_updates", False):
     first = step - setting.experiment.chunk_steps + 1
     last = checkpoints.latest_checkpoint_step(setting.workdir)
     raise NonFiniteError(
-        f"Non-finite {', '.join(bad)} in the chunk ending at step {step} "
-        f"(steps {first}..{step}). The last good checkpoint (step {last}) is "
-        "kept. Lower the learning rate, clip gradients, or set "
-        "--config.skip_nonfinite_updates=true.")
+      f"Non-finite {', '.join(bad)} in the chunk ending at step {step} "
+      f"(steps {first}..{step}). The last good checkpoint (step {last}) is "
+      "kept. Lower the learning rate, clip gradients, or set "
+      "--config.skip_nonfinite_updates=true."
+    )
   return diverged
 
 
@@ -238,50 +263,74 @@ def evaluate(setting: Setting, state: Pytree) -> tuple[Pytree, dict]:
   state, eval_metrics = setting.program.evaluate(state)
   eval_metrics = sharding.to_host(eval_metrics)
   summarize_eval = setting.experiment.summarize_eval
-  fields = (setting.runs.per_run(summarize_eval, eval_metrics)
-            if summarize_eval else {})
+  fields = (
+    setting.runs.per_run(summarize_eval, eval_metrics) if summarize_eval else {}
+  )
   return state, fields
 
 
-def make_record(setting: Setting, step: int, window: list[Pytree],
-                evaluated: dict, window_start: tuple[int, float]) -> dict:
+def make_record(
+  setting: Setting,
+  step: int,
+  window: list[Pytree],
+  evaluated: dict,
+  window_start: tuple[int, float],
+) -> dict:
   """One `metrics.jsonl` record: the window's summary, the evaluation's
   fields and the speed since `window_start` `(step, perf_counter time)`."""
   experiment = setting.experiment
   start_step, start_time = window_start
   elapsed = time.perf_counter() - start_time
-  record = {"step": step, **setting.runs.per_run(
-      lambda w: experiment.summarize(list(w)), window), **evaluated}
+  record = {
+    "step": step,
+    **setting.runs.per_run(lambda w: experiment.summarize(list(w)), window),
+    **evaluated,
+  }
   record["steps_per_second"] = (step - start_step) / max(elapsed, 1e-9)
   if experiment.examples_per_step:
-    record["examples_per_second"] = (record["steps_per_second"]
-                                     * experiment.examples_per_step)
+    record["examples_per_second"] = (
+      record["steps_per_second"] * experiment.examples_per_step
+    )
   return record
 
 
-def write_record(setting: Setting, record: dict,
-                 progress: workdir_lib.Progress) -> None:
+def write_record(
+  setting: Setting, record: dict, progress: workdir_lib.Progress
+) -> None:
   """Appends `record` to `metrics.jsonl` and prints the progress line."""
   if not setting.writes:
     return
   workdir_lib.MetricsWriter(setting.workdir).write(record)
-  progress.report(record["step"], **{
+  progress.report(
+    record["step"],
+    **{
       k: run_axes.progress_value(record[k])
-      for k in setting.experiment.progress_fields if k in record})
+      for k in setting.experiment.progress_fields
+      if k in record
+    },
+  )
 
 
-def preempted(setting: Setting, signum: int | None,
-              step: int) -> signals_lib.Preempted:
+def preempted(
+  setting: Setting, signum: int | None, step: int
+) -> signals_lib.Preempted:
   """Says how to resume; the exit of a process stopped by `signum`."""
   signum = signum or signal.SIGTERM  # Another process got the signal.
-  setting.log(f"Stopped by {signal.Signals(signum).name} at step {step}; "
-              "checkpoint written. Rerun the same command (same --workdir "
-              f"{setting.workdir}) to resume from step {step}.")
+  setting.log(
+    f"Stopped by {signal.Signals(signum).name} at step {step}; "
+    "checkpoint written. Rerun the same command (same --workdir "
+    f"{setting.workdir}) to resume from step {step}."
+  )
   return signals_lib.Preempted(128 + signum)
 
 
-def train(setting: Setting, step: int, state: Pytree, window: list[Pytree],
-          signals: signals_lib.SignalCatcher) -> Pytree:
+def train(
+  setting: Setting,
+  step: int,
+  state: Pytree,
+  window: list[Pytree],
+  signals: signals_lib.SignalCatcher,
+) -> Pytree:
   """Trains from `step` to `config.num_steps`, recording, evaluating and
   checkpointing on schedule; returns the final state.
 
@@ -304,8 +353,11 @@ def train(setting: Setting, step: int, state: Pytree, window: list[Pytree],
     if eval_every and step % eval_every == 0:
       state, evaluated = evaluate(setting, state)
     if step % config.log_every == 0 or evaluated or step >= config.num_steps:
-      write_record(setting, make_record(setting, step, window, evaluated,
-                                        window_start), progress)
+      write_record(
+        setting,
+        make_record(setting, step, window, evaluated, window_start),
+        progress,
+      )
       window, window_start = [], (step, time.perf_counter())
     if sharding.any_process(signals.received is not None):
       write_checkpoint(setting, step, state, window)
@@ -322,14 +374,19 @@ def write_summary(setting: Setting, state: Pytree) -> None:
     return
   runs = setting.runs
   summary = runs.per_run(
-      lambda st: setting.experiment.finish(st, setting.workdir), host_state)
+    lambda st: setting.experiment.finish(st, setting.workdir), host_state
+  )
   if runs.stacked:
     summary["runs"] = runs.runs
   workdir_lib.write_json(setting.workdir, workdir_lib.SUMMARY_FILE, summary)
 
 
-def run(config, workdir: str, experiment: Experiment,
-        log: Callable[[str], None] = print) -> list[dict]:
+def run(
+  config,
+  workdir: str,
+  experiment: Experiment,
+  log: Callable[[str], None] = print,
+) -> list[dict]:
   """Runs (or resumes) one experiment in `workdir`; returns all its records.
 
   Raises:
@@ -343,24 +400,43 @@ def run(config, workdir: str, experiment: Experiment,
   checks.schedule(config, experiment.chunk_steps)
   matmul_precision = checks.matmul_precision(config)
   grid = run_axes.run_grid(config, experiment.swept_hparams)
-  mesh = sharding.make_mesh(config, batch_size=experiment.batch_size,
-                            num_runs=len(grid), stacked=len(grid) > 1)
+  mesh = sharding.make_mesh(
+    config,
+    batch_size=experiment.batch_size,
+    num_runs=len(grid),
+    stacked=len(grid) > 1,
+  )
   runs = run_axes.Runs(experiment, grid, mesh)
   writes = sharding.is_writer()
   say = log if writes else (lambda message: None)
-  workdir_lib.prepare(workdir, config, log=say, write=writes,
-                      extra={"runs": runs.runs} if runs.stacked else None)
+  workdir_lib.prepare(
+    workdir,
+    config,
+    log=say,
+    write=writes,
+    extra={"runs": runs.runs} if runs.stacked else None,
+  )
   with programs.traced_under(mesh, matmul_precision):
-    setting = Setting(config, workdir, experiment, runs,
-                      programs.compile_program(experiment, runs, mesh),
-                      writes, say)
+    setting = Setting(
+      config,
+      workdir,
+      experiment,
+      runs,
+      programs.compile_program(experiment, runs, mesh),
+      writes,
+      say,
+    )
     if mesh is not None:
-      say(f"Mesh {dict(mesh.shape)} over {mesh.devices.size} devices "
-          f"({jax.process_count()} processes).")
+      say(
+        f"Mesh {dict(mesh.shape)} over {mesh.devices.size} devices "
+        f"({jax.process_count()} processes)."
+      )
     step, state, window = start(setting)
-    say(f"{experiment.name} | {config.num_steps} steps"
-        + (f" | {len(runs.runs)} runs in one program" if runs.stacked else "")
-        + (f" | resuming at {step}" if step else ""))
+    say(
+      f"{experiment.name} | {config.num_steps} steps"
+      + (f" | {len(runs.runs)} runs in one program" if runs.stacked else "")
+      + (f" | resuming at {step}" if step else "")
+    )
     with signals_lib.SignalCatcher() as signals:
       state = train(setting, step, state, window, signals)
   if experiment.finish is not None:

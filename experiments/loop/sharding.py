@@ -18,11 +18,14 @@ Config fields: `num_devices` (0 = every visible device; 1 = no mesh),
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 from jax.experimental import multihost_utils
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec
 import numpy as np
 
 from rtrl import validation
@@ -46,9 +49,11 @@ def initialize_distributed(config) -> None:
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
   kwargs = {}
   if config.get("coordinator_address"):
-    kwargs = dict(coordinator_address=config.coordinator_address,
-                  num_processes=config.num_processes,
-                  process_id=config.process_id)
+    kwargs = dict(
+      coordinator_address=config.coordinator_address,
+      num_processes=config.num_processes,
+      process_id=config.process_id,
+    )
   jax.distributed.initialize(**kwargs)
 
 
@@ -57,8 +62,9 @@ def is_writer() -> bool:
   return jax.process_index() == 0
 
 
-def make_mesh(config, *, batch_size: int | None, num_runs: int,
-              stacked: bool) -> Mesh | None:
+def make_mesh(
+  config, *, batch_size: int | None, num_runs: int, stacked: bool
+) -> Mesh | None:
   """The `(data, runs)` mesh for this config, or None for one device.
 
   Raises:
@@ -69,63 +75,86 @@ def make_mesh(config, *, batch_size: int | None, num_runs: int,
   shape = _mesh_shape(config, len(devices))
   if len(devices) == 1:
     return None
-  _check_divides(shape, batch_size=batch_size, num_runs=num_runs,
-                 stacked=stacked)
+  _check_divides(
+    shape, batch_size=batch_size, num_runs=num_runs, stacked=stacked
+  )
   return Mesh(np.asarray(devices).reshape(shape), (DATA, RUNS))
 
 
 def _devices(config) -> list:
   """The first `config.num_devices` visible devices (0: all of them)."""
   num_devices = validation.nonnegative_int(
-      "config.num_devices", config.get("num_devices", 0) or 0,
-      zero_means="every visible device")
+    "config.num_devices",
+    config.get("num_devices", 0) or 0,
+    zero_means="every visible device",
+  )
   devices = jax.devices()
   if num_devices > len(devices):
-    raise ValueError(f"config.num_devices={num_devices} but only "
-                     f"{len(devices)} devices are visible: {devices}")
-  return devices[:num_devices or len(devices)]
+    raise ValueError(
+      f"config.num_devices={num_devices} but only "
+      f"{len(devices)} devices are visible: {devices}"
+    )
+  return devices[: num_devices or len(devices)]
 
 
 def _mesh_shape(config, num_devices: int) -> tuple[int, int]:
   """`config.mesh_shape` `(data, runs)`, checked against the device count;
   empty: every device on `data`."""
   shape = tuple(config.get("mesh_shape", ()) or ()) or (num_devices, 1)
-  if len(shape) != 2 or any(isinstance(s, bool) or not isinstance(s, int)
-                            or s < 1 for s in shape):
-    raise ValueError(f"config.mesh_shape must be (data, runs) positive "
-                     f"integers, got {shape!r}")
+  if len(shape) != 2 or any(
+    isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in shape
+  ):
+    raise ValueError(
+      f"config.mesh_shape must be (data, runs) positive integers, got {shape!r}"
+    )
   if shape[0] * shape[1] != num_devices:
-    raise ValueError(f"config.mesh_shape {shape} needs "
-                     f"{shape[0] * shape[1]} devices; {num_devices} are used "
-                     f"(config.num_devices={config.get('num_devices', 0)})")
+    raise ValueError(
+      f"config.mesh_shape {shape} needs "
+      f"{shape[0] * shape[1]} devices; {num_devices} are used "
+      f"(config.num_devices={config.get('num_devices', 0)})"
+    )
   return shape
 
 
-def _check_divides(shape: tuple[int, int], *, batch_size: int | None,
-                   num_runs: int, stacked: bool) -> None:
+def _check_divides(
+  shape: tuple[int, int],
+  *,
+  batch_size: int | None,
+  num_runs: int,
+  stacked: bool,
+) -> None:
   """The `data` axis divides the batch and the `runs` axis the runs."""
   data, runs = shape
   if data > 1:
     if batch_size is None:
-      raise ValueError(f"config.mesh_shape {shape} splits the batch over "
-                       f"{data} devices, but this experiment has no batch "
-                       "axis to split; put the devices on 'runs'")
+      raise ValueError(
+        f"config.mesh_shape {shape} splits the batch over "
+        f"{data} devices, but this experiment has no batch "
+        "axis to split; put the devices on 'runs'"
+      )
     if batch_size % data:
-      raise ValueError(f"config.batch_size ({batch_size}) must be a multiple "
-                       f"of the 'data' mesh axis ({data} devices)")
+      raise ValueError(
+        f"config.batch_size ({batch_size}) must be a multiple "
+        f"of the 'data' mesh axis ({data} devices)"
+      )
   if runs > 1:
     if not stacked:
-      raise ValueError(f"config.mesh_shape {shape} splits runs over {runs} "
-                       "devices, but this config has a single run (set "
-                       "num_seeds or a list of learning_rates)")
+      raise ValueError(
+        f"config.mesh_shape {shape} splits runs over {runs} "
+        "devices, but this config has a single run (set "
+        "num_seeds or a list of learning_rates)"
+      )
     if num_runs % runs:
-      raise ValueError(f"the {num_runs} runs (num_seeds x learning_rates) "
-                       f"must be a multiple of the 'runs' mesh axis ({runs} "
-                       "devices)")
+      raise ValueError(
+        f"the {num_runs} runs (num_seeds x learning_rates) "
+        f"must be a multiple of the 'runs' mesh axis ({runs} "
+        "devices)"
+      )
 
 
-def state_shardings(mesh: Mesh, state_shape: Pytree, batch_axes: Pytree | None,
-                    stacked: bool) -> Pytree:
+def state_shardings(
+  mesh: Mesh, state_shape: Pytree, batch_axes: Pytree | None, stacked: bool
+) -> Pytree:
   """One `NamedSharding` per leaf of `state_shape` (a single run's state, or
   the stacked runs' when `stacked`).
 
@@ -138,8 +167,10 @@ def state_shardings(mesh: Mesh, state_shape: Pytree, batch_axes: Pytree | None,
   else:
     axes = jax.tree_util.tree_leaves(batch_axes, is_leaf=lambda x: x is None)
     if len(axes) != len(leaves):
-      raise ValueError(f"batch_axes has {len(axes)} leaves, the state "
-                       f"{len(leaves)}: it must mirror the state")
+      raise ValueError(
+        f"batch_axes has {len(axes)} leaves, the state "
+        f"{len(leaves)}: it must mirror the state"
+      )
   shardings = []
   for leaf, axis in zip(leaves, axes):
     spec = [None] * len(leaf.shape)
@@ -155,15 +186,19 @@ def state_shardings(mesh: Mesh, state_shape: Pytree, batch_axes: Pytree | None,
 def replicated(mesh: Mesh, tree: Pytree) -> Pytree:
   """A replicated `NamedSharding` for every leaf of `tree`."""
   return jax.tree_util.tree_map(
-      lambda _: NamedSharding(mesh, PartitionSpec()), tree)
+    lambda _: NamedSharding(mesh, PartitionSpec()), tree
+  )
 
 
 def put(tree: Pytree, shardings: Pytree) -> Pytree:
   """Host arrays (the same on every process) onto the mesh."""
+
   def one(value, sharding):
     value = np.asarray(value)
-    return jax.make_array_from_callback(value.shape, sharding,
-                                        lambda index: value[index])
+    return jax.make_array_from_callback(
+      value.shape, sharding, lambda index: value[index]
+    )
+
   return jax.tree_util.tree_map(one, tree, shardings)
 
 
@@ -196,6 +231,7 @@ def shard_batch(tree: Pytree, axis: int = 0) -> Pytree:
     spec = [None] * x.ndim
     spec[axis] = DATA
     return jax.lax.with_sharding_constraint(x, PartitionSpec(*spec))
+
   return jax.tree_util.tree_map(constrain, tree)
 
 

@@ -30,9 +30,11 @@ class SignalCatcher:
       signal.raise_signal(signum)
       return
     self.received = signum
-    print(f"\nReceived {signal.Signals(signum).name}: finishing the current "
-          "chunk, then checkpointing (send it again to stop at once).",
-          flush=True)
+    print(
+      f"\nReceived {signal.Signals(signum).name}: finishing the current "
+      "chunk, then checkpointing (send it again to stop at once).",
+      flush=True,
+    )
 
   def __enter__(self):
     try:

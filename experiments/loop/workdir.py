@@ -8,11 +8,12 @@ experiment's jitted training chunks.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 import json
 import os
 import sys
 import time
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import jax
 import numpy as np
@@ -23,31 +24,55 @@ SUMMARY_FILE = "summary.json"
 
 # Fields that change only how long a run goes, how often it reports or where
 # it reads data, never what it computes: they may differ on resume.
-BOOKKEEPING_FIELDS = frozenset({
-    "num_steps", "epochs", "log_every", "eval_every", "checkpoint_every",
-    "data_dir", "allow_config_change", "keep_checkpoints", "num_devices",
-    "mesh_shape", "distributed", "coordinator_address", "num_processes",
+BOOKKEEPING_FIELDS = frozenset(
+  {
+    "num_steps",
+    "epochs",
+    "log_every",
+    "eval_every",
+    "checkpoint_every",
+    "data_dir",
+    "allow_config_change",
+    "keep_checkpoints",
+    "num_devices",
+    "mesh_shape",
+    "distributed",
+    "coordinator_address",
+    "num_processes",
     "process_id",
     # How the hardware runs the GEMMs (rtrl.linalg), like the device fields;
     # also lets runs saved before the field existed resume.
     "matmul_precision",
-})
+  }
+)
 
 
 # Fields added after runs were saved, at the value that reproduces what those
 # runs computed: absent from a saved config.json and at this value now is no
 # change, so runs saved before the field existed resume.
 ADDED_FIELD_DEFAULTS = {
-    "optimizer": "adam", "init_stddev": 0.0, "cell_clip_norm": 0.0,
-    "text_layout": "standard", "readout": "linear", "stream_offsets": "even",
-    "num_layers": 1, "head": "identity", "model_size": 0,
-    "length_rule": "uniform", "output_gradient_scale": 1.0,
-    "square_root": False, "param_init": "flax", "keep_partial_batch": False,
-    "input_statistics": "mean", "input_samples": 256,
-    "second_moment_direction": "eq63", "weight_decay": 0.0,
-    "recurrence_learning_rate_factor": 1.0,
-    "learning_rate_schedule": "constant", "warmup_updates": 0,
-    "test_limit": 0,
+  "optimizer": "adam",
+  "init_stddev": 0.0,
+  "cell_clip_norm": 0.0,
+  "text_layout": "standard",
+  "readout": "linear",
+  "stream_offsets": "even",
+  "num_layers": 1,
+  "head": "identity",
+  "model_size": 0,
+  "length_rule": "uniform",
+  "output_gradient_scale": 1.0,
+  "square_root": False,
+  "param_init": "flax",
+  "keep_partial_batch": False,
+  "input_statistics": "mean",
+  "input_samples": 256,
+  "second_moment_direction": "eq63",
+  "weight_decay": 0.0,
+  "recurrence_learning_rate_factor": 1.0,
+  "learning_rate_schedule": "constant",
+  "warmup_updates": 0,
+  "test_limit": 0,
 }
 
 
@@ -102,8 +127,9 @@ def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
   return {prefix[:-1]: tree}
 
 
-def config_differences(old: Mapping, new: Mapping
-                       ) -> list[tuple[str, Any, Any]]:
+def config_differences(
+  old: Mapping, new: Mapping
+) -> list[tuple[str, Any, Any]]:
   """`(field, old, new)` for every dotted field whose value differs; a field
   absent on one side shows as `'<absent>'` there (a field of
   `ADDED_FIELD_DEFAULTS` absent from `old` counts as its default)."""
@@ -112,15 +138,21 @@ def config_differences(old: Mapping, new: Mapping
   for field, default in ADDED_FIELD_DEFAULTS.items():
     if field in new_flat:
       old_flat.setdefault(field, default)
-  return [(k, old_flat.get(k, absent), new_flat.get(k, absent))
-          for k in sorted(set(old_flat) | set(new_flat))
-          if old_flat.get(k, absent) != new_flat.get(k, absent)]
+  return [
+    (k, old_flat.get(k, absent), new_flat.get(k, absent))
+    for k in sorted(set(old_flat) | set(new_flat))
+    if old_flat.get(k, absent) != new_flat.get(k, absent)
+  ]
 
 
-def prepare(workdir: str, config: Any,
-            bookkeeping_fields: Iterable[str] = BOOKKEEPING_FIELDS,
-            log=print, extra: Mapping[str, Any] | None = None,
-            write: bool = True) -> str:
+def prepare(
+  workdir: str,
+  config: Any,
+  bookkeeping_fields: Iterable[str] = BOOKKEEPING_FIELDS,
+  log=print,
+  extra: Mapping[str, Any] | None = None,
+  write: bool = True,
+) -> str:
   """Creates `workdir` and writes `config.json`, after checking a saved one.
 
   On a rerun the saved `config.json` is compared with `config` before
@@ -144,14 +176,21 @@ def prepare(workdir: str, config: Any,
   path = os.path.join(workdir, CONFIG_FILE)
   old = _read_saved_config(path)
   differences = [] if old is None else config_differences(old, new)
-  essential = _check_changes(differences, set(bookkeeping_fields),
-                             new.get("allow_config_change", False), path, log)
+  essential = _check_changes(
+    differences,
+    set(bookkeeping_fields),
+    new.get("allow_config_change", False),
+    path,
+    log,
+  )
   if not write or (old is not None and not differences):
     return workdir
   os.makedirs(workdir, exist_ok=True)
   if essential:
-    write_atomic(os.path.join(workdir, "config.previous.json"),
-                 json.dumps(old, indent=2, sort_keys=True).encode())
+    write_atomic(
+      os.path.join(workdir, "config.previous.json"),
+      json.dumps(old, indent=2, sort_keys=True).encode(),
+    )
   write_atomic(path, json.dumps(new, indent=2, sort_keys=True).encode())
   return workdir
 
@@ -165,13 +204,17 @@ def _read_saved_config(path: str) -> dict | None:
       return json.load(f)
     except json.JSONDecodeError as e:
       raise ConfigMismatchError(
-          f"{path} is not valid JSON ({e}); move it away or use a new "
-          "--workdir") from e
+        f"{path} is not valid JSON ({e}); move it away or use a new --workdir"
+      ) from e
 
 
-def _check_changes(differences: list[tuple[str, Any, Any]],
-                   bookkeeping: set[str], allow_change: bool, path: str,
-                   log) -> list[tuple[str, Any, Any]]:
+def _check_changes(
+  differences: list[tuple[str, Any, Any]],
+  bookkeeping: set[str],
+  allow_change: bool,
+  path: str,
+  log,
+) -> list[tuple[str, Any, Any]]:
   """Logs each difference; returns the essential ones (fields outside
   `bookkeeping`).
 
@@ -181,15 +224,15 @@ def _check_changes(differences: list[tuple[str, Any, Any]],
   """
   essential = [d for d in differences if d[0] not in bookkeeping]
   if essential and not allow_change:
-    lines = "\n".join(f"  {field}: {o!r} -> {n!r}"
-                      for field, o, n in essential)
+    lines = "\n".join(f"  {field}: {o!r} -> {n!r}" for field, o, n in essential)
     raise ConfigMismatchError(
-        f"The config differs from the one saved in {path}, which this "
-        f"workdir's checkpoints were made with:\n{lines}\n"
-        "Use a new --workdir for a different run, or pass "
-        "--config.allow_config_change=true to resume this one with the "
-        "new values anyway (the old config is then kept as "
-        "config.previous.json).")
+      f"The config differs from the one saved in {path}, which this "
+      f"workdir's checkpoints were made with:\n{lines}\n"
+      "Use a new --workdir for a different run, or pass "
+      "--config.allow_config_change=true to resume this one with the "
+      "new values anyway (the old config is then kept as "
+      "config.previous.json)."
+    )
   for field, o, n in differences:
     kind = "bookkeeping" if field in bookkeeping else "ALLOWED change"
     log(f"Config {kind}: {field}: {o!r} -> {n!r}")
@@ -198,8 +241,12 @@ def _check_changes(differences: list[tuple[str, Any, Any]],
 
 def write_json(workdir: str, name: str, record: Mapping[str, Any]) -> str:
   path = os.path.join(workdir, name)
-  write_atomic(path, (json.dumps(_to_jsonable(record), indent=2,
-                                 sort_keys=True) + "\n").encode())
+  write_atomic(
+    path,
+    (
+      json.dumps(_to_jsonable(record), indent=2, sort_keys=True) + "\n"
+    ).encode(),
+  )
   return path
 
 
@@ -217,8 +264,11 @@ class MetricsWriter:
     """Drops records past `step` (a resumed run rewrites them)."""
     if not os.path.exists(self.path):
       return
-    kept = [line for line in read_metrics_lines(self.path)
-            if json.loads(line).get("step", -1) <= step]
+    kept = [
+      line
+      for line in read_metrics_lines(self.path)
+      if json.loads(line).get("step", -1) <= step
+    ]
     write_atomic(self.path, "".join(line + "\n" for line in kept).encode())
 
 
@@ -249,8 +299,9 @@ class Progress:
   first interval's compilation does not skew later rates and ETAs.
   """
 
-  def __init__(self, total: int, start: int = 0, label: str = "step",
-               stream=None):
+  def __init__(
+    self, total: int, start: int = 0, label: str = "step", stream=None
+  ):
     self.total = total
     self.start = start
     self.label = label
@@ -267,10 +318,14 @@ class Progress:
     remaining = (self.total - step) / rate if rate > 0 else float("nan")
     parts = [f"{self.label} {step}/{self.total}"]
     for key, value in metrics.items():
-      parts.append(f"{key}={value:.4g}" if isinstance(value, float)
-                   else f"{key}={value}")
-    parts.append(f"{rate:.3g} {self.label}s/s" if rate >= 0.1
-                 else f"{1 / rate:.3g} s/{self.label}")
+      parts.append(
+        f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
+      )
+    parts.append(
+      f"{rate:.3g} {self.label}s/s"
+      if rate >= 0.1
+      else f"{1 / rate:.3g} s/{self.label}"
+    )
     parts.append(f"ETA {_format_seconds(remaining)}")
     print(" | ".join(parts), file=self.stream, flush=True)
     return rate

@@ -43,22 +43,28 @@ from rtrl.tasks import copy_task
 def validate(config) -> None:
   """Raises ValueError naming the first bad field (the step schedule is the
   run loop's: `experiments/loop/checks.schedule`)."""
-  checks.positive_ints(config, "hidden_size", "batch_size", "chunk_steps",
-                       "max_length")
+  checks.positive_ints(
+    config, "hidden_size", "batch_size", "chunk_steps", "max_length"
+  )
   online_setup.validate_trainer(config)
   if config.get("length_rule", "uniform") not in copy_task.LENGTH_RULES:
-    raise ValueError(f"config.length_rule must be one of "
-                     f"{copy_task.LENGTH_RULES}, got {config.length_rule!r}")
+    raise ValueError(
+      f"config.length_rule must be one of "
+      f"{copy_task.LENGTH_RULES}, got {config.length_rule!r}"
+    )
   if config.get("curriculum") not in copy_task.CURRICULA:
-    raise ValueError(f"config.curriculum must be one of "
-                     f"{copy_task.CURRICULA}, got {config.get('curriculum')!r}")
+    raise ValueError(
+      f"config.curriculum must be one of "
+      f"{copy_task.CURRICULA}, got {config.get('curriculum')!r}"
+    )
 
 
 def per_example_loss(cell, readout_params, cell_state, targets):
   """(B,) softmax cross-entropy (nats) of the readout at `cell_state`."""
   hidden = jax.vmap(cell.output)(cell_state)
   return jax.vmap(readout.step_loss, in_axes=(None, 0, 0, None))(
-      readout_params, hidden, targets, 1.0)
+    readout_params, hidden, targets, 1.0
+  )
 
 
 def make_online_chunk(config, cell, trainer):
@@ -69,20 +75,30 @@ def make_online_chunk(config, cell, trainer):
   def train_step(trainer_state, batch, output_weights):
     new_state, metrics = trainer.step(trainer_state, batch)
     if official:  # The output phase is a part of the loss.
-      losses = per_example_loss(cell, trainer_state.params["readout"],
-                                new_state.cell_state, batch.targets)
+      losses = per_example_loss(
+        cell,
+        trainer_state.params["readout"],
+        new_state.cell_state,
+        batch.targets,
+      )
       output_loss = (losses * output_weights).sum()
     else:
       output_loss = metrics.loss_sum
     return new_state, copy_task.CopyStepMetrics(
-        metrics.loss_sum, metrics.weight_sum, output_loss,
-        output_weights.sum())
+      metrics.loss_sum, metrics.weight_sum, output_loss, output_weights.sum()
+    )
 
   def chunk(trainer_state, stream, curriculum):
     carry, outputs = copy_task.run_chunk(
-        train_step, trainer_state, stream, curriculum, config.chunk_steps,
-        curriculum=config.curriculum, threshold=config.error_threshold,
-        length_rule=config.get("length_rule", "uniform"))
+      train_step,
+      trainer_state,
+      stream,
+      curriculum,
+      config.chunk_steps,
+      curriculum=config.curriculum,
+      threshold=config.error_threshold,
+      length_rule=config.get("length_rule", "uniform"),
+    )
     return carry, outputs.metrics
 
   return chunk
@@ -96,12 +112,17 @@ def make_forward_step(config, cell, params):
   def forward_step(cell_state, batch, output_weights):
     cell_state = online.where_reset(batch.resets, initial, cell_state)
     cell_state = jax.vmap(cell.step, in_axes=(None, 0, 0))(
-        params["cell"], cell_state, batch.inputs)
-    losses = per_example_loss(cell, params["readout"], cell_state,
-                              batch.targets)
+      params["cell"], cell_state, batch.inputs
+    )
+    losses = per_example_loss(
+      cell, params["readout"], cell_state, batch.targets
+    )
     return cell_state, copy_task.CopyStepMetrics(
-        (losses * batch.weights).sum(), batch.weights.sum(),
-        (losses * output_weights).sum(), output_weights.sum())
+      (losses * batch.weights).sum(),
+      batch.weights.sum(),
+      (losses * output_weights).sum(),
+      output_weights.sum(),
+    )
 
   return forward_step
 
@@ -115,19 +136,28 @@ def make_official_tbptt_chunk(config, cell, trainer):
     trainer_state, stream, curriculum = carry
     forward_step = make_forward_step(config, cell, trainer_state.params)
     (_, stream, curriculum), outputs = copy_task.run_chunk(
-        forward_step, trainer_state.cell_state, stream, curriculum,
-        config.truncation, curriculum="official",
-        threshold=config.error_threshold,
-        length_rule=config.get("length_rule", "uniform"))
+      forward_step,
+      trainer_state.cell_state,
+      stream,
+      curriculum,
+      config.truncation,
+      curriculum="official",
+      threshold=config.error_threshold,
+      length_rule=config.get("length_rule", "uniform"),
+    )
     trainer_state, _ = trainer.step(trainer_state, outputs.batches)
     return (trainer_state, stream, curriculum), outputs.metrics
 
   def chunk(trainer_state, stream, curriculum):
     carry, metrics = jax.lax.scan(
-        window, (trainer_state, stream, curriculum), None,
-        length=config.chunk_steps // config.truncation)
+      window,
+      (trainer_state, stream, curriculum),
+      None,
+      length=config.chunk_steps // config.truncation,
+    )
     return carry, jax.tree_util.tree_map(
-        lambda a: a.reshape((-1,) + a.shape[2:]), metrics)
+      lambda a: a.reshape((-1,) + a.shape[2:]), metrics
+    )
 
   return chunk
 
@@ -137,14 +167,16 @@ def make_output_only_tbptt_chunk(config, trainer):
   generated whole, trained on, then checked (`copy_task.check_after_chunk`)."""
 
   def chunk(trainer_state, stream, curriculum):
-    stream, batches = copy_task.generate(stream, curriculum.length,
-                                         config.chunk_steps,
-                                         curriculum="output_only")
+    stream, batches = copy_task.generate(
+      stream, curriculum.length, config.chunk_steps, curriculum="output_only"
+    )
     trainer_state, metrics = trainer.run(trainer_state, batches)
-    metrics = copy_task.CopyStepMetrics(metrics.loss_sum, metrics.weight_sum,
-                                        metrics.loss_sum, metrics.weight_sum)
+    metrics = copy_task.CopyStepMetrics(
+      metrics.loss_sum, metrics.weight_sum, metrics.loss_sum, metrics.weight_sum
+    )
     curriculum = copy_task.check_after_chunk(
-        curriculum, metrics, config.max_length, config.error_threshold)
+      curriculum, metrics, config.max_length, config.error_threshold
+    )
     return (trainer_state, stream, curriculum), metrics
 
   return chunk
@@ -167,17 +199,23 @@ def make_init(config, cell):
   def init(key, hparams):
     params_key, trainer_key, data_key = jax.random.split(key, 3)
     params = online_setup.init_params(
-        cell, params_key, copy_task.VOCAB_SIZE, copy_task.VOCAB_SIZE,
-        config.init_stddev, readout_fn=online_setup.make_readout(config))
+      cell,
+      params_key,
+      copy_task.VOCAB_SIZE,
+      copy_task.VOCAB_SIZE,
+      config.init_stddev,
+      readout_fn=online_setup.make_readout(config),
+    )
     trainer = online_setup.make_trainer(config, cell, **hparams)
     curriculum = copy_task.curriculum_init()
     return {
-        "trainer": trainer.init(params, trainer_key, config.batch_size),
-        "stream": copy_task.stream_init(data_key, config.batch_size,
-                                        config.max_length),
-        "curriculum_length": curriculum.length,
-        "error_ema": curriculum.error_ema,
-        "hparams": hparams,
+      "trainer": trainer.init(params, trainer_key, config.batch_size),
+      "stream": copy_task.stream_init(
+        data_key, config.batch_size, config.max_length
+      ),
+      "curriculum_length": curriculum.length,
+      "error_ema": curriculum.error_ema,
+      "hparams": hparams,
     }
 
   return init
@@ -190,16 +228,25 @@ def make_train_chunk(config, cell):
   def train_chunk(state):
     trainer = online_setup.make_trainer(config, cell, **state["hparams"])
     chunk = make_chunk(config, cell, trainer)
-    curriculum = copy_task.CurriculumState(state["curriculum_length"],
-                                           state["error_ema"])
+    curriculum = copy_task.CurriculumState(
+      state["curriculum_length"], state["error_ema"]
+    )
     (trainer_state, stream, curriculum), metrics = chunk(
-        state["trainer"], state["stream"], curriculum)
-    state = {"trainer": trainer_state, "stream": stream,
-             "curriculum_length": curriculum.length,
-             "error_ema": curriculum.error_ema, "hparams": state["hparams"]}
+      state["trainer"], state["stream"], curriculum
+    )
+    state = {
+      "trainer": trainer_state,
+      "stream": stream,
+      "curriculum_length": curriculum.length,
+      "error_ema": curriculum.error_ema,
+      "hparams": state["hparams"],
+    }
     sums = {name: value.sum() for name, value in metrics._asdict().items()}
-    return state, {**sums, "curriculum_length": curriculum.length,
-                   "error_ema": curriculum.error_ema}
+    return state, {
+      **sums,
+      "curriculum_length": curriculum.length,
+      "error_ema": curriculum.error_ema,
+    }
 
   return train_chunk
 
@@ -207,24 +254,31 @@ def make_train_chunk(config, cell):
 def summarize(config, window: list[dict]) -> dict:
   """The metrics record of a window of `train_chunk` metrics (see the module
   docstring for its fields)."""
-  total = {name: sum(float(m[name]) for m in window)
-           for name in copy_task.CopyStepMetrics._fields}
+  total = {
+    name: sum(float(m[name]) for m in window)
+    for name in copy_task.CopyStepMetrics._fields
+  }
   record = {
-      "loss_bits": total["loss_sum"] / max(total["weight_sum"], 1.0) / LOG2,
-      "loss_bits_positions": ("all" if config.curriculum == "official"
-                              else "output"),
-      "output_error_bits": (total["output_loss_sum"] /
-                            max(total["output_weight_sum"], 1.0) / LOG2),
-      "curriculum_length": int(window[-1]["curriculum_length"])}
+    "loss_bits": total["loss_sum"] / max(total["weight_sum"], 1.0) / LOG2,
+    "loss_bits_positions": (
+      "all" if config.curriculum == "official" else "output"
+    ),
+    "output_error_bits": (
+      total["output_loss_sum"] / max(total["output_weight_sum"], 1.0) / LOG2
+    ),
+    "curriculum_length": int(window[-1]["curriculum_length"]),
+  }
   if config.curriculum == "official":
     record["error_ema_bits"] = float(window[-1]["error_ema"])
   return record
 
 
 def describe(config) -> str:
-  return (f"Copy task | {online_setup.describe(config)} | {config.cell}-"
-          f"{config.hidden_size} | batch {config.batch_size} | lr "
-          f"{config.learning_rate:.3g} | curriculum {config.curriculum}")
+  return (
+    f"Copy task | {online_setup.describe(config)} | {config.cell}-"
+    f"{config.hidden_size} | batch {config.batch_size} | lr "
+    f"{config.learning_rate:.3g} | curriculum {config.curriculum}"
+  )
 
 
 def make_experiment(config) -> runner.Experiment:
@@ -232,15 +286,17 @@ def make_experiment(config) -> runner.Experiment:
   validate(config)
   cell = online_setup.make_cell(config)
   return runner.Experiment(
-      name=describe(config), init=make_init(config, cell),
-      train_chunk=make_train_chunk(config, cell),
-      chunk_steps=config.chunk_steps,
-      summarize=lambda window: summarize(config, window),
-      examples_per_step=config.batch_size,
-      swept_hparams=("learning_rate",),
-      batch_axes=online_setup.batch_axes, batch_size=config.batch_size,
-      progress_fields=("loss_bits", "output_error_bits",
-                       "curriculum_length"))
+    name=describe(config),
+    init=make_init(config, cell),
+    train_chunk=make_train_chunk(config, cell),
+    chunk_steps=config.chunk_steps,
+    summarize=lambda window: summarize(config, window),
+    examples_per_step=config.batch_size,
+    swept_hparams=("learning_rate",),
+    batch_axes=online_setup.batch_axes,
+    batch_size=config.batch_size,
+    progress_fields=("loss_bits", "output_error_bits", "curriculum_length"),
+  )
 
 
 def train(config, workdir: str) -> dict:

@@ -13,7 +13,9 @@ import numpy as np
 from experiments.online import cosine_specs
 from experiments.online import cosine_tasks
 from experiments.online import setup as online_setup
-from rtrl import estimators, online, readout
+from rtrl import estimators
+from rtrl import online
+from rtrl import readout
 
 EXACT = cosine_specs.EstimatorSpec("rtrl", None, "_exact")
 
@@ -31,8 +33,11 @@ def cosine(flat: jax.Array, true: jax.Array) -> jax.Array:
   gradients are dropped by the caller anyway.
   """
   denom = jnp.linalg.norm(flat, axis=1) * jnp.linalg.norm(true, axis=1)
-  value = jnp.where(denom > 0, jnp.sum(flat * true, axis=1) /
-                    jnp.where(denom > 0, denom, 1.0), 0.0)
+  value = jnp.where(
+    denom > 0,
+    jnp.sum(flat * true, axis=1) / jnp.where(denom > 0, denom, 1.0),
+    0.0,
+  )
   return jnp.clip(value, -1.0, 1.0)
 
 
@@ -46,26 +51,35 @@ def make_runner(cell, estimator, params_axis):
   state0 = cell.initial_state()
 
   def init(params, keys):
-    return jax.vmap(lambda p, k: (estimator.init(p["cell"], state0, k), state0),
-                    in_axes=(params_axis, 0))(params, keys)
+    return jax.vmap(
+      lambda p, k: (estimator.init(p["cell"], state0, k), state0),
+      in_axes=(params_axis, 0),
+    )(params, keys)
 
   def example_step(params, carry, batch):
     tstate, state = online.where_reset(
-        batch.resets, (estimator.reset(carry[0]), state0), carry)
+      batch.resets, (estimator.reset(carry[0]), state0), carry
+    )
     tstate, state = estimator.step(params["cell"])(tstate, state, batch.inputs)
-    dloss_dstate = jax.grad(lambda s: readout.step_loss(
-        params["readout"], cell.output(s), batch.targets, batch.weights))(state)
-    return (tstate, state), estimator.gradient(params["cell"], tstate,
-                                               dloss_dstate)
+    dloss_dstate = jax.grad(
+      lambda s: readout.step_loss(
+        params["readout"], cell.output(s), batch.targets, batch.weights
+      )
+    )(state)
+    return (tstate, state), estimator.gradient(
+      params["cell"], tstate, dloss_dstate
+    )
 
   @jax.jit
   def run(params, carry, chunk, true_grads=None):
     def body(carry, xs):
       batch, true = xs
       carry, grads = jax.vmap(example_step, in_axes=(params_axis, 0, 0))(
-          params, carry, batch)
+        params, carry, batch
+      )
       flat = flatten_per_repetition(grads)
       return carry, flat if true is None else cosine(flat, true)
+
     return jax.lax.scan(body, carry, (chunk, true_grads))
 
   return init, run
@@ -83,22 +97,24 @@ def make_runners(config, params, specs) -> tuple[dict, dict]:
     # Keys depend on the label only, so adding an estimator to the list
     # leaves the others' streams unchanged.
     key = jax.random.fold_in(base_key, zlib.crc32(spec.label.encode()))
-    carries[spec.label] = init(params, jax.random.split(key,
-                                                        config.repetitions))
+    carries[spec.label] = init(
+      params, jax.random.split(key, config.repetitions)
+    )
     runners[spec.label] = run
   return runners, carries
 
 
-def check_finite(label: str, cos: np.ndarray, dropped: np.ndarray,
-                 first_step: int) -> None:
+def check_finite(
+  label: str, cos: np.ndarray, dropped: np.ndarray, first_step: int
+) -> None:
   """NaN marks dropped points only; a non-finite cosine elsewhere is a
   broken estimator (or true gradient) and must not pass as "dropped"."""
   broken = ~np.isfinite(cos) & ~dropped
   if broken.any():
     t, rep = np.argwhere(broken)[0]
     raise FloatingPointError(
-        f"{label}: non-finite gradient at step {first_step + t}, "
-        f"repetition {rep}")
+      f"{label}: non-finite gradient at step {first_step + t}, repetition {rep}"
+    )
 
 
 def compute_cosines(config, params, on_chunk=None) -> dict:
@@ -125,20 +141,26 @@ def compute_cosines(config, params, on_chunk=None) -> dict:
   for start in range(0, config.num_steps, chunk_steps):
     data_state, chunk = next_chunk(data_state)
     carries[EXACT.label], true = runners[EXACT.label](
-        params, carries[EXACT.label], chunk)
+      params, carries[EXACT.label], chunk
+    )
     true_norm = np.asarray(jnp.linalg.norm(true, axis=2))
     dropped = true_norm < config.min_gradient_norm
     norms.append(true_norm)
     for spec in specs:
       carries[spec.label], cos = runners[spec.label](
-          params, carries[spec.label], chunk, true)
+        params, carries[spec.label], chunk, true
+      )
       cos = np.asarray(cos, np.float64)
       check_finite(spec.label, cos, dropped, start + 1)
       cosines[spec.label].append(np.where(dropped, np.nan, cos))
     if on_chunk is not None:
-      on_chunk(start + chunk_steps,
-               {label: parts[-1] for label, parts in cosines.items()},
-               true_norm)
-  return {"labels": [s.label for s in specs],
-          "cosine": {k: np.concatenate(v) for k, v in cosines.items()},
-          "true_norm": np.concatenate(norms)}
+      on_chunk(
+        start + chunk_steps,
+        {label: parts[-1] for label, parts in cosines.items()},
+        true_norm,
+      )
+  return {
+    "labels": [s.label for s in specs],
+    "cosine": {k: np.concatenate(v) for k, v in cosines.items()},
+    "true_norm": np.concatenate(norms),
+  }

@@ -47,19 +47,24 @@ PLOT_FILE = "cosine.png"
 
 def validate(config) -> None:
   """Checks the config's fields; raises ValueError with the field's name."""
-  checks.positive_ints(config, "num_steps", "repetitions", "chunk_steps",
-                       "vocab_size")
+  checks.positive_ints(
+    config, "num_steps", "repetitions", "chunk_steps", "vocab_size"
+  )
   if config.num_steps % min(config.chunk_steps, config.num_steps):
-    raise ValueError(f"config.num_steps ({config.num_steps}) must be a "
-                     f"multiple of config.chunk_steps ({config.chunk_steps})")
+    raise ValueError(
+      f"config.num_steps ({config.num_steps}) must be a "
+      f"multiple of config.chunk_steps ({config.chunk_steps})"
+    )
   cosine_tasks.validate_task(config)
   if not 0.0 <= config.reset_probability <= 1.0:
     raise ValueError("config.reset_probability must be in [0, 1]")
   if config.min_gradient_norm < 0:
     raise ValueError("config.min_gradient_norm must be >= 0")
   if config.checkpoint_dir and config.params_per_repetition:
-    raise ValueError("config.params_per_repetition needs fresh parameters "
-                     "(config.checkpoint_dir must be empty)")
+    raise ValueError(
+      "config.params_per_repetition needs fresh parameters "
+      "(config.checkpoint_dir must be empty)"
+    )
   cosine_specs.parse_estimators(config.estimators)
 
 
@@ -68,15 +73,19 @@ def take_checkpoint_fields(config, info: dict) -> None:
   Copy length when 0, the checkpoint's step and curriculum length)."""
   for field in ("cell", "hidden_size"):
     if config[field] != info[field]:
-      print(f"Note: config.{field}={config[field]!r} replaced by the "
-            f"checkpoint's {info[field]!r}.")
+      print(
+        f"Note: config.{field}={config[field]!r} replaced by the "
+        f"checkpoint's {info[field]!r}."
+      )
     config[field] = info[field]
   # The checkpoint's readout and input weights fix the vocabulary.
   if config.task != "random" and config.task != info["task"]:
-    raise ValueError(f"config.task={config.task!r}, but "
-                     f"{config.checkpoint_dir} is a {info['task']} run "
-                     f"(vocabulary {info['vocab_size']}); use "
-                     f"config.task={info['task']!r} or 'random'")
+    raise ValueError(
+      f"config.task={config.task!r}, but "
+      f"{config.checkpoint_dir} is a {info['task']} run "
+      f"(vocabulary {info['vocab_size']}); use "
+      f"config.task={info['task']!r} or 'random'"
+    )
   config.vocab_size = info["vocab_size"]
   if config.task == "copy" and config.sequence_length == 0:
     config.sequence_length = max(1, info["curriculum_length"])
@@ -88,8 +97,9 @@ def fresh_params(config):
   """Initial parameters from `config.seed`, one set per repetition (leading
   axis R) if `config.params_per_repetition`."""
   cell = online_setup.make_cell(config)
-  init = lambda k: online_setup.init_params(cell, k, config.vocab_size,
-                                            config.vocab_size)
+  init = lambda k: online_setup.init_params(
+    cell, k, config.vocab_size, config.vocab_size
+  )
   params_key = jax.random.PRNGKey(config.seed)
   if config.params_per_repetition:
     return jax.vmap(init)(jax.random.split(params_key, config.repetitions))
@@ -105,19 +115,26 @@ def resolve(config) -> tuple[ml_collections.ConfigDict, Any]:
     params, info = cosine_tasks.restore_params(config.checkpoint_dir)
     take_checkpoint_fields(config, info)
     return config, params
-  config.vocab_size = cosine_tasks.TASK_VOCAB.get(config.task,
-                                                  config.vocab_size)
+  config.vocab_size = cosine_tasks.TASK_VOCAB.get(
+    config.task, config.vocab_size
+  )
   return config, fresh_params(config)
 
 
 def describe(config) -> str:
-  task = {"copy": f"copy T={config.sequence_length}",
-          "ptb": f"char-PTB {config.get('ptb_split', 'valid')} text"}.get(
-              config.task, f"random inputs (vocab {config.vocab_size})")
-  source = (f"checkpoint step {config.checkpoint_step}"
-            if config.checkpoint_dir else "untrained")
-  return (f"{config.cell.upper()}-{config.hidden_size} | {task} | {source} | "
-          f"{config.repetitions} repetitions")
+  task = {
+    "copy": f"copy T={config.sequence_length}",
+    "ptb": f"char-PTB {config.get('ptb_split', 'valid')} text",
+  }.get(config.task, f"random inputs (vocab {config.vocab_size})")
+  source = (
+    f"checkpoint step {config.checkpoint_step}"
+    if config.checkpoint_dir
+    else "untrained"
+  )
+  return (
+    f"{config.cell.upper()}-{config.hidden_size} | {task} | {source} | "
+    f"{config.repetitions} repetitions"
+  )
 
 
 def make_chunk_writer(config, workdir: str):
@@ -134,10 +151,13 @@ def make_chunk_writer(config, workdir: str):
     first = step - true_norm.shape[0] + 1
     for record in cosine_records.metrics_records(first, cosines):
       writer.write(record)
-    means = {k: float(np.nanmean(v)) if np.isfinite(v).any() else float("nan")
-             for k, v in cosines.items()}
-    progress.report(step, dropped=int(np.isnan(next(iter(cosines.values())))
-                                      .sum()), **means)
+    means = {
+      k: float(np.nanmean(v)) if np.isfinite(v).any() else float("nan")
+      for k, v in cosines.items()
+    }
+    progress.report(
+      step, dropped=int(np.isnan(next(iter(cosines.values()))).sum()), **means
+    )
 
   return on_chunk
 
@@ -147,14 +167,20 @@ def run(config, workdir: str) -> dict:
   config, params = resolve(config)
   workdir_lib.prepare(workdir, config)
   title = describe(config)
-  print(f"Gradient cosine | {title} | {config.num_steps} steps | "
-        f"{config.estimators}")
+  print(
+    f"Gradient cosine | {title} | {config.num_steps} steps | "
+    f"{config.estimators}"
+  )
   result = cosine_compute.compute_cosines(
-      config, params, make_chunk_writer(config, workdir))
-  summary = {"estimators": cosine_records.summarize(result),
-             "num_steps": config.num_steps,
-             "repetitions": config.repetitions,
-             "min_gradient_norm": config.min_gradient_norm, "title": title}
+    config, params, make_chunk_writer(config, workdir)
+  )
+  summary = {
+    "estimators": cosine_records.summarize(result),
+    "num_steps": config.num_steps,
+    "repetitions": config.repetitions,
+    "min_gradient_norm": config.min_gradient_norm,
+    "title": title,
+  }
   with open(os.path.join(workdir, SUMMARY_FILE), "w") as f:
     json.dump(summary, f, indent=2)
   cosine_plot.plot(result, title, os.path.join(workdir, PLOT_FILE))

@@ -31,8 +31,10 @@ def metrics_records(first_step: int, cosines: dict) -> list[dict]:
   any_cos = next(iter(cosines.values()))
   records = []
   for i in range(any_cos.shape[0]):
-    record = {"step": first_step + i,
-              "num_dropped": int(np.isnan(any_cos[i]).sum())}
+    record = {
+      "step": first_step + i,
+      "num_dropped": int(np.isnan(any_cos[i]).sum()),
+    }
     for label, (mean, std, count) in stats.items():
       record[f"{label}/mean_cosine"] = finite_or_none(mean[i])
       record[f"{label}/std_cosine"] = finite_or_none(std[i])
@@ -47,17 +49,19 @@ def label_summary(cos: np.ndarray) -> dict:
   mean, std, count = step_statistics(cos)
   kept = count > 0
   return {
-      "mean_cosine": finite_or_none(mean[kept].mean()) if kept.any() else None,
-      "mean_std_cosine": (finite_or_none(std[kept].mean()) if kept.any()
-                          else None),
-      "final_mean_cosine": finite_or_none(mean[-1]),
-      "num_valid_points": int(count.sum()),
-      "num_dropped_points": int(count.size * cos.shape[1] - count.sum()),
-      "num_steps_with_valid": int(kept.sum()),
+    "mean_cosine": finite_or_none(mean[kept].mean()) if kept.any() else None,
+    "mean_std_cosine": (
+      finite_or_none(std[kept].mean()) if kept.any() else None
+    ),
+    "final_mean_cosine": finite_or_none(mean[-1]),
+    "num_valid_points": int(count.sum()),
+    "num_dropped_points": int(count.size * cos.shape[1] - count.sum()),
+    "num_steps_with_valid": int(kept.sum()),
   }
 
 
 def summarize(result: dict) -> dict:
   """`label_summary` of each label of a `compute_cosines` result."""
-  return {label: label_summary(result["cosine"][label])
-          for label in result["labels"]}
+  return {
+    label: label_summary(result["cosine"][label]) for label in result["labels"]
+  }

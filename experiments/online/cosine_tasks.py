@@ -25,10 +25,10 @@ import ml_collections
 import numpy as np
 
 from experiments import data
-from experiments.loop import checks
-from experiments.online import setup as online_setup
 from experiments.loop import checkpoints
+from experiments.loop import checks
 from experiments.loop import workdir as workdir_lib
+from experiments.online import setup as online_setup
 from rtrl import online
 from rtrl.tasks import copy_task
 from rtrl.tasks import ptb
@@ -41,17 +41,21 @@ TASK_VOCAB = {"copy": copy_task.VOCAB_SIZE, "ptb": ptb.VOCAB_SIZE}
 def validate_task(config) -> None:
   """Checks `config.task` and its fields; raises ValueError naming them."""
   if config.task not in TASKS:
-    raise ValueError(f"config.task must be one of {TASKS}, got "
-                     f"{config.task!r}")
+    raise ValueError(f"config.task must be one of {TASKS}, got {config.task!r}")
   if config.task == "copy" and config.checkpoint_dir:
-    checks.nonnegative_ints(config, "sequence_length",
-                            zero_means="the checkpoint's curriculum length")
+    checks.nonnegative_ints(
+      config, "sequence_length", zero_means="the checkpoint's curriculum length"
+    )
   elif config.task == "copy":
     checks.positive_ints(config, "sequence_length")
-  if config.task == "ptb" and config.get("ptb_split", "valid") not in \
-      data.ptb.SPLITS:
-    raise ValueError(f"config.ptb_split must be one of {data.ptb.SPLITS}, got "
-                     f"{config.ptb_split!r}")
+  if (
+    config.task == "ptb"
+    and config.get("ptb_split", "valid") not in data.ptb.SPLITS
+  ):
+    raise ValueError(
+      f"config.ptb_split must be one of {data.ptb.SPLITS}, got "
+      f"{config.ptb_split!r}"
+    )
 
 
 def task_of_run(run_config: dict) -> str:
@@ -70,8 +74,10 @@ def restore_params(checkpoint_dir: str) -> tuple[dict, dict]:
   """
   config_path = os.path.join(checkpoint_dir, workdir_lib.CONFIG_FILE)
   if not os.path.exists(config_path):
-    raise FileNotFoundError(f"{config_path} not found: config.checkpoint_dir "
-                            "must be a Copy-task or PTB workdir")
+    raise FileNotFoundError(
+      f"{config_path} not found: config.checkpoint_dir "
+      "must be a Copy-task or PTB workdir"
+    )
   with open(config_path) as f:
     run_config = json.load(f)
   task = task_of_run(run_config)
@@ -85,22 +91,31 @@ def restore_params(checkpoint_dir: str) -> tuple[dict, dict]:
   try:
     raw_params = raw["trainer"]["params"]
   except (KeyError, TypeError) as e:
-    raise ValueError(f"{path} holds no trainer.params; is it a Copy-task or "
-                     "PTB checkpoint?") from e
+    raise ValueError(
+      f"{path} holds no trainer.params; is it a Copy-task or PTB checkpoint?"
+    ) from e
   cell = online_setup.make_cell(ml_collections.ConfigDict(run_config))
-  template = online_setup.init_params(cell, jax.random.PRNGKey(0), vocab,
-                                      vocab)
+  template = online_setup.init_params(cell, jax.random.PRNGKey(0), vocab, vocab)
   params = flax.serialization.from_state_dict(template, raw_params)
-  shapes, expected = (jax.tree_util.tree_map(np.shape, t)
-                      for t in (params, template))
+  shapes, expected = (
+    jax.tree_util.tree_map(np.shape, t) for t in (params, template)
+  )
   if shapes != expected:
-    raise ValueError(f"{path} has params of shapes {shapes}, expected "
-                     f"{expected} for {cell!r} on the {task} task")
-  params = jax.tree_util.tree_map(lambda w, g: jnp.asarray(g, w.dtype),
-                                  template, params)
-  info = {"task": task, "vocab_size": vocab, "cell": run_config["cell"],
-          "hidden_size": run_config["hidden_size"], "step": step,
-          "curriculum_length": int(np.asarray(raw.get("curriculum_length", 0)))}
+    raise ValueError(
+      f"{path} has params of shapes {shapes}, expected "
+      f"{expected} for {cell!r} on the {task} task"
+    )
+  params = jax.tree_util.tree_map(
+    lambda w, g: jnp.asarray(g, w.dtype), template, params
+  )
+  info = {
+    "task": task,
+    "vocab_size": vocab,
+    "cell": run_config["cell"],
+    "hidden_size": run_config["hidden_size"],
+    "step": step,
+    "curriculum_length": int(np.asarray(raw.get("curriculum_length", 0))),
+  }
   return params, info
 
 
@@ -116,16 +131,19 @@ def make_data(config):
     stream = copy_task.stream_init(key, reps, length)
     return stream, jax.jit(lambda s: copy_task.generate(s, length, chunk))
   if config.task == "ptb":
-    ids = data.load_ptb_split(config.get("ptb_split", "valid"),
-                              config.get("data_dir"),
-                              config.get("verify_md5", True))
+    ids = data.load_ptb_split(
+      config.get("ptb_split", "valid"),
+      config.get("data_dir"),
+      config.get("verify_md5", True),
+    )
     text = jnp.asarray(ids)
     shift_key, stream_key = jax.random.split(key)
     stream = ptb.stream_init(stream_key, ids.size, reps)
     shift = jax.random.randint(shift_key, (), 0, ids.size)
     stream = stream._replace(position=(stream.position + shift) % ids.size)
-    return stream, jax.jit(lambda s: ptb.stream_chunk(text, s, chunk,
-                                                      p_reset, 0, dtype))
+    return stream, jax.jit(
+      lambda s: ptb.stream_chunk(text, s, chunk, p_reset, 0, dtype)
+    )
 
   vocab = config.vocab_size
 
@@ -134,10 +152,11 @@ def make_data(config):
     key, k_in, k_out, k_reset = jax.random.split(key, 4)
     tokens = jax.random.randint(k_in, (chunk, reps), 0, vocab)
     batch = online.StepBatch(
-        inputs=jax.nn.one_hot(tokens, vocab, dtype=dtype),
-        targets=jax.random.randint(k_out, (chunk, reps), 0, vocab),
-        weights=jnp.ones((chunk, reps), dtype),
-        resets=jax.random.bernoulli(k_reset, p_reset, (chunk, reps)))
+      inputs=jax.nn.one_hot(tokens, vocab, dtype=dtype),
+      targets=jax.random.randint(k_out, (chunk, reps), 0, vocab),
+      weights=jnp.ones((chunk, reps), dtype),
+      resets=jax.random.bernoulli(k_reset, p_reset, (chunk, reps)),
+    )
     return key, batch
 
   return key, next_random

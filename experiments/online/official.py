@@ -17,11 +17,11 @@ except through its epsilon, which is why `tf1_adam` feeds Adam the cell
 gradient divided by B, as the official code does.
 """
 
-LEARNING_RATE = 10 ** -3.5
+LEARNING_RATE = 10**-3.5
 INIT_STDDEV = 0.01
-COPY_CELL_CLIP = 1.0    # in the official code's units
-PTB_CELL_CLIP = 100.0   # in the official code's units
-PTB_RESET_EVERY = 100   # its streams reset at text positions divisible by it
+COPY_CELL_CLIP = 1.0  # in the official code's units
+PTB_CELL_CLIP = 100.0  # in the official code's units
+PTB_RESET_EVERY = 100  # its streams reset at text positions divisible by it
 LOSS_EMA_DECAY = 0.999  # its logged training-loss moving average, from 1 bit
 
 

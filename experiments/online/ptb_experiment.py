@@ -44,26 +44,36 @@ from rtrl.tasks import ptb_eval
 def validate(config) -> None:
   """Raises ValueError naming the first bad field (the step schedule is the
   run loop's: `experiments/loop/checks.schedule`)."""
-  checks.positive_ints(config, "hidden_size", "batch_size", "chunk_steps",
-                       "eval_batch_size")
+  checks.positive_ints(
+    config, "hidden_size", "batch_size", "chunk_steps", "eval_batch_size"
+  )
   online_setup.validate_trainer(config)
   if config.text_layout not in ptb.LAYOUTS:
-    raise ValueError(f"config.text_layout must be one of {ptb.LAYOUTS}, got "
-                     f"{config.text_layout!r}")
+    raise ValueError(
+      f"config.text_layout must be one of {ptb.LAYOUTS}, got "
+      f"{config.text_layout!r}"
+    )
   if config.stream_offsets not in ptb.STREAM_OFFSETS:
-    raise ValueError(f"config.stream_offsets must be one of "
-                     f"{ptb.STREAM_OFFSETS}, got {config.stream_offsets!r}")
+    raise ValueError(
+      f"config.stream_offsets must be one of "
+      f"{ptb.STREAM_OFFSETS}, got {config.stream_offsets!r}"
+    )
   if not 0.0 <= config.reset_probability <= 1.0:
-    raise ValueError(f"config.reset_probability must be in [0, 1], got "
-                     f"{config.reset_probability!r}")
-  checks.nonnegative_ints(config, "reset_every", "eval_reset_every",
-                          zero_means="off")
+    raise ValueError(
+      f"config.reset_probability must be in [0, 1], got "
+      f"{config.reset_probability!r}"
+    )
+  checks.nonnegative_ints(
+    config, "reset_every", "eval_reset_every", zero_means="off"
+  )
 
 
 def describe(config) -> str:
-  return (f"char-PTB | {online_setup.describe(config)} | {config.cell}-"
-          f"{config.hidden_size} | batch {config.batch_size} | lr "
-          f"{config.learning_rate:.3g}")
+  return (
+    f"char-PTB | {online_setup.describe(config)} | {config.cell}-"
+    f"{config.hidden_size} | batch {config.batch_size} | lr "
+    f"{config.learning_rate:.3g}"
+  )
 
 
 def batch_axes(state: dict) -> dict:
@@ -75,23 +85,27 @@ def batch_axes(state: dict) -> dict:
 
 def load_ids(config, split: str):
   """The `(N,)` character ids of `split` ('train', 'valid' or 'test')."""
-  return load_ptb_split(split, config.data_dir,
-                        config.verify_md5, config.text_layout)
+  return load_ptb_split(
+    split, config.data_dir, config.verify_md5, config.text_layout
+  )
 
 
 def load_eval_streams(config, split: str) -> ptb_eval.EvalStreams:
   """The whole `split` laid out for evaluation (`config.eval_batch_size`
   streams)."""
   ids = load_ids(config, split)
-  return ptb_eval.make_eval_streams(ids, config.eval_batch_size,
-                                    config.eval_reset_every)
+  return ptb_eval.make_eval_streams(
+    ids, config.eval_batch_size, config.eval_reset_every
+  )
 
 
 def load_data(config) -> dict:
   """The run loop's `data` (a jit argument, never checkpointed): the
   training text `(N,)` and the valid split's `EvalStreams`."""
-  return {"train": jnp.asarray(load_ids(config, "train")),
-          "valid": load_eval_streams(config, "valid")}
+  return {
+    "train": jnp.asarray(load_ids(config, "train")),
+    "valid": load_eval_streams(config, "valid"),
+  }
 
 
 def make_init(config, cell, num_symbols: int):
@@ -102,20 +116,26 @@ def make_init(config, cell, num_symbols: int):
   def init(key, hparams):
     params_key, trainer_key, data_key = jax.random.split(key, 3)
     params = online_setup.init_params(
-        cell, params_key, ptb.VOCAB_SIZE, ptb.VOCAB_SIZE, config.init_stddev,
-        readout_fn=online_setup.make_readout(config))
+      cell,
+      params_key,
+      ptb.VOCAB_SIZE,
+      ptb.VOCAB_SIZE,
+      config.init_stddev,
+      readout_fn=online_setup.make_readout(config),
+    )
     trainer = online_setup.make_trainer(config, cell, **hparams)
     return {
-        "trainer": trainer.init(params, trainer_key, config.batch_size),
-        "stream": ptb.stream_init(data_key, num_symbols, config.batch_size,
-                                  config.stream_offsets),
-        "step": jnp.zeros((), jnp.int32),
-        "best_params": params,
-        "best_valid_bpc": jnp.full((), jnp.inf, dtype),
-        "best_step": jnp.zeros((), jnp.int32),
-        # The official code's logged training-loss average (bits).
-        "train_loss_ema": jnp.ones((), dtype),
-        "hparams": hparams,
+      "trainer": trainer.init(params, trainer_key, config.batch_size),
+      "stream": ptb.stream_init(
+        data_key, num_symbols, config.batch_size, config.stream_offsets
+      ),
+      "step": jnp.zeros((), jnp.int32),
+      "best_params": params,
+      "best_valid_bpc": jnp.full((), jnp.inf, dtype),
+      "best_step": jnp.zeros((), jnp.int32),
+      # The official code's logged training-loss average (bits).
+      "train_loss_ema": jnp.ones((), dtype),
+      "hparams": hparams,
     }
 
   return init
@@ -142,16 +162,26 @@ def make_train_chunk(config, cell):
   def train_chunk(state, data):
     trainer = online_setup.make_trainer(config, cell, **state["hparams"])
     stream, chunk = ptb.stream_chunk(
-        data["train"], state["stream"], config.chunk_steps,
-        config.reset_probability, config.reset_every)
+      data["train"],
+      state["stream"],
+      config.chunk_steps,
+      config.reset_probability,
+      config.reset_every,
+    )
     trainer_state, metrics = trainer.run(state["trainer"], chunk)
     average = loss_moving_average(state["train_loss_ema"], metrics)
-    state = {**state, "trainer": trainer_state, "stream": stream,
-             "step": state["step"] + config.chunk_steps,
-             "train_loss_ema": average}
-    return state, {"loss_sum": metrics.loss_sum.sum(),
-                   "weight_sum": metrics.weight_sum.sum(),
-                   "train_loss_ema": average}
+    state = {
+      **state,
+      "trainer": trainer_state,
+      "stream": stream,
+      "step": state["step"] + config.chunk_steps,
+      "train_loss_ema": average,
+    }
+    return state, {
+      "loss_sum": metrics.loss_sum.sum(),
+      "weight_sum": metrics.weight_sum.sum(),
+      "train_loss_ema": average,
+    }
 
   return train_chunk
 
@@ -159,8 +189,10 @@ def make_train_chunk(config, cell):
 def summarize(window: list[dict]) -> dict:
   loss = sum(float(m["loss_sum"]) for m in window)
   weight = sum(float(m["weight_sum"]) for m in window)
-  return {"train_bpc": loss / max(weight, 1.0) / LOG2,
-          "train_loss_ema_bits": float(window[-1]["train_loss_ema"])}
+  return {
+    "train_bpc": loss / max(weight, 1.0) / LOG2,
+    "train_loss_ema_bits": float(window[-1]["train_loss_ema"]),
+  }
 
 
 def make_evaluate(cell):
@@ -173,11 +205,12 @@ def make_evaluate(cell):
     valid_bpc = bits / count
     better = valid_bpc < state["best_valid_bpc"]
     keep = lambda new, old: jnp.where(better, new, old)
-    state = {**state,
-             "best_params": jax.tree_util.tree_map(keep, params,
-                                                   state["best_params"]),
-             "best_valid_bpc": keep(valid_bpc, state["best_valid_bpc"]),
-             "best_step": keep(state["step"], state["best_step"])}
+    state = {
+      **state,
+      "best_params": jax.tree_util.tree_map(keep, params, state["best_params"]),
+      "best_valid_bpc": keep(valid_bpc, state["best_valid_bpc"]),
+      "best_step": keep(state["step"], state["best_step"]),
+    }
     return state, {"valid_bpc": valid_bpc}
 
   return evaluate
@@ -191,15 +224,21 @@ def make_finish(config, cell):
   def finish(state, workdir):
     del workdir
     best_step = int(state["best_step"])
-    summary = {"best_valid_bpc": float(state["best_valid_bpc"]),
-               "best_step": best_step, "test_bpc": None}
+    summary = {
+      "best_valid_bpc": float(state["best_valid_bpc"]),
+      "best_step": best_step,
+      "test_bpc": None,
+    }
     if best_step > 0:
       if not test_streams:
         test_streams.append(load_eval_streams(config, "test"))
-      summary["test_bpc"] = ptb_eval.bpc(cell, state["best_params"],
-                                         test_streams[0])
-    print(f"Best valid BPC {summary['best_valid_bpc']:.4f} at step "
-          f"{best_step}; test BPC there: {summary['test_bpc']}")
+      summary["test_bpc"] = ptb_eval.bpc(
+        cell, state["best_params"], test_streams[0]
+      )
+    print(
+      f"Best valid BPC {summary['best_valid_bpc']:.4f} at step "
+      f"{best_step}; test BPC there: {summary['test_bpc']}"
+    )
     return summary
 
   return finish
@@ -215,18 +254,21 @@ def make_experiment(config) -> runner.Experiment:
   cell = online_setup.make_cell(config)
   data = load_data(config)
   return runner.Experiment(
-      name=describe(config),
-      init=make_init(config, cell, data["train"].size),
-      train_chunk=make_train_chunk(config, cell),
-      chunk_steps=config.chunk_steps, summarize=summarize,
-      evaluate=make_evaluate(cell),
-      summarize_eval=lambda metrics: {
-          "valid_bpc": float(metrics["valid_bpc"])},
-      finish=make_finish(config, cell),
-      progress_fields=("train_bpc", "valid_bpc"),
-      examples_per_step=config.batch_size, data=data,
-      swept_hparams=("learning_rate",), batch_axes=batch_axes,
-      batch_size=config.batch_size)
+    name=describe(config),
+    init=make_init(config, cell, data["train"].size),
+    train_chunk=make_train_chunk(config, cell),
+    chunk_steps=config.chunk_steps,
+    summarize=summarize,
+    evaluate=make_evaluate(cell),
+    summarize_eval=lambda metrics: {"valid_bpc": float(metrics["valid_bpc"])},
+    finish=make_finish(config, cell),
+    progress_fields=("train_bpc", "valid_bpc"),
+    examples_per_step=config.batch_size,
+    data=data,
+    swept_hparams=("learning_rate",),
+    batch_axes=batch_axes,
+    batch_size=config.batch_size,
+  )
 
 
 def train(config, workdir: str) -> list[dict]:

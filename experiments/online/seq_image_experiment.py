@@ -52,27 +52,40 @@ CHANNELS = 3
 def validate(config) -> None:
   """Raises ValueError naming the first bad field (the step schedule is the
   run loop's: `experiments/loop/checks.schedule`)."""
-  checks.positive_ints(config, "hidden_size", "batch_size", "chunk_steps",
-                       "eval_batch_size", "accumulate_steps")
+  checks.positive_ints(
+    config,
+    "hidden_size",
+    "batch_size",
+    "chunk_steps",
+    "eval_batch_size",
+    "accumulate_steps",
+  )
   checks.nonnegative_ints(config, "eval_images", zero_means="all test images")
-  checks.multiple_of(config, "chunk_steps", PIXELS_PER_IMAGE,
-                     "the pixels per image")
+  checks.multiple_of(
+    config, "chunk_steps", PIXELS_PER_IMAGE, "the pixels per image"
+  )
   online_setup.validate_trainer(config)
   if config.estimator == "tbptt" and PIXELS_PER_IMAGE % config.truncation:
-    raise ValueError(f"config.truncation must divide the {PIXELS_PER_IMAGE} "
-                     f"pixels of an image (TBPTT windows aligned to images; "
-                     f"{PIXELS_PER_IMAGE}: full BPTT per image), got "
-                     f"{config.truncation!r}")
+    raise ValueError(
+      f"config.truncation must divide the {PIXELS_PER_IMAGE} "
+      f"pixels of an image (TBPTT windows aligned to images; "
+      f"{PIXELS_PER_IMAGE}: full BPTT per image), got "
+      f"{config.truncation!r}"
+    )
   if config.normalization not in seq_images.NORMALIZATIONS:
-    raise ValueError(f"config.normalization must be one of "
-                     f"{seq_images.NORMALIZATIONS}, got "
-                     f"{config.normalization!r}")
+    raise ValueError(
+      f"config.normalization must be one of "
+      f"{seq_images.NORMALIZATIONS}, got "
+      f"{config.normalization!r}"
+    )
 
 
 def describe(config) -> str:
-  return (f"sequential CIFAR-10 | {online_setup.describe(config)} | "
-          f"{config.cell}-{config.hidden_size} | batch {config.batch_size} "
-          f"| lr {config.learning_rate:.3g}")
+  return (
+    f"sequential CIFAR-10 | {online_setup.describe(config)} | "
+    f"{config.cell}-{config.hidden_size} | batch {config.batch_size} "
+    f"| lr {config.learning_rate:.3g}"
+  )
 
 
 def batch_axes(state: dict) -> dict:
@@ -99,12 +112,16 @@ def load_data(config) -> dict:
   mean, std = seq_images.channel_stats(train_images, config.normalization)
   test_images, test_labels = cifar["test_images"], cifar["test_labels"]
   if config.eval_images:
-    test_images = test_images[:config.eval_images]
-    test_labels = test_labels[:config.eval_images]
-  return {"train": seq_images.make_image_set(
-              train_images, cifar["train_labels"], mean, std),
-          "test": seq_images.make_image_set(
-              to_uint8(test_images), test_labels, mean, std)}
+    test_images = test_images[: config.eval_images]
+    test_labels = test_labels[: config.eval_images]
+  return {
+    "train": seq_images.make_image_set(
+      train_images, cifar["train_labels"], mean, std
+    ),
+    "test": seq_images.make_image_set(
+      to_uint8(test_images), test_labels, mean, std
+    ),
+  }
 
 
 def make_init(config, cell):
@@ -115,19 +132,24 @@ def make_init(config, cell):
   def init(key, hparams):
     params_key, trainer_key, data_key = jax.random.split(key, 3)
     params = online_setup.init_params(
-        cell, params_key, CHANNELS, NUM_CLASSES, config.init_stddev,
-        readout_fn=online_setup.make_readout(config))
+      cell,
+      params_key,
+      CHANNELS,
+      NUM_CLASSES,
+      config.init_stddev,
+      readout_fn=online_setup.make_readout(config),
+    )
     trainer = online_setup.make_trainer(config, cell, **hparams)
     return {
-        "trainer": trainer.init(params, trainer_key, config.batch_size),
-        "stream": seq_images.stream_init(data_key),
-        "step": jnp.zeros((), jnp.int32),
-        "last_test_accuracy": jnp.zeros((), dtype),
-        "last_test_loss": jnp.zeros((), dtype),
-        "last_eval_step": jnp.zeros((), jnp.int32),
-        "best_test_accuracy": jnp.full((), -1.0, dtype),
-        "best_step": jnp.zeros((), jnp.int32),
-        "hparams": hparams,
+      "trainer": trainer.init(params, trainer_key, config.batch_size),
+      "stream": seq_images.stream_init(data_key),
+      "step": jnp.zeros((), jnp.int32),
+      "last_test_accuracy": jnp.zeros((), dtype),
+      "last_test_loss": jnp.zeros((), dtype),
+      "last_eval_step": jnp.zeros((), jnp.int32),
+      "best_test_accuracy": jnp.full((), -1.0, dtype),
+      "best_step": jnp.zeros((), jnp.int32),
+      "hparams": hparams,
     }
 
   return init
@@ -151,35 +173,47 @@ def make_train_chunk(config, cell):
   def train_chunk(state, data):
     trainer = online_setup.make_trainer(config, cell, **state["hparams"])
     stream, chunk = seq_images.stream_chunk(
-        data["train"], state["stream"], config.batch_size, config.chunk_steps)
+      data["train"], state["stream"], config.batch_size, config.chunk_steps
+    )
     images = jax.tree_util.tree_map(
-        lambda a: a.reshape((-1, PIXELS_PER_IMAGE) + a.shape[1:]), chunk)
+      lambda a: a.reshape((-1, PIXELS_PER_IMAGE) + a.shape[1:]), chunk
+    )
 
     def train_image(trainer_state, image):
       loss_sum = jnp.zeros((), chunk.weights.dtype)
       if head_steps:  # Static: TBPTT-1024 has no head.
-        trainer_state, metrics = trainer.run(trainer_state, jax.tree_util.
-                                             tree_map(lambda a: a[:head_steps],
-                                                      image))
+        trainer_state, metrics = trainer.run(
+          trainer_state, jax.tree_util.tree_map(lambda a: a[:head_steps], image)
+        )
         loss_sum += metrics.loss_sum.sum()
       scoring = trainer_state.params["readout"]
       trainer_state, metrics = trainer.run(
-          trainer_state,
-          jax.tree_util.tree_map(lambda a: a[head_steps:], image))
+        trainer_state, jax.tree_util.tree_map(lambda a: a[head_steps:], image)
+      )
       hidden = jax.vmap(cell.output)(trainer_state.cell_state)
       logits = jax.vmap(readout.apply, in_axes=(None, 0))(scoring, hidden)
       correct = (jnp.argmax(logits, -1) == image.targets[-1]).sum()
-      return trainer_state, (loss_sum + metrics.loss_sum.sum(),
-                             image.weights.sum(), correct)
+      return trainer_state, (
+        loss_sum + metrics.loss_sum.sum(),
+        image.weights.sum(),
+        correct,
+      )
 
     trainer_state, (loss_sums, weight_sums, correct) = jax.lax.scan(
-        train_image, state["trainer"], images)
-    state = {**state, "trainer": trainer_state, "stream": stream,
-             "step": state["step"] + config.chunk_steps}
-    return state, {"loss_sum": loss_sums.sum(),
-                   "weight_sum": weight_sums.sum(),
-                   "correct": correct.sum(),
-                   "images_read": stream.image_ordinal * config.batch_size}
+      train_image, state["trainer"], images
+    )
+    state = {
+      **state,
+      "trainer": trainer_state,
+      "stream": stream,
+      "step": state["step"] + config.chunk_steps,
+    }
+    return state, {
+      "loss_sum": loss_sums.sum(),
+      "weight_sum": weight_sums.sum(),
+      "correct": correct.sum(),
+      "images_read": stream.image_ordinal * config.batch_size,
+    }
 
   return train_chunk
 
@@ -191,9 +225,11 @@ def make_summarize(num_train_images: int):
     loss = sum(float(m["loss_sum"]) for m in window)
     weight = sum(float(m["weight_sum"]) for m in window)
     correct = sum(float(m["correct"]) for m in window)
-    return {"train_loss": loss / max(weight, 1.0),
-            "train_accuracy": correct / max(weight, 1.0),
-            "epoch": float(window[-1]["images_read"]) / num_train_images}
+    return {
+      "train_loss": loss / max(weight, 1.0),
+      "train_accuracy": correct / max(weight, 1.0),
+      "epoch": float(window[-1]["images_read"]) / num_train_images,
+    }
 
   return summarize
 
@@ -206,19 +242,24 @@ def make_evaluate(config, cell):
 
   def evaluate(state, data):
     correct, loss, num = seq_images.evaluation_sums(
-        cell, state["trainer"].params, data["test"], config.eval_batch_size,
-        readout)
+      cell,
+      state["trainer"].params,
+      data["test"],
+      config.eval_batch_size,
+      readout,
+    )
     accuracy, loss = correct / num, loss / num
     better = accuracy > state["best_test_accuracy"]
-    state = {**state, "last_test_accuracy": accuracy.astype(
-        state["last_test_accuracy"].dtype),
-             "last_test_loss": loss.astype(state["last_test_loss"].dtype),
-             "last_eval_step": state["step"],
-             "best_test_accuracy": jnp.where(
-                 better, accuracy, state["best_test_accuracy"]).astype(
-                     state["best_test_accuracy"].dtype),
-             "best_step": jnp.where(better, state["step"],
-                                    state["best_step"])}
+    state = {
+      **state,
+      "last_test_accuracy": accuracy.astype(state["last_test_accuracy"].dtype),
+      "last_test_loss": loss.astype(state["last_test_loss"].dtype),
+      "last_eval_step": state["step"],
+      "best_test_accuracy": jnp.where(
+        better, accuracy, state["best_test_accuracy"]
+      ).astype(state["best_test_accuracy"].dtype),
+      "best_step": jnp.where(better, state["step"], state["best_step"]),
+    }
     return state, {"test_accuracy": accuracy, "test_loss": loss}
 
   return evaluate
@@ -234,24 +275,38 @@ def make_finish(config, cell, data: dict):
     del workdir
     step = int(state["step"])
     if int(state["last_eval_step"]) == step and step > 0:
-      final = {"accuracy": float(state["last_test_accuracy"]),
-               "loss": float(state["last_test_loss"])}
+      final = {
+        "accuracy": float(state["last_test_accuracy"]),
+        "loss": float(state["last_test_loss"]),
+      }
     else:
-      final = seq_images.evaluate(cell, state["trainer"].params, data["test"],
-                                  config.eval_batch_size, readout)
+      final = seq_images.evaluate(
+        cell,
+        state["trainer"].params,
+        data["test"],
+        config.eval_batch_size,
+        readout,
+      )
     best_step = int(state["best_step"])
     summary = {
-        "final_test_accuracy": final["accuracy"],
-        "final_test_loss": final["loss"],
-        "best_test_accuracy": (float(state["best_test_accuracy"])
-                               if best_step > 0 else None),
-        "best_step": best_step,
-        "test_images": int(data["test"].num_images),
-        "epochs": (int(state["stream"].image_ordinal) * config.batch_size
-                   / data["train"].num_images)}
-    print(f"Test accuracy {summary['final_test_accuracy']:.4f} at step "
-          f"{step} ({summary['test_images']} test images); best among the "
-          f"evals {summary['best_test_accuracy']} at step {best_step}")
+      "final_test_accuracy": final["accuracy"],
+      "final_test_loss": final["loss"],
+      "best_test_accuracy": (
+        float(state["best_test_accuracy"]) if best_step > 0 else None
+      ),
+      "best_step": best_step,
+      "test_images": int(data["test"].num_images),
+      "epochs": (
+        int(state["stream"].image_ordinal)
+        * config.batch_size
+        / data["train"].num_images
+      ),
+    }
+    print(
+      f"Test accuracy {summary['final_test_accuracy']:.4f} at step "
+      f"{step} ({summary['test_images']} test images); best among the "
+      f"evals {summary['best_test_accuracy']} at step {best_step}"
+    )
     return summary
 
   return finish
@@ -268,20 +323,24 @@ def make_experiment(config) -> runner.Experiment:
   cell = online_setup.make_cell(config)
   data = load_data(config)
   return runner.Experiment(
-      name=describe(config),
-      init=make_init(config, cell),
-      train_chunk=make_train_chunk(config, cell),
-      chunk_steps=config.chunk_steps,
-      summarize=make_summarize(data["train"].num_images),
-      evaluate=make_evaluate(config, cell),
-      summarize_eval=lambda metrics: {
-          "test_accuracy": float(metrics["test_accuracy"]),
-          "test_loss": float(metrics["test_loss"])},
-      finish=make_finish(config, cell, data),
-      progress_fields=("train_loss", "train_accuracy", "test_accuracy"),
-      examples_per_step=config.batch_size, data=data,
-      swept_hparams=("learning_rate",), batch_axes=batch_axes,
-      batch_size=config.batch_size)
+    name=describe(config),
+    init=make_init(config, cell),
+    train_chunk=make_train_chunk(config, cell),
+    chunk_steps=config.chunk_steps,
+    summarize=make_summarize(data["train"].num_images),
+    evaluate=make_evaluate(config, cell),
+    summarize_eval=lambda metrics: {
+      "test_accuracy": float(metrics["test_accuracy"]),
+      "test_loss": float(metrics["test_loss"]),
+    },
+    finish=make_finish(config, cell, data),
+    progress_fields=("train_loss", "train_accuracy", "test_accuracy"),
+    examples_per_step=config.batch_size,
+    data=data,
+    swept_hparams=("learning_rate",),
+    batch_axes=batch_axes,
+    batch_size=config.batch_size,
+  )
 
 
 def train(config, workdir: str) -> list[dict]:

@@ -12,15 +12,23 @@ import jax
 import optax
 
 from experiments.loop import checks
-from rtrl import (bptt, cells, estimators, heads, online, optim, readout,
-                  stack, validation)
+from rtrl import bptt
+from rtrl import cells
+from rtrl import estimators
+from rtrl import heads
+from rtrl import online
+from rtrl import optim
+from rtrl import readout
+from rtrl import stack
+from rtrl import validation
 from rtrl.cells import lru
 
 HEADS = ("identity", "lru_block")
 
 
-def add_trainer_fields(config, *, estimator: str, truncation: int,
-                       cell: str) -> None:
+def add_trainer_fields(
+  config, *, estimator: str, truncation: int, cell: str
+) -> None:
   """The fields that pick what is trained and how, shared by every online
   experiment's config:
 
@@ -72,6 +80,7 @@ def add_stack_fields(config) -> None:
   config.head = "identity"
   config.model_size = 0
 
+
 def validate_trainer(config) -> None:
   """`config.estimator` (a registered estimator, trained online, or
   'tbptt') and the fields it reads: `rank` for the estimators that take one,
@@ -79,31 +88,34 @@ def validate_trainer(config) -> None:
   the initialisation and clipping fields (>= 0, 0 meaning off)."""
   trainers = tuple(estimators.names()) + ("tbptt",)
   if config.estimator not in trainers:
-    raise ValueError(f"config.estimator must be one of {trainers}, got "
-                     f"{config.estimator!r}")
+    raise ValueError(
+      f"config.estimator must be one of {trainers}, got {config.estimator!r}"
+    )
   if config.estimator == "tbptt":
     checks.positive_ints(config, "truncation")
-    checks.multiple_of(config, "chunk_steps", config.truncation,
-                       "config.truncation")
+    checks.multiple_of(
+      config, "chunk_steps", config.truncation, "config.truncation"
+    )
   elif "rank" in estimators.hyperparameters(config.estimator):
     checks.positive_ints(config, "rank")
-  for rate in list(config.get("learning_rates") or ()) + [
-      config.learning_rate]:
+  for rate in list(config.get("learning_rates") or ()) + [config.learning_rate]:
     validation.positive_number("config.learning_rate(s)", rate)
   if config.get("optimizer", "adam") not in OPTIMIZERS:
-    raise ValueError(f"config.optimizer must be one of {OPTIMIZERS}, got "
-                     f"{config.optimizer!r}")
+    raise ValueError(
+      f"config.optimizer must be one of {OPTIMIZERS}, got {config.optimizer!r}"
+    )
   if "num_layers" in config:
     checks.positive_ints(config, "num_layers")
-    checks.nonnegative_ints(config, "model_size", zero_means="the cell's "
-                            "output size")
+    checks.nonnegative_ints(
+      config, "model_size", zero_means="the cell's output size"
+    )
   if config.get("head", "identity") not in HEADS:
-    raise ValueError(f"config.head must be one of {HEADS}, got "
-                     f"{config.head!r}")
+    raise ValueError(f"config.head must be one of {HEADS}, got {config.head!r}")
   for field in ("init_stddev", "clip_norm", "cell_clip_norm"):
     if config.get(field, 0.0) < 0:
-      raise ValueError(f"config.{field} must be >= 0 (0: off), got "
-                       f"{config[field]!r}")
+      raise ValueError(
+        f"config.{field} must be >= 0 (0: off), got {config[field]!r}"
+      )
   _validate_lru_optimizer(config)
 
 
@@ -112,36 +124,47 @@ SCHEDULES = ("constant", "warmup_cosine")
 
 def _validate_lru_optimizer(config) -> None:
   if config.get("weight_decay", 0.0) < 0:
-    raise ValueError("config.weight_decay must be >= 0 (0: off), got "
-                     f"{config.weight_decay!r}")
-  validation.positive_number("config.recurrence_learning_rate_factor",
-                             config.get("recurrence_learning_rate_factor",
-                                        1.0))
+    raise ValueError(
+      f"config.weight_decay must be >= 0 (0: off), got {config.weight_decay!r}"
+    )
+  validation.positive_number(
+    "config.recurrence_learning_rate_factor",
+    config.get("recurrence_learning_rate_factor", 1.0),
+  )
   schedule = config.get("learning_rate_schedule", "constant")
   if schedule not in SCHEDULES:
-    raise ValueError(f"config.learning_rate_schedule must be one of "
-                     f"{SCHEDULES}, got {schedule!r}")
+    raise ValueError(
+      f"config.learning_rate_schedule must be one of "
+      f"{SCHEDULES}, got {schedule!r}"
+    )
   if schedule == "warmup_cosine":
     checks.nonnegative_ints(config, "warmup_updates")
     if config.warmup_updates >= total_updates(config):
       raise ValueError(
-          f"config.warmup_updates ({config.warmup_updates}) must be below "
-          f"the run's updates, num_steps // accumulate_steps = "
-          f"{total_updates(config)}")
-  if (config.get("optimizer", "adam") != "adam"
-      and _lru_optimizer_options(config)):
+        f"config.warmup_updates ({config.warmup_updates}) must be below "
+        f"the run's updates, num_steps // accumulate_steps = "
+        f"{total_updates(config)}"
+      )
+  if config.get("optimizer", "adam") != "adam" and _lru_optimizer_options(
+    config
+  ):
     raise ValueError(
-        "config.weight_decay, recurrence_learning_rate_factor and "
-        "learning_rate_schedule apply to optimizer='adam' only; got "
-        f"optimizer={config.optimizer!r} with {_lru_optimizer_options(config)}")
+      "config.weight_decay, recurrence_learning_rate_factor and "
+      "learning_rate_schedule apply to optimizer='adam' only; got "
+      f"optimizer={config.optimizer!r} with {_lru_optimizer_options(config)}"
+    )
 
 
 def _lru_optimizer_options(config) -> dict:
   """The LRU optimiser fields that differ from their defaults."""
-  defaults = {"weight_decay": 0.0, "recurrence_learning_rate_factor": 1.0,
-              "learning_rate_schedule": "constant"}
-  return {k: config.get(k, v) for k, v in defaults.items()
-          if config.get(k, v) != v}
+  defaults = {
+    "weight_decay": 0.0,
+    "recurrence_learning_rate_factor": 1.0,
+    "learning_rate_schedule": "constant",
+  }
+  return {
+    k: config.get(k, v) for k, v in defaults.items() if config.get(k, v) != v
+  }
 
 
 def total_updates(config) -> int:
@@ -151,8 +174,10 @@ def total_updates(config) -> int:
 
 def is_stacked(config) -> bool:
   """More than one layer, or a head other than the identity."""
-  return (config.get("num_layers", 1) > 1
-          or config.get("head", "identity") != "identity")
+  return (
+    config.get("num_layers", 1) > 1
+    or config.get("head", "identity") != "identity"
+  )
 
 
 def make_head(config, cell) -> heads.Head:
@@ -165,8 +190,11 @@ def _one_cell(config):
   """`config.cell` with `config.hidden_size` units; an LRU's |λ| ring from
   `config.lru_r_min` / `config.lru_r_max` where the config has them (the
   LRU papers' sCIFAR ring is 0.9 .. 0.999)."""
-  ring = {name: config[f"lru_{name}"] for name in ("r_min", "r_max")
-          if config.cell == "lru" and f"lru_{name}" in config}
+  ring = {
+    name: config[f"lru_{name}"]
+    for name in ("r_min", "r_max")
+    if config.cell == "lru" and f"lru_{name}" in config
+  }
   return cells.make(config.cell, config.hidden_size, **ring)
 
 
@@ -179,14 +207,17 @@ def make_cell(config):
   layers = []
   for _ in range(config.num_layers):
     cell = _one_cell(config)
-    estimator = (None if config.estimator == "tbptt"
-                 else make_estimator(config, cell))
+    estimator = (
+      None if config.estimator == "tbptt" else make_estimator(config, cell)
+    )
     layers.append(stack.Layer(cell, estimator, make_head(config, cell)))
   return stack.StackedCell(layers)
 
 
-READOUTS = {"linear": readout.linear,
-            "feedback_alignment": readout.feedback_alignment}
+READOUTS = {
+  "linear": readout.linear,
+  "feedback_alignment": readout.feedback_alignment,
+}
 
 
 def make_readout(config) -> readout.Readout:
@@ -195,14 +226,20 @@ def make_readout(config) -> readout.Readout:
   the cell through a fixed random matrix: RFLO's random feedback)."""
   name = config.get("readout", "linear")
   if name not in READOUTS:
-    raise ValueError(f"config.readout must be one of {sorted(READOUTS)}, "
-                     f"got {name!r}")
+    raise ValueError(
+      f"config.readout must be one of {sorted(READOUTS)}, got {name!r}"
+    )
   return READOUTS[name]()
 
 
-def init_params(cell: cells.Cell, key, input_size: int, num_outputs: int,
-                init_stddev: float = 0.0,
-                readout_fn: readout.Readout | None = None) -> dict:
+def init_params(
+  cell: cells.Cell,
+  key,
+  input_size: int,
+  num_outputs: int,
+  init_stddev: float = 0.0,
+  readout_fn: readout.Readout | None = None,
+) -> dict:
   """`{'cell': cell params, 'readout': readout params}`, fresh: the cell's
   and readout's (`readout_fn`, default linear) default initialisation, or
   with `init_stddev > 0` every weight (the fused `W` with its bias row, the
@@ -210,23 +247,29 @@ def init_params(cell: cells.Cell, key, input_size: int, num_outputs: int,
   code does."""
   readout_fn = readout.linear() if readout_fn is None else readout_fn
   cell_key, readout_key = jax.random.split(key)
-  params = {"cell": cell.init(cell_key, input_size),
-            "readout": readout_fn.init(readout_key, cell.hidden_size,
-                                       num_outputs)}
+  params = {
+    "cell": cell.init(cell_key, input_size),
+    "readout": readout_fn.init(readout_key, cell.hidden_size, num_outputs),
+  }
   if not init_stddev:
     return params
   leaves, tree = jax.tree_util.tree_flatten(params)
   keys = jax.random.split(jax.random.fold_in(key, 1), len(leaves))
-  return jax.tree_util.tree_unflatten(tree, [
+  return jax.tree_util.tree_unflatten(
+    tree,
+    [
       init_stddev * jax.random.normal(k, a.shape, a.dtype)
-      for k, a in zip(keys, leaves)])
+      for k, a in zip(keys, leaves)
+    ],
+  )
 
 
 def make_estimator(config, cell) -> estimators.Estimator:
   """`config.estimator` with its hyper-parameters from the config fields of
   the same names (`config.rank`)."""
-  hparams = {name: config[name]
-             for name in estimators.hyperparameters(config.estimator)}
+  hparams = {
+    name: config[name] for name in estimators.hyperparameters(config.estimator)
+  }
   return estimators.make(config.estimator, cell, **hparams)
 
 
@@ -244,17 +287,20 @@ def base_optimizer(config, learning_rate) -> optax.GradientTransformation:
   only; see `rtrl/optim.py`)."""
   if config.get("optimizer", "adam") == "tf1_adam":
     return optax.chain(
-        optax.masked(optax.scale(1.0 / config.batch_size), CELL_ONLY),
-        optim.tf1_adam(learning_rate))
+      optax.masked(optax.scale(1.0 / config.batch_size), CELL_ONLY),
+      optim.tf1_adam(learning_rate),
+    )
   return lru_adam(config, learning_rate)
 
 
 def recurrence_labels(params) -> Any:
   """'recurrence' for the LRU's ν, θ, γ leaves (wherever they sit: a plain
   cell or any layer of a stack), 'regular' for every other leaf."""
+
   def label(path, _):
     name = getattr(path[-1], "key", None) if path else None
     return "recurrence" if name in lru.RECURRENCE_PARAMS else "regular"
+
   return jax.tree_util.tree_map_with_path(label, params)
 
 
@@ -267,18 +313,23 @@ def lru_adam(config, learning_rate) -> optax.GradientTransformation:
   is `optax.adam(learning_rate)`."""
   rate = learning_rate
   if config.get("learning_rate_schedule", "constant") == "warmup_cosine":
-    rate = optim.warmup_cosine_schedule(learning_rate, config.warmup_updates,
-                                        total_updates(config))
+    rate = optim.warmup_cosine_schedule(
+      learning_rate, config.warmup_updates, total_updates(config)
+    )
   factor = config.get("recurrence_learning_rate_factor", 1.0)
   decay = config.get("weight_decay", 0.0)
   if factor == 1.0 and decay == 0.0:
     return optax.adam(rate)
-  recurrence_rate = ((lambda count: factor * rate(count)) if callable(rate)
-                     else factor * rate)
+  recurrence_rate = (
+    (lambda count: factor * rate(count)) if callable(rate) else factor * rate
+  )
   return optax.multi_transform(
-      {"recurrence": optax.adam(recurrence_rate),
-       "regular": optax.adamw(rate, weight_decay=decay)},
-      recurrence_labels)
+    {
+      "recurrence": optax.adam(recurrence_rate),
+      "regular": optax.adamw(rate, weight_decay=decay),
+    },
+    recurrence_labels,
+  )
 
 
 def make_optimizer(config, learning_rate) -> optax.GradientTransformation:
@@ -287,13 +338,15 @@ def make_optimizer(config, learning_rate) -> optax.GradientTransformation:
   and NaN/Inf skipping."""
   optimizer = base_optimizer(config, learning_rate)
   if config.get("clip_norm"):
-    optimizer = optax.chain(optax.clip_by_global_norm(config.clip_norm),
-                            optimizer)
+    optimizer = optax.chain(
+      optax.clip_by_global_norm(config.clip_norm), optimizer
+    )
   if config.get("cell_clip_norm"):
     # Only the cell gradient, the readout's unclipped (the OK code on PTB).
     optimizer = optax.chain(
-        optax.masked(optax.clip_by_global_norm(config.cell_clip_norm),
-                     CELL_ONLY), optimizer)
+      optax.masked(optax.clip_by_global_norm(config.cell_clip_norm), CELL_ONLY),
+      optimizer,
+    )
   if config.get("skip_nonfinite_updates"):
     # A step whose gradient holds a NaN/Inf leaves parameters and optimiser
     # moments unchanged (long runs survive a rare bad step).
@@ -301,8 +354,9 @@ def make_optimizer(config, learning_rate) -> optax.GradientTransformation:
   return optimizer
 
 
-def make_trainer(config, cell: cells.Cell,
-                 learning_rate=None) -> online.Trainer:
+def make_trainer(
+  config, cell: cells.Cell, learning_rate=None
+) -> online.Trainer:
   """TBPTT if `config.estimator == 'tbptt'`, else the online trainer.
 
   `learning_rate` (default `config.learning_rate`) may be a traced scalar, so
@@ -312,17 +366,23 @@ def make_trainer(config, cell: cells.Cell,
     learning_rate = config.learning_rate
   optimizer = make_optimizer(config, learning_rate)
   if config.estimator == "tbptt":
-    return bptt.make_tbptt_trainer(cell, optimizer, config.truncation,
-                                   readout=make_readout(config))
+    return bptt.make_tbptt_trainer(
+      cell, optimizer, config.truncation, readout=make_readout(config)
+    )
   if isinstance(cell, stack.StackedCell):
     return stack.make_stacked_online_trainer(
-        cell.layers, optimizer,
-        accumulate_steps=config.get("accumulate_steps", 1),
-        readout=make_readout(config))
-  return online.make_online_trainer(
-      cell, make_estimator(config, cell), optimizer,
+      cell.layers,
+      optimizer,
       accumulate_steps=config.get("accumulate_steps", 1),
-      readout=make_readout(config))
+      readout=make_readout(config),
+    )
+  return online.make_online_trainer(
+    cell,
+    make_estimator(config, cell),
+    optimizer,
+    accumulate_steps=config.get("accumulate_steps", 1),
+    readout=make_readout(config),
+  )
 
 
 def describe(config) -> str:
@@ -353,10 +413,14 @@ def batch_axes(state: dict) -> dict:
   axes = {}
   for key, value in state.items():
     if key == "trainer":
-      axes[key] = type(value)(**{
-          field: (per_example if field in ("cell_state", "tstate")
-                  else replicate)(getattr(value, field))
-          for field in value._fields})
+      axes[key] = type(value)(
+        **{
+          field: (
+            per_example if field in ("cell_state", "tstate") else replicate
+          )(getattr(value, field))
+          for field in value._fields
+        }
+      )
     elif key == "stream":
       axes[key] = per_example(value)
     else:

@@ -28,8 +28,11 @@ _MODULES = (ok_paper, ok_official, compare_online, compare_lru, rls_paper)
 
 def targets() -> dict:
   """Every target of every paper module, by name: `(module, fn)`."""
-  return {name: (module, fn) for module in _MODULES
-          for name, fn in module.TARGETS.items()}
+  return {
+    name: (module, fn)
+    for module in _MODULES
+    for name, fn in module.TARGETS.items()
+  }
 
 
 def describe(fn) -> str:

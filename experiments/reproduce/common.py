@@ -12,17 +12,18 @@ ones.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 import contextlib
 import dataclasses
 import importlib
 import json
 import os
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from experiments.loop import workdir as workdir_lib
 from experiments.loop import run_axes
+from experiments.loop import workdir as workdir_lib
 from experiments.loop.config_files import load_config
 from experiments.reproduce import plan
 
@@ -33,15 +34,15 @@ SCALES = ("small", "paper")
 class Curve:
   """One curve of a figure (or row of a table): one experiment config, run
   for every seed and learning rate of the grid at once."""
+
   label: str
-  experiment: str                 # module under experiments/, e.g. 'copy_task'
+  experiment: str  # module under experiments/, e.g. 'copy_task'
   overrides: dict[str, Any]
-  preset: str = ""                # configs/<experiment>.py preset
+  preset: str = ""  # configs/<experiment>.py preset
 
   @property
   def dirname(self) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_"
-                   for c in self.label)
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in self.label)
 
 
 @dataclasses.dataclass
@@ -51,13 +52,14 @@ class CurveResult:
   records: list[dict]
   summary: dict
   runs: list[dict]
-  best_runs: list[int]            # run indices of the selected learning rate
+  best_runs: list[int]  # run indices of the selected learning rate
   best_learning_rate: float | None
 
 
 @dataclasses.dataclass
 class Result:
   """What a target made: files written and the numbers for its table."""
+
   name: str
   files: list[str]
   table: list[dict]
@@ -86,11 +88,12 @@ def make_config(curve: Curve):
   config = load_config(curve.experiment, curve.preset)
   unknown = sorted(set(curve.overrides) - set(config.keys()))
   if unknown:
-    raise ValueError(f"curve {curve.label!r}: configs/{curve.experiment}.py "
-                     f"has no field(s) {unknown}")
+    raise ValueError(
+      f"curve {curve.label!r}: configs/{curve.experiment}.py "
+      f"has no field(s) {unknown}"
+    )
   config.update(curve.overrides)
-  config.update({k: v for k, v in _GLOBAL_OVERRIDES.items()
-                 if k in config.keys()})
+  config.update({k: v for k, v in _GLOBAL_OVERRIDES.items() if k in config})
   return config
 
 
@@ -99,8 +102,10 @@ def _finished(config, curve_dir: str) -> bool:
   summary: a rerun only reads it (the run loop would redo the experiment's
   `finish`, e.g. PTB's test-set evaluation of every run)."""
   config_path = os.path.join(curve_dir, workdir_lib.CONFIG_FILE)
-  if not (os.path.exists(config_path) and os.path.exists(
-      os.path.join(curve_dir, workdir_lib.SUMMARY_FILE))):
+  if not (
+    os.path.exists(config_path)
+    and os.path.exists(os.path.join(curve_dir, workdir_lib.SUMMARY_FILE))
+  ):
     return False
   records = workdir_lib.read_metrics(curve_dir)
   if not records or records[-1].get("step", 0) < config.num_steps:
@@ -109,7 +114,8 @@ def _finished(config, curve_dir: str) -> bool:
     saved = json.load(f)
   saved.pop("runs", None)
   return not workdir_lib.config_differences(
-      saved, workdir_lib._to_jsonable(config))  # pylint: disable=protected-access
+    saved, workdir_lib._to_jsonable(config)
+  )  # pylint: disable=protected-access
 
 
 def run_curve(curve: Curve, workdir: str) -> tuple[list[dict], dict, list]:
@@ -118,8 +124,13 @@ def run_curve(curve: Curve, workdir: str) -> tuple[list[dict], dict, list]:
   config = make_config(curve)
   if plan.active() is not None:
     plan.measure(curve.label, curve.experiment, config)
-    return [], {}, run_axes.run_grid(config, tuple(
-        name for name in plan.SWEPT if name in config))
+    return (
+      [],
+      {},
+      run_axes.run_grid(
+        config, tuple(name for name in plan.SWEPT if name in config)
+      ),
+    )
   module = importlib.import_module(f"experiments.{curve.experiment}")
   curve_dir = os.path.join(workdir, curve.dirname)
   if _finished(config, curve_dir):
@@ -129,8 +140,9 @@ def run_curve(curve: Curve, workdir: str) -> tuple[list[dict], dict, list]:
     module.train(config, curve_dir)
   with open(os.path.join(curve_dir, workdir_lib.CONFIG_FILE)) as f:
     saved = json.load(f)
-  runs = saved.get("runs") or [{"seed": config.seed,
-                                "learning_rate": config.get("learning_rate")}]
+  runs = saved.get("runs") or [
+    {"seed": config.seed, "learning_rate": config.get("learning_rate")}
+  ]
   summary_path = os.path.join(curve_dir, workdir_lib.SUMMARY_FILE)
   summary = {}
   if os.path.exists(summary_path):
@@ -144,8 +156,9 @@ def per_run(value: Any, num_runs: int) -> list:
   return list(value) if isinstance(value, list) else [value] * num_runs
 
 
-def select_learning_rate(runs: list[dict], scores: Sequence[float],
-                         higher_is_better: bool) -> tuple[list[int], Any]:
+def select_learning_rate(
+  runs: list[dict], scores: Sequence[float], higher_is_better: bool
+) -> tuple[list[int], Any]:
   """The paper's protocol: the learning rate whose mean score over seeds is
   best. Runs that diverged (NaN) count as the worst score.
 
@@ -158,8 +171,10 @@ def select_learning_rate(runs: list[dict], scores: Sequence[float],
   worst = -np.inf if higher_is_better else np.inf
 
   def mean_score(indices):
-    values = [scores[i] if scores[i] is not None and np.isfinite(scores[i])
-              else worst for i in indices]
+    values = [
+      scores[i] if scores[i] is not None and np.isfinite(scores[i]) else worst
+      for i in indices
+    ]
     return float(np.mean(values))
 
   pick = max if higher_is_better else min
@@ -167,9 +182,12 @@ def select_learning_rate(runs: list[dict], scores: Sequence[float],
   return by_rate[rate], rate
 
 
-def run_curves(curves: Sequence[Curve], workdir: str,
-               score: Callable[[list[dict], dict, int], float],
-               higher_is_better: bool) -> list[CurveResult]:
+def run_curves(
+  curves: Sequence[Curve],
+  workdir: str,
+  score: Callable[[list[dict], dict, int], float],
+  higher_is_better: bool,
+) -> list[CurveResult]:
   """Runs every curve and selects each one's learning rate by `score(records,
   summary, run_index)`."""
   results = []
@@ -177,35 +195,61 @@ def run_curves(curves: Sequence[Curve], workdir: str,
     records, summary, runs = run_curve(curve, workdir)
     scores = [score(records, summary, r) for r in range(len(runs))]
     best, rate = select_learning_rate(runs, scores, higher_is_better)
-    results.append(CurveResult(curve, os.path.join(workdir, curve.dirname),
-                               records, summary, runs, best, rate))
+    results.append(
+      CurveResult(
+        curve,
+        os.path.join(workdir, curve.dirname),
+        records,
+        summary,
+        runs,
+        best,
+        rate,
+      )
+    )
   return results
 
 
-def series(records: list[dict], metric: str, runs: list[int],
-           num_runs: int) -> tuple[np.ndarray, np.ndarray]:
+def series(
+  records: list[dict], metric: str, runs: list[int], num_runs: int
+) -> tuple[np.ndarray, np.ndarray]:
   """`(steps, values (len(runs), len(steps)))` of `metric` over records that
   have it."""
   kept = [r for r in records if r.get(metric) is not None]
   steps = np.array([r["step"] for r in kept])
-  values = np.array([[np.nan if v is None else v for v in
-                      (per_run(r[metric], num_runs)[i] for i in runs)]
-                     for r in kept], dtype=float).T
+  values = np.array(
+    [
+      [
+        np.nan if v is None else v
+        for v in (per_run(r[metric], num_runs)[i] for i in runs)
+      ]
+      for r in kept
+    ],
+    dtype=float,
+  ).T
   return steps, values.reshape(len(runs), len(steps))
 
 
-def plot_curves(results: list[CurveResult], metric: str, ylabel: str,
-                title: str, path: str, log_y: bool = False) -> str:
+def plot_curves(
+  results: list[CurveResult],
+  metric: str,
+  ylabel: str,
+  title: str,
+  path: str,
+  log_y: bool = False,
+) -> str:
   """Mean and standard deviation (shaded) over the selected runs of each
   curve against training steps, as the paper's Figures 1, 2, 4 and 5."""
   import matplotlib  # pylint: disable=g-import-not-at-top
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  many = len(results) > 5   # then the legend goes beside the axes
+
+  many = len(results) > 5  # then the legend goes beside the axes
   fig, ax = plt.subplots(figsize=(8.5 if many else 6, 4))
   for result in results:
-    steps, values = series(result.records, metric, result.best_runs,
-                           len(result.runs))
+    steps, values = series(
+      result.records, metric, result.best_runs, len(result.runs)
+    )
     if not steps.size:
       continue
     mean = np.nanmean(values, axis=0)
@@ -241,10 +285,15 @@ def write_table(rows: list[dict], path_stem: str, title: str) -> list[str]:
       return f"{value:.4g}"
     return "" if value is None else str(value)
 
-  lines = [f"# {title}", "", "| " + " | ".join(columns) + " |",
-           "|" + "---|" * len(columns)]
-  lines += ["| " + " | ".join(cell(row.get(c)) for c in columns) + " |"
-            for row in rows]
+  lines = [
+    f"# {title}",
+    "",
+    "| " + " | ".join(columns) + " |",
+    "|" + "---|" * len(columns),
+  ]
+  lines += [
+    "| " + " | ".join(cell(row.get(c)) for c in columns) + " |" for row in rows
+  ]
   with open(path_stem + ".md", "w") as f:
     f.write("\n".join(lines) + "\n")
   print("\n".join(lines), flush=True)

@@ -17,9 +17,9 @@ TBPTT: the states it stores over its window).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import json
 import os
-from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -37,17 +37,23 @@ from experiments.reproduce.common import Curve
 from experiments.reproduce.cosine_figures import train_single
 from experiments.reproduce.online_curves import estimator
 from rtrl import stack
-from rtrl.tasks import copy_task, ptb
+from rtrl.tasks import copy_task
+from rtrl.tasks import ptb
 
-SMALL_LEARNING_RATE = 10 ** -2.5
+SMALL_LEARNING_RATE = 10**-2.5
 DEPTHS = (1, 2, 4)
 
 
 def lru_fields(num_layers: int, state_size: int, model_size: int) -> dict:
   """The config fields of an online LRU stack with LRU-block heads."""
-  return dict(cell="lru", estimator="rtrl", num_layers=num_layers,
-              head="lru_block", hidden_size=state_size,
-              model_size=model_size)
+  return dict(
+    cell="lru",
+    estimator="rtrl",
+    num_layers=num_layers,
+    head="lru_block",
+    hidden_size=state_size,
+    model_size=model_size,
+  )
 
 
 def _methods(scale: str, rhn_size: int, truncation: int):
@@ -55,13 +61,15 @@ def _methods(scale: str, rhn_size: int, truncation: int):
   size = 128 if scale == "paper" else 32
   rhn = dict(cell="rhn", hidden_size=rhn_size)
   return [
-      (f"LRU-{size} x1 online", lru_fields(1, size, 2 * size)),
-      (f"LRU-{size} x4 online", lru_fields(4, size, 2 * size)),
-      (f"8-OK RHN-{rhn_size}", {**rhn, **estimator("ok", 8)}),
-      (f"SnAp-1 RHN-{rhn_size}", {**rhn, **estimator("snap1")}),
-      (f"UORO RHN-{rhn_size}", {**rhn, **estimator("uoro")}),
-      (f"TBPTT-{truncation} RHN-{rhn_size}",
-       {**rhn, **estimator("tbptt", truncation=truncation)}),
+    (f"LRU-{size} x1 online", lru_fields(1, size, 2 * size)),
+    (f"LRU-{size} x4 online", lru_fields(4, size, 2 * size)),
+    (f"8-OK RHN-{rhn_size}", {**rhn, **estimator("ok", 8)}),
+    (f"SnAp-1 RHN-{rhn_size}", {**rhn, **estimator("snap1")}),
+    (f"UORO RHN-{rhn_size}", {**rhn, **estimator("uoro")}),
+    (
+      f"TBPTT-{truncation} RHN-{rhn_size}",
+      {**rhn, **estimator("tbptt", truncation=truncation)},
+    ),
   ]
 
 
@@ -70,16 +78,24 @@ def memory_per_example(config, vocab: int) -> int:
   the online tangent state, or TBPTT's stored states over its window."""
   cell = online_setup.make_cell(config)
   trainer = online_setup.make_trainer(config, cell)
-  params = jax.eval_shape(lambda k: online_setup.init_params(
-      cell, k, vocab, vocab), jax.random.PRNGKey(0))
-  state = jax.eval_shape(lambda p, k: trainer.init(p, k, 1), params,
-                         jax.random.PRNGKey(0))
+  params = jax.eval_shape(
+    lambda k: online_setup.init_params(cell, k, vocab, vocab),
+    jax.random.PRNGKey(0),
+  )
+  state = jax.eval_shape(
+    lambda p, k: trainer.init(p, k, 1), params, jax.random.PRNGKey(0)
+  )
+
   def count(tree):  # floats only (not PRNG keys); a complex entry is two
-    return int(sum(
-        np.prod(x.shape) * (2 if jnp.issubdtype(x.dtype, jnp.complexfloating)
-                            else 1)
+    return int(
+      sum(
+        np.prod(x.shape)
+        * (2 if jnp.issubdtype(x.dtype, jnp.complexfloating) else 1)
         for x in jax.tree_util.tree_leaves(tree)
-        if jnp.issubdtype(x.dtype, jnp.inexact)))
+        if jnp.issubdtype(x.dtype, jnp.inexact)
+      )
+    )
+
   if config.estimator == "tbptt":
     return count(state.cell_state) * config.truncation
   return count(state.tstate)
@@ -91,10 +107,15 @@ def _columns(vocab: int, loss: str, train_metric: str = ""):
     row = {}
     if train_metric:
       row[train_metric] = common.mean_std(
-          online_curves.last_values(result, train_metric))[0]
-    return {**row, "diverged": online_curves.diverged(result, loss),
-            "program_ms_per_step": online_curves.ms_per_step(result),
-            "floats_per_example": memory_per_example(config, vocab)}
+        online_curves.last_values(result, train_metric)
+      )[0]
+    return {
+      **row,
+      "diverged": online_curves.diverged(result, loss),
+      "program_ms_per_step": online_curves.ms_per_step(result),
+      "floats_per_example": memory_per_example(config, vocab),
+    }
+
   return columns
 
 
@@ -109,14 +130,24 @@ def compare_lru_copy(scale: str, workdir: str) -> common.Result:
   truncation = 50 if scale == "paper" else 20
   rhn_size = 128 if scale == "paper" else 64
   if scale != "paper":
-    base.update(learning_rates=(SMALL_LEARNING_RATE,), num_steps=30_000,
-                log_every=2000, checkpoint_every=10_000)
-  curves = [online_curves.copy_curve(label, scale, {**base, **fields})
-            for label, fields in _methods(scale, rhn_size, truncation)]
+    base.update(
+      learning_rates=(SMALL_LEARNING_RATE,),
+      num_steps=30_000,
+      log_every=2000,
+      checkpoint_every=10_000,
+    )
+  curves = [
+    online_curves.copy_curve(label, scale, {**base, **fields})
+    for label, fields in _methods(scale, rhn_size, truncation)
+  ]
   return online_curves.copy_figure(
-      "compare_lru_copy", curves, workdir,
-      "Copy task, online LRU stacks vs RHN estimators, batch 16", scale,
-      _columns(copy_task.VOCAB_SIZE, "loss_bits"))
+    "compare_lru_copy",
+    curves,
+    workdir,
+    "Copy task, online LRU stacks vs RHN estimators, batch 16",
+    scale,
+    _columns(copy_task.VOCAB_SIZE, "loss_bits"),
+  )
 
 
 def compare_lru_ptb(scale: str, workdir: str) -> common.Result:
@@ -129,14 +160,22 @@ def compare_lru_ptb(scale: str, workdir: str) -> common.Result:
   if scale != "paper":
     base["learning_rates"] = (SMALL_LEARNING_RATE,)
   rhn_size = 256 if scale == "paper" else 64
-  curves = [Curve(label, "ptb", {**base, **fields}, preset)
-            for label, fields in _methods(scale, rhn_size, 25)]
+  curves = [
+    Curve(label, "ptb", {**base, **fields}, preset)
+    for label, fields in _methods(scale, rhn_size, 25)
+  ]
   config = common.make_config(curves[-1])
-  setting = (f"online LRU stacks vs RHN estimators, batch "
-             f"{config.batch_size} ({scale} scale)")
+  setting = (
+    f"online LRU stacks vs RHN estimators, batch "
+    f"{config.batch_size} ({scale} scale)"
+  )
   return online_curves.ptb_table(
-      "compare_lru_ptb", curves, workdir, setting,
-      _columns(ptb.VOCAB_SIZE, "train_bpc", "train_bpc"))
+    "compare_lru_ptb",
+    curves,
+    workdir,
+    setting,
+    _columns(ptb.VOCAB_SIZE, "train_bpc", "train_bpc"),
+  )
 
 
 def _text_chunks(num_chunks: int, steps: int, batch: int, seed: int):
@@ -148,8 +187,7 @@ def _text_chunks(num_chunks: int, steps: int, batch: int, seed: int):
   shifts = np.random.default_rng(seed).integers(0, ids.size, num_chunks)
   for shift in shifts:
     stream = ptb.stream_init(jax.random.PRNGKey(0), ids.size, batch)
-    stream = stream._replace(position=(stream.position + int(shift))
-                             % ids.size)
+    stream = stream._replace(position=(stream.position + int(shift)) % ids.size)
     yield ptb.stream_chunk(text, stream, steps)[1]
 
 
@@ -172,26 +210,42 @@ def compare_lru_cosine(scale: str, workdir: str) -> common.Result:
   rows = []
   for depth in DEPTHS:
     fields = lru_fields(depth, size, 2 * size)
-    trained = train_single(out, f"LRU-{size} x{depth} PTB", "ptb", dict(
-        fields, learning_rate=SMALL_LEARNING_RATE, num_steps=train_steps,
-        chunk_steps=100, log_every=1000, eval_every=train_steps,
-        checkpoint_every=train_steps), "small")
+    trained = train_single(
+      out,
+      f"LRU-{size} x{depth} PTB",
+      "ptb",
+      dict(
+        fields,
+        learning_rate=SMALL_LEARNING_RATE,
+        num_steps=train_steps,
+        chunk_steps=100,
+        log_every=1000,
+        eval_every=train_steps,
+        checkpoint_every=train_steps,
+      ),
+      "small",
+    )
     if plan.active() is not None:
       continue  # `--plan` prices the training; the cosines take seconds.
     # The trained run's own config (what `--set` changed included).
     with open(os.path.join(trained, workdir_lib.CONFIG_FILE)) as f:
       layers = online_setup.make_cell(
-          ml_collections.ConfigDict(json.load(f))).layers
-    fresh = stack.init_params(layers, jax.random.PRNGKey(0), ptb.VOCAB_SIZE,
-                              ptb.VOCAB_SIZE)
-    measure = jax.jit(lambda p, c: stack.cosines_to_bptt(
-        layers, p, c, jax.random.PRNGKey(1)))
+        ml_collections.ConfigDict(json.load(f))
+      ).layers
+    fresh = stack.init_params(
+      layers, jax.random.PRNGKey(0), ptb.VOCAB_SIZE, ptb.VOCAB_SIZE
+    )
+    measure = jax.jit(
+      lambda p, c: stack.cosines_to_bptt(layers, p, c, jax.random.PRNGKey(1))
+    )
     for condition, params in (
-        ("untrained", fresh),
-        (f"trained {train_steps} steps",
-         cosine_tasks.restore_params(trained)[0])):
-      values = [jax.device_get(measure(params, chunk))
-                for chunk in _text_chunks(chunks, steps, batch, depth)]
+      ("untrained", fresh),
+      (f"trained {train_steps} steps", cosine_tasks.restore_params(trained)[0]),
+    ):
+      values = [
+        jax.device_get(measure(params, chunk))
+        for chunk in _text_chunks(chunks, steps, batch, depth)
+      ]
       row = {"layers": depth, "network": condition}
       for key in ["all"] + [f"layer_{i}" for i in range(depth)]:
         mean, std = common.mean_std([float(v[key]) for v in values])
@@ -199,14 +253,16 @@ def compare_lru_cosine(scale: str, workdir: str) -> common.Result:
         row[f"cos_{key}_std"] = std
       rows.append(row)
   files = common.write_table(
-      rows, os.path.join(out, "table"),
-      f"Online LRU stack vs BPTT: gradient cosine over {steps}-step chunks "
-      f"of char-PTB ({scale} scale)")
+    rows,
+    os.path.join(out, "table"),
+    f"Online LRU stack vs BPTT: gradient cosine over {steps}-step chunks "
+    f"of char-PTB ({scale} scale)",
+  )
   return common.Result("compare_lru_cosine", files, rows)
 
 
 TARGETS: dict[str, Callable[[str, str], common.Result]] = {
-    "compare_lru_cosine": compare_lru_cosine,
-    "compare_lru_copy": compare_lru_copy,
-    "compare_lru_ptb": compare_lru_ptb,
+  "compare_lru_cosine": compare_lru_cosine,
+  "compare_lru_copy": compare_lru_copy,
+  "compare_lru_ptb": compare_lru_ptb,
 }

@@ -19,14 +19,15 @@ the records' `steps_per_second`) and how many runs diverged.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import os
-from typing import Callable
 
 from experiments.reproduce import common
 from experiments.reproduce import online_curves
 from experiments.reproduce.common import Curve
-from experiments.reproduce.cosine_figures import (cosine_size, cosine_target,
-                                                 train_single)
+from experiments.reproduce.cosine_figures import cosine_size
+from experiments.reproduce.cosine_figures import cosine_target
+from experiments.reproduce.cosine_figures import train_single
 from experiments.reproduce.online_curves import estimator
 
 # The gradient-cosine tool's entries, in the legend's order.
@@ -34,34 +35,48 @@ COSINE_ESTIMATORS = "snap1,rflo,uoro,kf,kf_avg:2,kf_avg:8,ok:2,ok:8"
 CELLS = ("rhn", "lstm", "gru")
 # sketched-rtrl's published mean cosines to exact RTRL, n = 64, on chaotic
 # time series (another task and network: an outside reference only).
-SKETCHED_RTRL_COSINE = {"SnAp-1": 0.505, "KF-RTRL": 0.512, "RFLO": 0.288,
-                        "UORO": 0.056}
+SKETCHED_RTRL_COSINE = {
+  "SnAp-1": 0.505,
+  "KF-RTRL": 0.512,
+  "RFLO": 0.288,
+  "UORO": 0.056,
+}
 # The one learning rate of the small-scale training targets.
-SMALL_LEARNING_RATE = 10 ** -2.5
+SMALL_LEARNING_RATE = 10**-2.5
 
 
 def _methods(truncation: int) -> list[tuple[str, dict]]:
   """`(label, estimator fields)` of every trained method."""
-  return [("SnAp-1", estimator("snap1")), ("RFLO", estimator("rflo")),
-          ("UORO", estimator("uoro")), ("KF-RTRL", estimator("kf")),
-          ("2-KF-AVG", estimator("kf_avg", 2)),
-          ("8-KF-AVG", estimator("kf_avg", 8)),
-          ("2-OK", estimator("ok", 2)), ("8-OK", estimator("ok", 8)),
-          (f"TBPTT-{truncation}", estimator("tbptt", truncation=truncation))]
+  return [
+    ("SnAp-1", estimator("snap1")),
+    ("RFLO", estimator("rflo")),
+    ("UORO", estimator("uoro")),
+    ("KF-RTRL", estimator("kf")),
+    ("2-KF-AVG", estimator("kf_avg", 2)),
+    ("8-KF-AVG", estimator("kf_avg", 8)),
+    ("2-OK", estimator("ok", 2)),
+    ("8-OK", estimator("ok", 8)),
+    (f"TBPTT-{truncation}", estimator("tbptt", truncation=truncation)),
+  ]
 
 
 def _training_columns(loss: str, train_metric: str = ""):
   """The training tables' own columns: the last logged `train_metric` (mean
   over the selected runs), runs whose `loss` ended non-finite, the runs of
   the program and its milliseconds per step."""
+
   def columns(result: common.CurveResult) -> dict:
     row = {}
     if train_metric:
       row[train_metric] = common.mean_std(
-          online_curves.last_values(result, train_metric))[0]
-    return {**row, "diverged": online_curves.diverged(result, loss),
-            "program_runs": len(result.runs),
-            "program_ms_per_step": online_curves.ms_per_step(result)}
+        online_curves.last_values(result, train_metric)
+      )[0]
+    return {
+      **row,
+      "diverged": online_curves.diverged(result, loss),
+      "program_runs": len(result.runs),
+      "program_ms_per_step": online_curves.ms_per_step(result),
+    }
 
   return columns
 
@@ -80,32 +95,66 @@ def compare_cosine(scale: str, workdir: str) -> common.Result:
   out = os.path.join(workdir, "compare_cosine")
   if scale == "paper":
     untrained, trained_size = 64, 128
-    train = dict(hidden_size=128, max_length=40, num_steps=4_000_000,
-                 learning_rate=10 ** -3.5, **estimator("ok", 8))
+    train = dict(
+      hidden_size=128,
+      max_length=40,
+      num_steps=4_000_000,
+      learning_rate=10**-3.5,
+      **estimator("ok", 8),
+    )
   else:
     untrained, trained_size = 64, 32
-    train = dict(hidden_size=32, max_length=10, num_steps=10_000,
-                 **estimator("ok", 8))
+    train = dict(
+      hidden_size=32, max_length=10, num_steps=10_000, **estimator("ok", 8)
+    )
   size = cosine_size(scale)
-  settings = [(f"PTB, untrained {cell.upper()}-{untrained}", dict(
-      task="ptb", cell=cell, hidden_size=untrained,
-      params_per_repetition=True, reset_probability=0.01,
-      estimators=COSINE_ESTIMATORS, **size)) for cell in CELLS]
+  settings = [
+    (
+      f"PTB, untrained {cell.upper()}-{untrained}",
+      dict(
+        task="ptb",
+        cell=cell,
+        hidden_size=untrained,
+        params_per_repetition=True,
+        reset_probability=0.01,
+        estimators=COSINE_ESTIMATORS,
+        **size,
+      ),
+    )
+    for cell in CELLS
+  ]
   for cell in CELLS:
     name = f"{cell.upper()}-{trained_size}"
-    trained = train_single(out, f"{name} Copy 8-OK", "copy_task",
-                           {**train, "cell": cell})
+    trained = train_single(
+      out, f"{name} Copy 8-OK", "copy_task", {**train, "cell": cell}
+    )
     # The checkpoint fixes cell and size; stated for `--plan`, which
     # measures a fresh network.
-    settings.append((f"Copy, trained {name}", dict(
-        checkpoint_dir=trained, task="copy", sequence_length=0, cell=cell,
-        hidden_size=trained_size, estimators=COSINE_ESTIMATORS, **size)))
+    settings.append(
+      (
+        f"Copy, trained {name}",
+        dict(
+          checkpoint_dir=trained,
+          task="copy",
+          sequence_length=0,
+          cell=cell,
+          hidden_size=trained_size,
+          estimators=COSINE_ESTIMATORS,
+          **size,
+        ),
+      )
+    )
   reference = ", ".join(f"{k} {v}" for k, v in SKETCHED_RTRL_COSINE.items())
   return cosine_target(
-      "compare_cosine", workdir, "Cosine to exact RTRL: SnAp-1, RFLO, UORO, "
-      "KF-RTRL, KF-AVG, OK", settings, scale, columns=len(CELLS),
-      note=f"Outside reference, another task (chaotic time series, n=64): "
-      f"sketched-rtrl reports {reference}")
+    "compare_cosine",
+    workdir,
+    "Cosine to exact RTRL: SnAp-1, RFLO, UORO, KF-RTRL, KF-AVG, OK",
+    settings,
+    scale,
+    columns=len(CELLS),
+    note=f"Outside reference, another task (chaotic time series, n=64): "
+    f"sketched-rtrl reports {reference}",
+  )
 
 
 def compare_copy(scale: str, workdir: str) -> common.Result:
@@ -121,16 +170,27 @@ def compare_copy(scale: str, workdir: str) -> common.Result:
   base = online_curves.copy_base(scale, 16)
   truncation = 50 if scale == "paper" else 20
   if scale != "paper":
-    base.update(learning_rates=(SMALL_LEARNING_RATE,), hidden_size=64,
-                num_steps=60_000, log_every=4000, checkpoint_every=12_000)
-  curves = [online_curves.copy_curve(label, scale, {**base, **fields})
-            for label, fields in _methods(truncation)]
+    base.update(
+      learning_rates=(SMALL_LEARNING_RATE,),
+      hidden_size=64,
+      num_steps=60_000,
+      log_every=4000,
+      checkpoint_every=12_000,
+    )
+  curves = [
+    online_curves.copy_curve(label, scale, {**base, **fields})
+    for label, fields in _methods(truncation)
+  ]
   config = common.make_config(curves[0])  # What runs (with --set).
   return online_curves.copy_figure(
-      "compare_copy", curves, workdir,
-      f"Copy task, online estimators vs TBPTT-{truncation}, "
-      f"RHN-{config.hidden_size}, batch {config.batch_size}", scale,
-      _training_columns("loss_bits"))
+    "compare_copy",
+    curves,
+    workdir,
+    f"Copy task, online estimators vs TBPTT-{truncation}, "
+    f"RHN-{config.hidden_size}, batch {config.batch_size}",
+    scale,
+    _training_columns("loss_bits"),
+  )
 
 
 def compare_ptb(scale: str, workdir: str) -> common.Result:
@@ -146,17 +206,26 @@ def compare_ptb(scale: str, workdir: str) -> common.Result:
   base, preset = online_curves.ptb_base(scale, 32)
   if scale != "paper":
     base["learning_rates"] = (SMALL_LEARNING_RATE,)
-  curves = [Curve(label, "ptb", {**base, **fields}, preset)
-            for label, fields in _methods(25)]
+  curves = [
+    Curve(label, "ptb", {**base, **fields}, preset)
+    for label, fields in _methods(25)
+  ]
   config = common.make_config(curves[0])  # What runs (with --set).
-  setting = (f"online estimators vs TBPTT-25, RHN-{config.hidden_size}, "
-             f"batch {config.batch_size} ({scale} scale)")
-  return online_curves.ptb_table("compare_ptb", curves, workdir, setting,
-                                 _training_columns("train_bpc", "train_bpc"))
+  setting = (
+    f"online estimators vs TBPTT-25, RHN-{config.hidden_size}, "
+    f"batch {config.batch_size} ({scale} scale)"
+  )
+  return online_curves.ptb_table(
+    "compare_ptb",
+    curves,
+    workdir,
+    setting,
+    _training_columns("train_bpc", "train_bpc"),
+  )
 
 
 TARGETS: dict[str, Callable[[str, str], common.Result]] = {
-    "compare_cosine": compare_cosine,
-    "compare_copy": compare_copy,
-    "compare_ptb": compare_ptb,
+  "compare_cosine": compare_cosine,
+  "compare_copy": compare_copy,
+  "compare_ptb": compare_ptb,
 }

@@ -14,8 +14,8 @@ it, from step 2,000 on).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import os
-from typing import Callable
 
 import numpy as np
 
@@ -23,8 +23,11 @@ from experiments.data import official_logs
 from experiments.reproduce import common
 from experiments.reproduce.common import Curve
 
-TOLERANCE = {"curriculum_length": 1.0, "valid_bpc": 0.02,
-             "train_loss_ema_bits": 0.03}
+TOLERANCE = {
+  "curriculum_length": 1.0,
+  "valid_bpc": 0.02,
+  "train_loss_ema_bits": 0.03,
+}
 # Metrics judged only from this step on (the average starts at 1 bit and
 # needs ~1000 steps to forget it).
 JUDGED_FROM = {"train_loss_ema_bits": 2000}
@@ -39,21 +42,37 @@ def _curves(scale: str) -> list[Curve]:
   copy_steps = 4_000_000 if scale == "paper" else 50_000
   ptb_steps = 1_000_000 if scale == "paper" else 20_000
   return [
-      Curve("Copy 16-OK RHN-128 b16", "copy_task",
-            dict(num_seeds=seeds, num_steps=copy_steps), "official"),
-      Curve("PTB 8-OK RHN-256 b32", "ptb",
-            dict(num_seeds=seeds, num_steps=ptb_steps), "official"),
+    Curve(
+      "Copy 16-OK RHN-128 b16",
+      "copy_task",
+      dict(num_seeds=seeds, num_steps=copy_steps),
+      "official",
+    ),
+    Curve(
+      "PTB 8-OK RHN-256 b32",
+      "ptb",
+      dict(num_seeds=seeds, num_steps=ptb_steps),
+      "official",
+    ),
   ]
 
 
 # (curve index, metric, official log loader, axis label)
 PANELS = (
-    (0, "curriculum_length", official_logs.load_copy, "Copy: curriculum T"),
-    (0, "error_ema_bits", official_logs.load_copy,
-     "Copy: loss moving average (bits)"),
-    (1, "train_loss_ema_bits", official_logs.load_ptb,
-     "PTB: training-loss moving average (bits)"),
-    (1, "valid_bpc", official_logs.load_ptb, "PTB: valid BPC"),
+  (0, "curriculum_length", official_logs.load_copy, "Copy: curriculum T"),
+  (
+    0,
+    "error_ema_bits",
+    official_logs.load_copy,
+    "Copy: loss moving average (bits)",
+  ),
+  (
+    1,
+    "train_loss_ema_bits",
+    official_logs.load_ptb,
+    "PTB: training-loss moving average (bits)",
+  ),
+  (1, "valid_bpc", official_logs.load_ptb, "PTB: valid BPC"),
 )
 
 
@@ -65,8 +84,10 @@ def _ours(result: common.CurveResult, metric: str):
 
 def _plot(results: list[common.CurveResult], title: str, path: str) -> str:
   import matplotlib  # pylint: disable=g-import-not-at-top
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
   fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
   for ax, (curve, metric, load, label) in zip(axes.flat, PANELS):
     steps, values = _ours(results[curve], metric)
@@ -75,14 +96,22 @@ def _plot(results: list[common.CurveResult], title: str, path: str) -> str:
     keep = log.steps <= last
     official = log.values[metric][keep]
     rows = np.isfinite(official).any(axis=1)
-    ax.fill_between(log.steps[keep][rows],
-                    np.nanmin(official[rows], axis=1),
-                    np.nanmax(official[rows], axis=1), color="0.8",
-                    label="official, 5 seeds (min-max)")
+    ax.fill_between(
+      log.steps[keep][rows],
+      np.nanmin(official[rows], axis=1),
+      np.nanmax(official[rows], axis=1),
+      color="0.8",
+      label="official, 5 seeds (min-max)",
+    )
     ax.plot(log.steps[keep][rows], official[rows], color="0.55", lw=0.6)
     for run, row in enumerate(values):
-      ax.plot(steps, row, lw=1.2, marker="o" if steps.size < 30 else None,
-              label=f"ours, seed {results[curve].runs[run]['seed']}")
+      ax.plot(
+        steps,
+        row,
+        lw=1.2,
+        marker="o" if steps.size < 30 else None,
+        label=f"ours, seed {results[curve].runs[run]['seed']}",
+      )
     ax.set(xlabel="training steps", ylabel=label)
     ax.legend(fontsize="small")
   fig.suptitle(title, fontsize="medium")
@@ -108,12 +137,20 @@ def band_rows(results: list[common.CurveResult]) -> list[dict]:
       ours = float(np.nanmean(row))
       tolerance = TOLERANCE.get(metric)
       judged = tolerance is not None and step >= JUDGED_FROM.get(metric, 0)
-      inside = (low - tolerance <= ours <= high + tolerance) if judged \
-          else None
-      rows.append({"task": results[curve].curve.label, "metric": metric,
-                   "step": int(step), "ours": ours, "official_min": low,
-                   "official_mean": mean, "official_max": high,
-                   "tolerance": tolerance, "inside": inside})
+      inside = (low - tolerance <= ours <= high + tolerance) if judged else None
+      rows.append(
+        {
+          "task": results[curve].curve.label,
+          "metric": metric,
+          "step": int(step),
+          "ours": ours,
+          "official_min": low,
+          "official_mean": mean,
+          "official_max": high,
+          "tolerance": tolerance,
+          "inside": inside,
+        }
+      )
   return rows
 
 
@@ -123,8 +160,9 @@ def ok_official_logs(scale: str, workdir: str) -> common.Result:
   seed, Copy 50k and PTB 20k steps; paper: five seeds, 4M and 1M steps."""
   out = os.path.join(workdir, "ok_official_logs")
   os.makedirs(out, exist_ok=True)
-  results = common.run_curves(_curves(scale), out,
-                              score=lambda *_: 0.0, higher_is_better=True)
+  results = common.run_curves(
+    _curves(scale), out, score=lambda *_: 0.0, higher_is_better=True
+  )
   title = f"Official presets vs the official OK code's logs ({scale} scale)"
   files = [_plot(results, title, os.path.join(out, "figure.png"))]
   rows = band_rows(results)
@@ -133,5 +171,5 @@ def ok_official_logs(scale: str, workdir: str) -> common.Result:
 
 
 TARGETS: dict[str, Callable[[str, str], common.Result]] = {
-    "ok_official_logs": ok_official_logs,
+  "ok_official_logs": ok_official_logs,
 }

@@ -45,14 +45,15 @@ TRAIN_EXAMPLES = {"mnist": 60_000, "cifar10": 50_000, "imdb": 25_000}
 @dataclasses.dataclass
 class ProgramPlan:
   """One program of a target: what it runs and what it costs here."""
+
   label: str
   experiment: str
   runs: int
   num_steps: int
-  seconds_per_step: float       # the whole program's step (all its runs);
-                                # nan where the short run was killed
-  peak_memory_mib: float        # the measuring process's peak RSS
-  note: str = ""                # why it was not measured, if it was not
+  seconds_per_step: float  # the whole program's step (all its runs);
+  # nan where the short run was killed
+  peak_memory_mib: float  # the measuring process's peak RSS
+  note: str = ""  # why it was not measured, if it was not
 
   @property
   def measured(self) -> bool:
@@ -116,13 +117,13 @@ def _short_config(experiment: str, config) -> tuple[Any, int, int]:
   short.chunk_steps = chunk
   short.num_steps = chunk * (1 + MEASURED_CHUNKS)
   if "log_every" in short:
-    short.log_every = chunk   # A record (its steps/s) per chunk.
+    short.log_every = chunk  # A record (its steps/s) per chunk.
   if "checkpoint_every" in short:
     # Only after the measured chunks: a real run checkpoints every
     # thousands of steps, so a save per short chunk would inflate its cost.
     short.checkpoint_every = short.num_steps
   if "eval_every" in short:
-    short.eval_every = 10 ** 9 // chunk * chunk  # Not within the short run.
+    short.eval_every = 10**9 // chunk * chunk  # Not within the short run.
   if "checkpoint_dir" in short:
     short.checkpoint_dir = ""  # A fresh network costs the same.
     if short.get("task") == "copy" and not short.sequence_length:
@@ -141,12 +142,13 @@ def _full_steps(experiment: str, config) -> int:
 
 def _child_code(experiment: str, config_json: str, workdir: str) -> str:
   return (
-      "import json, time, importlib, ml_collections\n"
-      f"module = importlib.import_module('experiments.{experiment}')\n"
-      f"config = ml_collections.ConfigDict(json.loads({config_json!r}))\n"
-      "start = time.perf_counter()\n"
-      f"module.train(config, {workdir!r})\n"
-      "print('PLAN_WALL', time.perf_counter() - start)\n")
+    "import json, time, importlib, ml_collections\n"
+    f"module = importlib.import_module('experiments.{experiment}')\n"
+    f"config = ml_collections.ConfigDict(json.loads({config_json!r}))\n"
+    "start = time.perf_counter()\n"
+    f"module.train(config, {workdir!r})\n"
+    "print('PLAN_WALL', time.perf_counter() - start)\n"
+  )
 
 
 class ChildKilled(RuntimeError):
@@ -164,8 +166,9 @@ class ChildKilled(RuntimeError):
 XLA_OUT_OF_MEMORY = "RESOURCE_EXHAUSTED: Out of memory"
 
 
-def _run_child(experiment: str, config, workdir: str) -> tuple[list, float,
-                                                                 float]:
+def _run_child(
+  experiment: str, config, workdir: str
+) -> tuple[list, float, float]:
   """Runs `config` in a child; returns (records, wall seconds, peak MiB).
 
   Raises:
@@ -174,27 +177,40 @@ def _run_child(experiment: str, config, workdir: str) -> tuple[list, float,
   """
   code = _child_code(experiment, json.dumps(config.to_dict()), workdir)
   repo = config_files.REPO_ROOT
-  env = {**os.environ, "PYTHONPATH": repo + os.pathsep +
-         os.environ.get("PYTHONPATH", "")}
-  process = subprocess.Popen([sys.executable, "-c", code], cwd=repo, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True)
+  env = {
+    **os.environ,
+    "PYTHONPATH": repo + os.pathsep + os.environ.get("PYTHONPATH", ""),
+  }
+  process = subprocess.Popen(
+    [sys.executable, "-c", code],
+    cwd=repo,
+    env=env,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+  )
   output = process.stdout.read()
   _, status, usage = os.wait4(process.pid, 0)
   process.returncode = os.waitstatus_to_exitcode(status)
   if process.returncode < 0:
-    raise ChildKilled(f"killed by signal {-process.returncode}",
-                      usage.ru_maxrss / 1024)
+    raise ChildKilled(
+      f"killed by signal {-process.returncode}", usage.ru_maxrss / 1024
+    )
   if process.returncode and XLA_OUT_OF_MEMORY in output:
     needed = output.split(XLA_OUT_OF_MEMORY, 1)[1].split("\n", 1)[0]
-    raise ChildKilled(f"XLA out of memory{needed.rstrip('.')}",
-                      usage.ru_maxrss / 1024)
+    raise ChildKilled(
+      f"XLA out of memory{needed.rstrip('.')}", usage.ru_maxrss / 1024
+    )
   if process.returncode:
     raise RuntimeError(f"measuring {experiment} failed:\n{output[-3000:]}")
   wall = float(output.rsplit("PLAN_WALL", 1)[1].split()[0])
   from experiments.loop import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
-  records = (workdir_lib.read_metrics(workdir)
-             if os.path.exists(os.path.join(workdir, "metrics.jsonl")) else [])
+
+  records = (
+    workdir_lib.read_metrics(workdir)
+    if os.path.exists(os.path.join(workdir, "metrics.jsonl"))
+    else []
+  )
   return records, wall, usage.ru_maxrss / 1024  # Linux reports KiB.
 
 
@@ -204,55 +220,83 @@ SWEPT = ("learning_rate", "ratio", "gradient_scale")
 
 def measure(label: str, experiment: str, config) -> ProgramPlan:
   """Times `config`'s program by a short run and records its plan."""
-  runs = len(run_axes.run_grid(config, tuple(
-      name for name in SWEPT if name in config)))
+  runs = len(
+    run_axes.run_grid(config, tuple(name for name in SWEPT if name in config))
+  )
   short, chunks, steps_per_chunk = _short_config(experiment, config)
   with tempfile.TemporaryDirectory() as workdir:
     try:
       records, wall, memory = _run_child(experiment, short, workdir)
     except ChildKilled as killed:
-      plan = ProgramPlan(label, experiment, runs,
-                         _full_steps(experiment, config), math.nan,
-                         killed.peak_memory_mib,
-                         note=f"{killed} (out of memory here?)")
-      print(f"  planned {label}: {plan.runs} runs x {plan.num_steps:,} "
-            f"steps, not measured: {plan.note}", flush=True)
+      plan = ProgramPlan(
+        label,
+        experiment,
+        runs,
+        _full_steps(experiment, config),
+        math.nan,
+        killed.peak_memory_mib,
+        note=f"{killed} (out of memory here?)",
+      )
+      print(
+        f"  planned {label}: {plan.runs} runs x {plan.num_steps:,} "
+        f"steps, not measured: {plan.note}",
+        flush=True,
+      )
       active().append(plan)
       return plan
-  rates = [r["steps_per_second"] for r in records[1:]
-           if isinstance(r.get("steps_per_second"), (int, float))]
+  rates = [
+    r["steps_per_second"]
+    for r in records[1:]
+    if isinstance(r.get("steps_per_second"), (int, float))
+  ]
   if rates:
     seconds_per_step = 1 / (sum(rates) / len(rates))
   else:  # A tool without per-chunk records: whole wall, compile included.
     seconds_per_step = wall / (chunks * steps_per_chunk)
-  plan = ProgramPlan(label, experiment, runs, _full_steps(experiment, config),
-                     seconds_per_step, memory)
-  print(f"  planned {label}: {plan.runs} runs x {plan.num_steps:,} steps, "
-        f"{plan.seconds_per_step * 1e3:.1f} ms/step, "
-        f"{duration(plan.expected_seconds)}, {plan.peak_memory_mib:.0f} MiB",
-        flush=True)
+  plan = ProgramPlan(
+    label,
+    experiment,
+    runs,
+    _full_steps(experiment, config),
+    seconds_per_step,
+    memory,
+  )
+  print(
+    f"  planned {label}: {plan.runs} runs x {plan.num_steps:,} steps, "
+    f"{plan.seconds_per_step * 1e3:.1f} ms/step, "
+    f"{duration(plan.expected_seconds)}, {plan.peak_memory_mib:.0f} MiB",
+    flush=True,
+  )
   active().append(plan)
   return plan
 
 
 def table(target: str, scale: str, plans: list[ProgramPlan]) -> str:
   """The plan as a Markdown table with a total row."""
-  lines = [f"# Plan: {target} --scale {scale} (measured on this machine)", "",
-           "| program | experiment | runs | steps | run-steps | ms/step "
-           "(program) | peak memory MiB | expected time |",
-           "|---|---|---|---|---|---|---|---|"]
+  lines = [
+    f"# Plan: {target} --scale {scale} (measured on this machine)",
+    "",
+    "| program | experiment | runs | steps | run-steps | ms/step "
+    "(program) | peak memory MiB | expected time |",
+    "|---|---|---|---|---|---|---|---|",
+  ]
   for p in plans:
     step = f"{p.seconds_per_step * 1e3:.1f}" if p.measured else "-"
-    expected = (duration(p.expected_seconds) if p.measured
-                else f"not measured: {p.note}")
-    lines.append(f"| {p.label} | {p.experiment} | {p.runs} | "
-                 f"{p.num_steps:,} | {p.run_steps:,} | {step} | "
-                 f"{p.peak_memory_mib:.0f} | {expected} |")
+    expected = (
+      duration(p.expected_seconds) if p.measured else f"not measured: {p.note}"
+    )
+    lines.append(
+      f"| {p.label} | {p.experiment} | {p.runs} | "
+      f"{p.num_steps:,} | {p.run_steps:,} | {step} | "
+      f"{p.peak_memory_mib:.0f} | {expected} |"
+    )
   total = duration(sum(p.expected_seconds for p in plans if p.measured))
   unmeasured = sum(not p.measured for p in plans)
   if unmeasured:
     total += f" + {unmeasured} program(s) not measured"
-  lines.append(f"| total | | | | {sum(p.run_steps for p in plans):,} | | "
-               f"{max((p.peak_memory_mib for p in plans), default=0):.0f} "
-               f"| {total} |")
+  lines.append(
+    f"| total | | | | {sum(p.run_steps for p in plans):,} | | "
+    f"{max((p.peak_memory_mib for p in plans), default=0):.0f} "
+    f"| {total} |"
+  )
   return "\n".join(lines)

@@ -27,8 +27,8 @@ ratios).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import os
-from typing import Callable
 
 import numpy as np
 
@@ -38,8 +38,11 @@ from experiments.reproduce.common import Curve
 
 DATASETS = ("mnist", "cifar10", "imdb")
 SWEEP_VALUES = (0.01, 0.1, 1.0, 10.0)
-TITLES = {"mnist": "FNN on MNIST", "cifar10": "CNN on CIFAR-10",
-          "imdb": "LSTM on IMDB"}
+TITLES = {
+  "mnist": "FNN on MNIST",
+  "cifar10": "CNN on CIFAR-10",
+  "imdb": "LSTM on IMDB",
+}
 
 
 def _scale_overrides(dataset: str, scale: str) -> tuple[str, dict]:
@@ -48,24 +51,30 @@ def _scale_overrides(dataset: str, scale: str) -> tuple[str, dict]:
     # The paper's PyTorch defaults: initialisation, and the partial batch
     # (`keep_partial_batch`, on by default) of every epoch.
     return "", dict(epochs=100, num_seeds=5, param_init="pytorch")
-  small = {"mnist": dict(epochs=2, num_seeds=2),
-           "cifar10": dict(epochs=3, num_seeds=1),
-           "imdb": dict(epochs=2, num_seeds=1, train_limit=10_000)}
+  small = {
+    "mnist": dict(epochs=2, num_seeds=2),
+    "cifar10": dict(epochs=3, num_seeds=1),
+    "imdb": dict(epochs=2, num_seeds=1, train_limit=10_000),
+  }
   return ",small", small[dataset]
 
 
-def _curve(dataset: str, scale: str, preset: str, label: str,
-           **overrides) -> Curve:
+def _curve(
+  dataset: str, scale: str, preset: str, label: str, **overrides
+) -> Curve:
   suffix, sized = _scale_overrides(dataset, scale)
-  return Curve(f"{dataset} {label}", dataset, {**sized, **overrides},
-               preset + suffix)
+  return Curve(
+    f"{dataset} {label}", dataset, {**sized, **overrides}, preset + suffix
+  )
 
 
 def _column(records: list[dict], key: str, runs: list[int], num_runs: int):
   """`(epochs, values (len(runs), epochs))` of a per-epoch metric."""
   epochs = np.array([float(np.mean(r["epoch"])) for r in records])
-  values = np.array([[common.per_run(r[key], num_runs)[i] for i in runs]
-                     for r in records], dtype=float).T
+  values = np.array(
+    [[common.per_run(r[key], num_runs)[i] for i in runs] for r in records],
+    dtype=float,
+  ).T
   return epochs, values
 
 
@@ -73,39 +82,51 @@ def _loss_curve(records: list[dict], runs: list[int], num_runs: int):
   """`(steps, values (len(runs), blocks))` of the per-block training loss
   (`train_loss_curve`, the mean of every `loss_every` steps)."""
   per_run = lambda value: value if num_runs > 1 else [value]
-  blocks = [np.concatenate([per_run(r["train_loss_curve"])[i]
-                            for r in records]) for i in runs]
+  blocks = [
+    np.concatenate([per_run(r["train_loss_curve"])[i] for r in records])
+    for i in runs
+  ]
   values = np.array(blocks, dtype=float)
   steps_per_block = records[-1]["step"] / max(values.shape[1], 1)
   return steps_per_block * np.arange(1, values.shape[1] + 1), values
 
 
-def _plot(groups: dict[str, list[tuple[str, list[dict], list[int], int]]],
-          title: str, path: str) -> str:
+def _plot(
+  groups: dict[str, list[tuple[str, list[dict], list[int], int]]],
+  title: str,
+  path: str,
+) -> str:
   """One column per network: test accuracy per epoch (top), training loss
   against steps (bottom, per block of `loss_every` steps: convergence
   speed); each line the mean over its runs, shaded +- one std."""
   import matplotlib  # pylint: disable=g-import-not-at-top
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, axes = plt.subplots(2, len(groups), figsize=(4.5 * len(groups), 6.5),
-                           squeeze=False)
+
+  fig, axes = plt.subplots(
+    2, len(groups), figsize=(4.5 * len(groups), 6.5), squeeze=False
+  )
   for column, (dataset, lines) in enumerate(groups.items()):
     for label, records, runs, num_runs in lines:
-      curves = (_column(records, "test_accuracy", runs, num_runs),
-                _loss_curve(records, runs, num_runs))
+      curves = (
+        _column(records, "test_accuracy", runs, num_runs),
+        _loss_curve(records, runs, num_runs),
+      )
       for row, (x, values) in enumerate(curves):
         mean = np.nanmean(values, axis=0)
-        axes[row, column].plot(x, mean, marker="o" if row == 0 else ".",
-                               label=label)
+        axes[row, column].plot(
+          x, mean, marker="o" if row == 0 else ".", label=label
+        )
         if values.shape[0] > 1:
           std = np.nanstd(values, axis=0)
-          axes[row, column].fill_between(x, mean - std, mean + std,
-                                         alpha=0.2)
-    axes[0, column].set(title=TITLES[dataset], xlabel="epoch",
-                        ylabel="test accuracy")
-    axes[1, column].set(xlabel="training steps", ylabel="training loss",
-                        yscale="log")
+          axes[row, column].fill_between(x, mean - std, mean + std, alpha=0.2)
+    axes[0, column].set(
+      title=TITLES[dataset], xlabel="epoch", ylabel="test accuracy"
+    )
+    axes[1, column].set(
+      xlabel="training steps", ylabel="training loss", yscale="log"
+    )
     axes[0, column].legend(fontsize=8)
   fig.suptitle(title)
   fig.tight_layout()
@@ -114,23 +135,31 @@ def _plot(groups: dict[str, list[tuple[str, list[dict], list[int], int]]],
   return path
 
 
-def _row(label: str, records: list[dict], runs: list[int], num_runs: int,
-         **extra) -> dict:
-  accuracy = [common.per_run(records[-1]["test_accuracy"], num_runs)[i]
-              for i in runs]
-  loss = [common.per_run(records[-1]["train_loss"], num_runs)[i]
-          for i in runs]
+def _row(
+  label: str, records: list[dict], runs: list[int], num_runs: int, **extra
+) -> dict:
+  accuracy = [
+    common.per_run(records[-1]["test_accuracy"], num_runs)[i] for i in runs
+  ]
+  loss = [common.per_run(records[-1]["train_loss"], num_runs)[i] for i in runs]
   acc_mean, acc_std = common.mean_std(accuracy)
   loss_mean, _ = common.mean_std(loss)
-  return {"curve": label, **extra, "epochs": records[-1]["epoch"]
-          if not isinstance(records[-1]["epoch"], list)
-          else records[-1]["epoch"][0],
-          "test_accuracy_mean": acc_mean, "test_accuracy_std": acc_std,
-          "final_train_loss": loss_mean, "seeds": len(runs)}
+  return {
+    "curve": label,
+    **extra,
+    "epochs": records[-1]["epoch"]
+    if not isinstance(records[-1]["epoch"], list)
+    else records[-1]["epoch"][0],
+    "test_accuracy_mean": acc_mean,
+    "test_accuracy_std": acc_std,
+    "final_train_loss": loss_mean,
+    "seeds": len(runs),
+  }
 
 
-def _variants_target(name: str, scale: str, workdir: str, presets: dict,
-                     title: str) -> common.Result:
+def _variants_target(
+  name: str, scale: str, workdir: str, presets: dict, title: str
+) -> common.Result:
   out = os.path.join(workdir, name)
   os.makedirs(out, exist_ok=True)
   groups, rows = {}, []
@@ -147,79 +176,124 @@ def _variants_target(name: str, scale: str, workdir: str, presets: dict,
   if plan.active() is not None:
     return common.Result(name, [], [])
   figure = _plot(groups, title, os.path.join(out, "figure.png"))
-  files = [figure] + common.write_table(rows, os.path.join(out, "table"),
-                                        title)
+  files = [figure] + common.write_table(rows, os.path.join(out, "table"), title)
   return common.Result(name, files, rows)
 
 
 def rls_fig2(scale: str, workdir: str) -> common.Result:
   """Fig. 2: RLS, RLS+M, RLS+M+R against Adam, MSE loss, three networks."""
-  presets = {"rls": "RLS", "rls_momentum": "RLS+M",
-             "rls_momentum_l1": "RLS+M+R", "adam_mse": "Adam"}
-  return _variants_target("rls_fig2", scale, workdir, presets,
-                          "RLS vs Adam, MSE loss (Fig. 2)")
+  presets = {
+    "rls": "RLS",
+    "rls_momentum": "RLS+M",
+    "rls_momentum_l1": "RLS+M+R",
+    "adam_mse": "Adam",
+  }
+  return _variants_target(
+    "rls_fig2", scale, workdir, presets, "RLS vs Adam, MSE loss (Fig. 2)"
+  )
 
 
 def rls_fig3(scale: str, workdir: str) -> common.Result:
   """Fig. 3: the hybrid HRLS, HRLS+M, HRLS+M+R against Adam, cross-entropy."""
-  presets = {"rls_hybrid": "HRLS", "rls_hybrid_momentum": "HRLS+M",
-             "rls_hybrid_momentum_l1": "HRLS+M+R", "adam_ce": "Adam"}
-  return _variants_target("rls_fig3", scale, workdir, presets,
-                          "RLS on hidden layers + Adam, cross-entropy "
-                          "(Fig. 3)")
+  presets = {
+    "rls_hybrid": "HRLS",
+    "rls_hybrid_momentum": "HRLS+M",
+    "rls_hybrid_momentum_l1": "HRLS+M+R",
+    "adam_ce": "Adam",
+  }
+  return _variants_target(
+    "rls_fig3",
+    scale,
+    workdir,
+    presets,
+    "RLS on hidden layers + Adam, cross-entropy (Fig. 3)",
+  )
 
 
-def _sweep_target(name: str, field: str, symbol: str, scale: str,
-                  workdir: str, title: str) -> common.Result:
+def _sweep_target(
+  name: str, field: str, symbol: str, scale: str, workdir: str, title: str
+) -> common.Result:
   """One curve per network with `field`s = SWEEP_VALUES (vmapped runs)."""
   out = os.path.join(workdir, name)
   os.makedirs(out, exist_ok=True)
   groups, rows = {}, []
   for dataset in DATASETS:
-    curve = _curve(dataset, scale, "rls", f"RLS {symbol} sweep",
-                   **{field + "s": SWEEP_VALUES})
+    curve = _curve(
+      dataset,
+      scale,
+      "rls",
+      f"RLS {symbol} sweep",
+      **{field + "s": SWEEP_VALUES},
+    )
     records, _, runs = common.run_curve(curve, out)
     if plan.active() is not None:
       continue  # Measured, not trained: nothing to tabulate.
     groups[dataset] = []
     for value in SWEEP_VALUES:
-      selected = [i for i, run in enumerate(runs)
-                  if np.isclose(run.get(field, np.nan), value)]
+      selected = [
+        i
+        for i, run in enumerate(runs)
+        if np.isclose(run.get(field, np.nan), value)
+      ]
       label = f"{symbol}={value:g}"
       groups[dataset].append((label, records, selected, len(runs)))
-      rows.append(_row(f"{dataset} RLS {label}", records, selected,
-                       len(runs), **{field: value}))
+      rows.append(
+        _row(
+          f"{dataset} RLS {label}",
+          records,
+          selected,
+          len(runs),
+          **{field: value},
+        )
+      )
   if plan.active() is not None:
     return common.Result(name, [], [])
   figure = _plot(groups, title, os.path.join(out, "figure.png"))
-  files = [figure] + common.write_table(rows, os.path.join(out, "table"),
-                                        title)
+  files = [figure] + common.write_table(rows, os.path.join(out, "table"), title)
   return common.Result(name, files, rows)
 
 
 def rls_fig4(scale: str, workdir: str) -> common.Result:
   """Fig. 4: the ratio k in {0.01, 0.1, 1, 10}, RLS with MSE loss."""
-  return _sweep_target("rls_fig4", "ratio", "k", scale, workdir,
-                       "Influence of the ratio k (Fig. 4)")
+  return _sweep_target(
+    "rls_fig4",
+    "ratio",
+    "k",
+    scale,
+    workdir,
+    "Influence of the ratio k (Fig. 4)",
+  )
 
 
 def rls_fig5(scale: str, workdir: str) -> common.Result:
   """Fig. 5: the gradient scale η in {0.01, 0.1, 1, 10}, RLS with MSE."""
-  return _sweep_target("rls_fig5", "gradient_scale", "eta", scale, workdir,
-                       "Influence of the gradient scale eta (Fig. 5)")
+  return _sweep_target(
+    "rls_fig5",
+    "gradient_scale",
+    "eta",
+    scale,
+    workdir,
+    "Influence of the gradient scale eta (Fig. 5)",
+  )
 
 
-RUNTIME_PRESETS = ("adam_mse", "rls", "rls_momentum_l1", "adam_ce",
-                   "rls_hybrid")
+RUNTIME_PRESETS = (
+  "adam_mse",
+  "rls",
+  "rls_momentum_l1",
+  "adam_ce",
+  "rls_hybrid",
+)
 
 
 def _runtime_configs(dataset: str, scale: str) -> dict:
   """The `RUNTIME_PRESETS` of a dataset at a scale (with the global
   overrides, as every curve)."""
   suffix = "" if scale == "paper" else ",small"
-  return {preset: common.make_config(Curve(preset, dataset, {},
-                                           preset + suffix))
-          for preset in RUNTIME_PRESETS}
+  return {
+    preset: common.make_config(Curve(preset, dataset, {}, preset + suffix))
+    for preset in RUNTIME_PRESETS
+  }
 
 
 def _runtime_rows(dataset: str, scale: str) -> list[dict]:
@@ -227,24 +301,33 @@ def _runtime_rows(dataset: str, scale: str) -> list[dict]:
   Table I's predicted ratio and the paper's measured one."""
   from experiments.classifier import tasks  # pylint: disable=g-import-not-at-top
   from experiments.classifier import timing  # pylint: disable=g-import-not-at-top
+
   task = tasks.BY_NAME[dataset]
   configs = _runtime_configs(dataset, scale)
-  seconds = timing.time_steps(task, configs,
-                              steps=3 if dataset == "cifar10" else 5,
-                              repeats=5 if scale == "paper" else 3)
-  predicted = {hybrid: timing.predicted_ratio(task, configs["rls"],
-                                              hybrid=hybrid)["ratio"]
-               for hybrid in (False, True)}
+  seconds = timing.time_steps(
+    task,
+    configs,
+    steps=3 if dataset == "cifar10" else 5,
+    repeats=5 if scale == "paper" else 3,
+  )
+  predicted = {
+    hybrid: timing.predicted_ratio(task, configs["rls"], hybrid=hybrid)["ratio"]
+    for hybrid in (False, True)
+  }
   rows = []
   for preset in RUNTIME_PRESETS:
     is_adam = preset.startswith("adam")
     adam = "adam_ce" if configs[preset].loss == "cross_entropy" else "adam_mse"
-    rows.append({
-        "network": dataset, "optimizer": preset,
+    rows.append(
+      {
+        "network": dataset,
+        "optimizer": preset,
         "ms_per_step": 1000 * seconds[preset],
         "ratio_to_adam": seconds[preset] / seconds[adam],
         "table1_ratio": None if is_adam else predicted["hybrid" in preset],
-        "paper_ratio": None if is_adam else timing.PAPER_RATIOS[dataset]})
+        "paper_ratio": None if is_adam else timing.PAPER_RATIOS[dataset],
+      }
+    )
   return rows
 
 
@@ -254,15 +337,18 @@ def rls_runtime(scale: str, workdir: str) -> common.Result:
   out = os.path.join(workdir, "rls_runtime")
   os.makedirs(out, exist_ok=True)
   rows = [row for dataset in DATASETS for row in _runtime_rows(dataset, scale)]
-  files = common.write_table(rows, os.path.join(out, "table"),
-                             f"RLS / Adam time per step ({scale} networks)")
+  files = common.write_table(
+    rows,
+    os.path.join(out, "table"),
+    f"RLS / Adam time per step ({scale} networks)",
+  )
   return common.Result("rls_runtime", files, rows)
 
 
 TARGETS: dict[str, Callable[[str, str], common.Result]] = {
-    "rls_fig2": rls_fig2,
-    "rls_fig3": rls_fig3,
-    "rls_fig4": rls_fig4,
-    "rls_fig5": rls_fig5,
-    "rls_runtime": rls_runtime,
+  "rls_fig2": rls_fig2,
+  "rls_fig3": rls_fig3,
+  "rls_fig4": rls_fig4,
+  "rls_fig5": rls_fig5,
+  "rls_runtime": rls_runtime,
 }

@@ -14,9 +14,15 @@ diagonal recurrence, whose exact RTRL is element-wise.
 
 from __future__ import annotations
 
-from rtrl.cells.builtin import GRU, LSTM, RHN, RNN
-from rtrl.cells.custom import CustomCell, as_custom
-from rtrl.cells.lemma1 import Cell, Params, StepJacobians
+from rtrl.cells.builtin import GRU
+from rtrl.cells.builtin import LSTM
+from rtrl.cells.builtin import RHN
+from rtrl.cells.builtin import RNN
+from rtrl.cells.custom import CustomCell
+from rtrl.cells.custom import as_custom
+from rtrl.cells.lemma1 import Cell
+from rtrl.cells.lemma1 import Params
+from rtrl.cells.lemma1 import StepJacobians
 from rtrl.cells.lru import LRU
 
 CELLS = {"rnn": RNN, "rhn": RHN, "lstm": LSTM, "gru": GRU}
@@ -30,10 +36,23 @@ def make(name: str, hidden_size: int, **kwargs) -> Cell | LRU:
   if key == "lru":
     return LRU(state_size=hidden_size, **kwargs)
   if key not in CELLS:
-    raise ValueError(f"cell must be one of {sorted(CELLS) + ['lru']}, got "
-                     f"{name!r}")
+    raise ValueError(
+      f"cell must be one of {sorted(CELLS) + ['lru']}, got {name!r}"
+    )
   return CELLS[key](hidden_size=hidden_size, **kwargs)
 
 
-__all__ = ["CELLS", "Cell", "CustomCell", "GRU", "LRU", "LSTM", "Params",
-           "RHN", "RNN", "StepJacobians", "as_custom", "make"]
+__all__ = [
+  "CELLS",
+  "Cell",
+  "CustomCell",
+  "GRU",
+  "LRU",
+  "LSTM",
+  "Params",
+  "RHN",
+  "RNN",
+  "StepJacobians",
+  "as_custom",
+  "make",
+]

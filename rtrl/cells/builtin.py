@@ -10,8 +10,8 @@ References:
 from __future__ import annotations
 
 import jax
-import numpy as np
 import jax.numpy as jnp
+import numpy as np
 
 from rtrl.cells.lemma1 import Cell
 
@@ -106,8 +106,8 @@ class GRU(Cell):
   def weight_mask(self, input_size: int):
     n = self.hidden_size
     mask = np.ones((input_size + n + 1, 4 * n), np.float32)
-    mask[input_size:input_size + n, 2 * n:3 * n] = 0.0  # a reads no h
-    mask[:input_size, 3 * n:] = 0.0                     # b reads no x
+    mask[input_size : input_size + n, 2 * n : 3 * n] = 0.0  # a reads no h
+    mask[:input_size, 3 * n :] = 0.0  # b reads no x
     return mask
 
   def _unit_map(self, z_unit, state_unit):

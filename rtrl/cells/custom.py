@@ -18,7 +18,8 @@ and `rtrl.frozen_gradients` take it as they take a built-in cell.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -28,8 +29,9 @@ from rtrl import validation
 
 def _describe(tree) -> str:
   leaves = jax.tree_util.tree_leaves(tree)
-  shapes = ", ".join(f"{jnp.result_type(a).name}{list(jnp.shape(a))}"
-                     for a in leaves)
+  shapes = ", ".join(
+    f"{jnp.result_type(a).name}{list(jnp.shape(a))}" for a in leaves
+  )
   return f"{jax.tree_util.tree_structure(tree)} with leaves [{shapes}]"
 
 
@@ -38,23 +40,27 @@ def _check_float_tree(what: str, tree, source: str) -> None:
   arrays (abstract ones included)."""
   leaves = jax.tree_util.tree_leaves(tree)
   if not leaves:
-    raise ValueError(f"{what} must be a non-empty pytree of float arrays "
-                     f"({source}), got {tree!r}")
+    raise ValueError(
+      f"{what} must be a non-empty pytree of float arrays "
+      f"({source}), got {tree!r}"
+    )
   for leaf in leaves:
     dtype = getattr(leaf, "dtype", None)
     if dtype is None or not jnp.issubdtype(dtype, jnp.floating):
-      raise ValueError(f"{what} must be a pytree of float arrays ({source}), "
-                       f"got a leaf {leaf!r}")
+      raise ValueError(
+        f"{what} must be a pytree of float arrays ({source}), "
+        f"got a leaf {leaf!r}"
+      )
 
 
 def _same_layout(a, b) -> bool:
   """Same tree structure, and leaf by leaf the same shape and dtype."""
   if jax.tree_util.tree_structure(a) != jax.tree_util.tree_structure(b):
     return False
-  return all(jnp.shape(x) == jnp.shape(y)
-             and jnp.result_type(x) == jnp.result_type(y)
-             for x, y in zip(jax.tree_util.tree_leaves(a),
-                             jax.tree_util.tree_leaves(b)))
+  return all(
+    jnp.shape(x) == jnp.shape(y) and jnp.result_type(x) == jnp.result_type(y)
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b))
+  )
 
 
 def _identity(state):
@@ -86,8 +92,14 @@ class CustomCell:
       that does not return a 1-D array.
   """
 
-  def __init__(self, step: Callable, init: Callable, initial_state: Any,
-               output: Callable | None = None, name: str = "custom"):
+  def __init__(
+    self,
+    step: Callable,
+    init: Callable,
+    initial_state: Any,
+    output: Callable | None = None,
+    name: str = "custom",
+  ):
     for arg, value in (("step", step), ("init", init)):
       if not callable(value):
         raise ValueError(f"{arg} must be a callable, got {value!r}")
@@ -100,15 +112,18 @@ class CustomCell:
     if output is None:
       if not (isinstance(state, jax.ShapeDtypeStruct) and state.ndim == 1):
         raise ValueError(
-            "output is required when the state is not a single 1-D array: "
-            "pass output(state) -> (hidden_size,), the vector fed to the "
-            f"readout; the state is {_describe(state)}")
+          "output is required when the state is not a single 1-D array: "
+          "pass output(state) -> (hidden_size,), the vector fed to the "
+          f"readout; the state is {_describe(state)}"
+        )
       output = _identity
     self._output = output
     hidden = jax.eval_shape(self._output, state)
     if not (isinstance(hidden, jax.ShapeDtypeStruct) and hidden.ndim == 1):
-      raise ValueError(f"output must return a 1-D array (the vector fed to "
-                       f"the readout), got {_describe(hidden)}")
+      raise ValueError(
+        f"output must return a 1-D array (the vector fed to "
+        f"the readout), got {_describe(hidden)}"
+      )
     self.hidden_size = hidden.shape[0]
 
   def __repr__(self):
@@ -118,8 +133,9 @@ class CustomCell:
     """The user's `init(key, input_size)`, checked to return float arrays."""
     validation.positive_int("input_size", input_size)
     params = self._init(key, input_size)
-    _check_float_tree("the params returned by init", params,
-                      f"init of {self!r}")
+    _check_float_tree(
+      "the params returned by init", params, f"init of {self!r}"
+    )
     return params
 
   def initial_state(self):
@@ -133,10 +149,11 @@ class CustomCell:
     new_state = self._step(params, state, x)
     if not _same_layout(new_state, state):
       raise ValueError(
-          f"step must return a state with the tree structure, shapes and "
-          f"dtypes of the one it got (a fixed-size carry for lax.scan); "
-          f"{self!r}'s step got {_describe(state)} and returned "
-          f"{_describe(new_state)}")
+        f"step must return a state with the tree structure, shapes and "
+        f"dtypes of the one it got (a fixed-size carry for lax.scan); "
+        f"{self!r}'s step got {_describe(state)} and returned "
+        f"{_describe(new_state)}"
+      )
     return new_state
 
   def output(self, state) -> jax.Array:
@@ -151,8 +168,10 @@ class CustomCell:
     """A ValueError naming `state` unless it has `initial_state()`'s layout."""
     expected = jax.eval_shape(self.initial_state)
     if not _same_layout(state, expected):
-      raise ValueError(f"state must have the layout of {self!r}'s initial "
-                       f"state, {_describe(expected)}; got {_describe(state)}")
+      raise ValueError(
+        f"state must have the layout of {self!r}'s initial "
+        f"state, {_describe(expected)}; got {_describe(state)}"
+      )
 
   def check_step(self, params, x: jax.Array) -> None:
     """Runs `step` abstractly (`jax.eval_shape`, no FLOPs) from the initial
@@ -189,15 +208,20 @@ class CustomCell:
       if abstract(size)[:2] == target[:2]:
         return size
     raise ValueError(
-        f"cannot tell which input_size params were built for: they are not "
-        f"what {self!r}'s init returns for any input size, or init's shapes "
-        f"do not depend on it; got {_describe(params)}")
+      f"cannot tell which input_size params were built for: they are not "
+      f"what {self!r}'s init returns for any input size, or init's shapes "
+      f"do not depend on it; got {_describe(params)}"
+    )
 
 
 def as_custom(cell) -> CustomCell:
   """Any cell seen only through its step function: the generic autodiff
   path (`rtrl.estimators.generic`) on a built-in cell, to time it against
   the analytic path or to check a `Cell` subclass's Jacobians against it."""
-  return CustomCell(step=cell.step, init=cell.init,
-                    initial_state=cell.initial_state, output=cell.output,
-                    name=f"custom({cell!r})")
+  return CustomCell(
+    step=cell.step,
+    init=cell.init,
+    initial_state=cell.initial_state,
+    output=cell.output,
+    name=f"custom({cell!r})",
+  )

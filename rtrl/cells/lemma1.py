@@ -50,6 +50,7 @@ class StepJacobians(NamedTuple):
       every application of `H` is then zero, so no pass over the tangent
       is needed to drop its history; `rtrl.estimators.base.build`).
   """
+
   hhat: jax.Array
   D: jax.Array
   dfds: jax.Array
@@ -98,7 +99,8 @@ class Cell:
 
   def initial_state(self):
     return self.rows_to_state(
-        jnp.zeros((self.num_state_rows, self.hidden_size), _default_float()))
+      jnp.zeros((self.num_state_rows, self.hidden_size), _default_float())
+    )
 
   def step(self, params: Params, state, x: jax.Array):
     """One example, one time step: returns the next state."""
@@ -126,21 +128,25 @@ class Cell:
     input_size = self.input_size(params)
     if x.shape != (input_size,):
       raise ValueError(
-          f"x must have shape ({input_size},) to match params['W'] (one "
-          f"example; vmap over the batch), got {x.shape}")
+        f"x must have shape ({input_size},) to match params['W'] (one "
+        f"example; vmap over the batch), got {x.shape}"
+      )
     h = rows[self.hidden_row]
     return jnp.concatenate([x.astype(h.dtype), h, jnp.ones((1,), h.dtype)])
 
   def check_params(self, params: Params) -> None:
     n, num_gates = self.hidden_size, self.num_gates
     if not isinstance(params, dict) or "W" not in params:
-      raise ValueError("params must be a dict {'W': array}, as returned by "
-                       f"{type(self).__name__}.init")
+      raise ValueError(
+        "params must be a dict {'W': array}, as returned by "
+        f"{type(self).__name__}.init"
+      )
     shape = params["W"].shape
     if len(shape) != 2 or shape[1] != num_gates * n or shape[0] < n + 2:
       raise ValueError(
-          f"params['W'] must have shape (input_size + {n} + 1, {num_gates * n})"
-          f" for {self!r}, got {shape}")
+        f"params['W'] must have shape (input_size + {n} + 1, {num_gates * n})"
+        f" for {self!r}, got {shape}"
+      )
 
   def weight_mask(self, input_size: int):
     """`(input_size + n + 1, K n)` 0/1 array of the entries of `W` the cell
@@ -179,12 +185,15 @@ class Cell:
       return new, new
 
     jac_z, jac_s, new_rows = jax.vmap(
-        lambda zu, su: _jacobians_and_value(unit, zu, su),
-        in_axes=(1, 1), out_axes=(0, 0, 1))(z, rows)
+      lambda zu, su: _jacobians_and_value(unit, zu, su),
+      in_axes=(1, 1),
+      out_axes=(0, 0, 1),
+    )(z, rows)
     n, input_size = self.hidden_size, x.shape[0]
-    recurrent = weights[input_size:input_size + n]
-    jac = StepJacobians(hhat=hhat, D=jac_z, dfds=jac_s,
-                        recurrent_weights=recurrent)
+    recurrent = weights[input_size : input_size + n]
+    jac = StepJacobians(
+      hhat=hhat, D=jac_z, dfds=jac_s, recurrent_weights=recurrent
+    )
     return self.rows_to_state(new_rows), jac
 
   def _gate_bias_init(self):
@@ -196,5 +205,6 @@ class Cell:
 
 def _jacobians_and_value(unit, z_unit, state_unit):
   (jac_z, jac_s), value = jax.jacfwd(unit, argnums=(0, 1), has_aux=True)(
-      z_unit, state_unit)
+    z_unit, state_unit
+  )
   return jac_z, jac_s, value

@@ -42,8 +42,9 @@ _DTYPES = (jnp.float32, jnp.float64)
 
 def _cpu_float(dtype) -> bool:
   """A CPU program and a float32 or float64 dtype."""
-  return (jax.default_backend() == "cpu"
-          and jnp.dtype(dtype) in [jnp.dtype(d) for d in _DTYPES])
+  return jax.default_backend() == "cpu" and jnp.dtype(dtype) in [
+    jnp.dtype(d) for d in _DTYPES
+  ]
 
 
 def usable(width: int, dtype, out_columns: int | None = None) -> bool:
@@ -64,16 +65,20 @@ def svd_usable(size: int, dtype) -> bool:
 
 def _check_loaded(name: str) -> None:
   if not build.load():
-    raise RuntimeError(f"{name}: the CPU kernels are not available here "
-                       "(see the warning above, or RTRL_CPU_KERNELS=0); "
-                       "check rtrl.cpu_kernels.usable or svd_usable first")
+    raise RuntimeError(
+      f"{name}: the CPU kernels are not available here "
+      "(see the warning above, or RTRL_CPU_KERNELS=0); "
+      "check rtrl.cpu_kernels.usable or svd_usable first"
+    )
 
 
 def _check_tall(columns: jax.Array, name: str) -> None:
   _check_loaded(name)
   if columns.ndim < 2 or not 1 <= columns.shape[-1] <= MAX_WIDTH:
-    raise ValueError(f"{name} needs columns of shape (..., M, r) with "
-                     f"1 <= r <= {MAX_WIDTH}, got {columns.shape}")
+    raise ValueError(
+      f"{name} needs columns of shape (..., M, r) with "
+      f"1 <= r <= {MAX_WIDTH}, got {columns.shape}"
+    )
 
 
 @jax.custom_jvp
@@ -82,18 +87,22 @@ def gram_of_columns(columns: jax.Array) -> jax.Array:
   `(..., r, r)`, on the CPU kernel (check `usable` first)."""
   _check_tall(columns, "gram_of_columns")
   width = columns.shape[-1]
-  out = jax.ShapeDtypeStruct(columns.shape[:-2] + (width, width),
-                             columns.dtype)
-  return jax.ffi.ffi_call("rtrl_tall_gram", out,
-                          vmap_method="broadcast_all")(columns)
+  out = jax.ShapeDtypeStruct(columns.shape[:-2] + (width, width), columns.dtype)
+  return jax.ffi.ffi_call("rtrl_tall_gram", out, vmap_method="broadcast_all")(
+    columns
+  )
 
 
 @gram_of_columns.defjvp
 def _gram_jvp(primals, tangents):
   (columns,), (d_columns,) = primals, tangents
   columns = jnp.asarray(columns)
-  half = jnp.einsum("...mi,...mj->...ij", d_columns, columns,
-                    precision=jax.lax.Precision.HIGHEST)
+  half = jnp.einsum(
+    "...mi,...mj->...ij",
+    d_columns,
+    columns,
+    precision=jax.lax.Precision.HIGHEST,
+  )
   return gram_of_columns(columns), half + jnp.swapaxes(half, -1, -2)
 
 
@@ -104,28 +113,38 @@ def mix_columns(columns: jax.Array, coef: jax.Array) -> jax.Array:
   CPU kernel (check `usable` first)."""
   _check_tall(columns, "mix_columns")
   width = columns.shape[-1]
-  if coef.ndim < 2 or coef.shape[-1] != width or coef.shape[-2] not in (
-      width, width + 1):
-    raise ValueError(f"mix_columns needs coef of shape (..., r or r + 1, r) "
-                     f"for columns {columns.shape}, got {coef.shape}")
+  if (
+    coef.ndim < 2
+    or coef.shape[-1] != width
+    or coef.shape[-2] not in (width, width + 1)
+  ):
+    raise ValueError(
+      f"mix_columns needs coef of shape (..., r or r + 1, r) "
+      f"for columns {columns.shape}, got {coef.shape}"
+    )
   coef = coef.astype(columns.dtype)
   batch = jnp.broadcast_shapes(columns.shape[:-2], coef.shape[:-2])
   columns = jnp.broadcast_to(columns, batch + columns.shape[-2:])
   coef = jnp.broadcast_to(coef, batch + coef.shape[-2:])
-  out = jax.ShapeDtypeStruct(batch + (columns.shape[-2], coef.shape[-2]),
-                             columns.dtype)
-  return jax.ffi.ffi_call("rtrl_tall_mix", out,
-                          vmap_method="broadcast_all")(columns, coef)
+  out = jax.ShapeDtypeStruct(
+    batch + (columns.shape[-2], coef.shape[-2]), columns.dtype
+  )
+  return jax.ffi.ffi_call("rtrl_tall_mix", out, vmap_method="broadcast_all")(
+    columns, coef
+  )
 
 
 @mix_columns.defjvp
 def _mix_jvp(primals, tangents):
   (columns, coef), (d_columns, d_coef) = primals, tangents
   # XLA's products for the tangent: a custom call cannot be transposed.
-  product = lambda a, b: jnp.einsum("...mi,...ji->...mj", a, b,
-                                    precision=jax.lax.Precision.HIGHEST)
-  return (mix_columns(columns, coef),
-          product(d_columns, coef) + product(columns, d_coef))
+  product = lambda a, b: jnp.einsum(
+    "...mi,...ji->...mj", a, b, precision=jax.lax.Precision.HIGHEST
+  )
+  return (
+    mix_columns(columns, coef),
+    product(d_columns, coef) + product(columns, d_coef),
+  )
 
 
 @jax.custom_jvp
@@ -142,17 +161,24 @@ def svd(matrices: jax.Array):
   """
   _check_loaded("svd")
   matrices = jnp.asarray(matrices)
-  if (matrices.ndim < 2 or matrices.shape[-1] != matrices.shape[-2]
-      or not 1 <= matrices.shape[-1] <= MAX_SVD_SIZE):
-    raise ValueError(f"svd needs square matrices (..., c, c) with 1 <= c <= "
-                     f"{MAX_SVD_SIZE}, got shape {matrices.shape}")
+  if (
+    matrices.ndim < 2
+    or matrices.shape[-1] != matrices.shape[-2]
+    or not 1 <= matrices.shape[-1] <= MAX_SVD_SIZE
+  ):
+    raise ValueError(
+      f"svd needs square matrices (..., c, c) with 1 <= c <= "
+      f"{MAX_SVD_SIZE}, got shape {matrices.shape}"
+    )
   if jnp.dtype(matrices.dtype) not in [jnp.dtype(d) for d in _DTYPES]:
-    raise ValueError(f"svd needs float32 or float64 matrices, got "
-                     f"{matrices.dtype}")
+    raise ValueError(
+      f"svd needs float32 or float64 matrices, got {matrices.dtype}"
+    )
   square = jax.ShapeDtypeStruct(matrices.shape, matrices.dtype)
   values = jax.ShapeDtypeStruct(matrices.shape[:-1], matrices.dtype)
-  return jax.ffi.ffi_call("rtrl_small_svd", (square, values, square),
-                          vmap_method="broadcast_all")(matrices)
+  return jax.ffi.ffi_call(
+    "rtrl_small_svd", (square, values, square), vmap_method="broadcast_all"
+  )(matrices)
 
 
 @svd.defjvp

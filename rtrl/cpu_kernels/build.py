@@ -38,10 +38,20 @@ _HERE = pathlib.Path(__file__).parent
 SOURCES = (_HERE / "tall_skinny.cc", _HERE / "small_svd.cc")
 HEADERS = (_HERE / "common.h",)
 # -fno-math-errno lets GCC vectorise the per-lane square roots.
-FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w",
-         "-fno-math-errno")
-TARGETS = {"rtrl_tall_gram": "RtrlTallGram", "rtrl_tall_mix": "RtrlTallMix",
-           "rtrl_small_svd": "RtrlSmallSvd"}
+FLAGS = (
+  "-O3",
+  "-march=native",
+  "-std=c++17",
+  "-shared",
+  "-fPIC",
+  "-w",
+  "-fno-math-errno",
+)
+TARGETS = {
+  "rtrl_tall_gram": "RtrlTallGram",
+  "rtrl_tall_mix": "RtrlTallMix",
+  "rtrl_small_svd": "RtrlSmallSvd",
+}
 DISABLE_ENV = "RTRL_CPU_KERNELS"
 
 
@@ -58,8 +68,11 @@ def _cpu_identity() -> str:
     lines = pathlib.Path("/proc/cpuinfo").read_text().splitlines()
   except OSError:
     return platform.processor() + platform.machine()
-  keep = [line for line in lines
-          if line.startswith(("model name", "flags", "Features", "CPU part"))]
+  keep = [
+    line
+    for line in lines
+    if line.startswith(("model name", "flags", "Features", "CPU part"))
+  ]
   return "\n".join(sorted(set(keep)))
 
 
@@ -73,7 +86,8 @@ def _cache_dir() -> pathlib.Path:
 def _compile(compiler: str, include_dir: str, target: pathlib.Path) -> None:
   target.parent.mkdir(parents=True, exist_ok=True)
   lock_path = target.with_suffix(".lock")
-  import fcntl   # POSIX only, like the compilers this builds with
+  import fcntl  # POSIX only, like the compilers this builds with
+
   with open(lock_path, "w") as lock:
     fcntl.flock(lock, fcntl.LOCK_EX)
     if target.exists():
@@ -82,12 +96,23 @@ def _compile(compiler: str, include_dir: str, target: pathlib.Path) -> None:
     os.close(fd)
     try:
       result = subprocess.run(
-          [compiler, *FLAGS, f"-I{include_dir}",
-           *[str(source) for source in SOURCES], "-o", partial],
-          capture_output=True, text=True, timeout=600, check=False)
+        [
+          compiler,
+          *FLAGS,
+          f"-I{include_dir}",
+          *[str(source) for source in SOURCES],
+          "-o",
+          partial,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+      )
       if result.returncode != 0:
-        raise RuntimeError(f"{compiler} failed on the kernels:\n"
-                           f"{result.stderr[-3000:]}")
+        raise RuntimeError(
+          f"{compiler} failed on the kernels:\n{result.stderr[-3000:]}"
+        )
       os.replace(partial, target)
     finally:
       if os.path.exists(partial):
@@ -104,20 +129,29 @@ def library_path() -> pathlib.Path:
   if compiler is None:
     raise RuntimeError("no C++ compiler (set $CXX, or install g++)")
   include_dir = jax.ffi.include_dir()
-  version = subprocess.run([compiler, "--version"], capture_output=True,
-                           text=True, check=False).stdout
-  key = hashlib.sha256("\0".join([
-      *[path.read_text() for path in SOURCES + HEADERS], " ".join(FLAGS),
-      version, jax.__version__,
-      importlib.metadata.version("jaxlib"),
-      platform.machine(), _cpu_identity()]).encode()).hexdigest()[:20]
+  version = subprocess.run(
+    [compiler, "--version"], capture_output=True, text=True, check=False
+  ).stdout
+  key = hashlib.sha256(
+    "\0".join(
+      [
+        *[path.read_text() for path in SOURCES + HEADERS],
+        " ".join(FLAGS),
+        version,
+        jax.__version__,
+        importlib.metadata.version("jaxlib"),
+        platform.machine(),
+        _cpu_identity(),
+      ]
+    ).encode()
+  ).hexdigest()[:20]
   target = _cache_dir() / f"rtrl_kernels-{key}.so"
   if not target.exists():
     _compile(compiler, include_dir, target)
   return target
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load() -> bool:
   """Builds (once), loads and registers the custom calls; True if usable.
 
@@ -136,11 +170,15 @@ def load() -> bool:
     library = ctypes.cdll.LoadLibrary(str(library_path()))
     for name, symbol in TARGETS.items():
       jax.ffi.register_ffi_target(
-          name, jax.ffi.pycapsule(getattr(library, symbol)), platform="cpu")
-  except Exception as error:  # noqa: BLE001 - any failure means: fall back
+        name, jax.ffi.pycapsule(getattr(library, symbol)), platform="cpu"
+      )
+  except Exception as error:
     warnings.warn(
-        f"rtrl.cpu_kernels: using XLA's own products and LAPACK's SVD "
-        f"instead of these kernels ({type(error).__name__}: {error}). Set "
-        f"{DISABLE_ENV}=0 to skip the build.", RuntimeWarning, stacklevel=2)
+      f"rtrl.cpu_kernels: using XLA's own products and LAPACK's SVD "
+      f"instead of these kernels ({type(error).__name__}: {error}). Set "
+      f"{DISABLE_ENV}=0 to skip the build.",
+      RuntimeWarning,
+      stacklevel=2,
+    )
     return False
   return True

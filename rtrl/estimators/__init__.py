@@ -15,29 +15,38 @@ diagonal recurrence (`diagonal.py`) and 'uoro' the autodiff one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import inspect
-from typing import Callable
 
-from rtrl.cells import LRU, Cell, CustomCell
-from rtrl.estimators.base import Estimator, TangentState
-from rtrl.estimators import diagonal, generic
+from rtrl.cells import LRU
+from rtrl.cells import Cell
+from rtrl.cells import CustomCell
+from rtrl.estimators import diagonal
+from rtrl.estimators import generic
+from rtrl.estimators.base import Estimator
+from rtrl.estimators.base import TangentState
 from rtrl.estimators.exact import exact_rtrl
-from rtrl.estimators.kronecker_sum import kf, kf_approx, kf_avg, ok, ok_biased
+from rtrl.estimators.kronecker_sum import kf
+from rtrl.estimators.kronecker_sum import kf_approx
+from rtrl.estimators.kronecker_sum import kf_avg
+from rtrl.estimators.kronecker_sum import ok
+from rtrl.estimators.kronecker_sum import ok_biased
 from rtrl.estimators.ktp import ktp
-from rtrl.estimators.snap import rflo, snap1
+from rtrl.estimators.snap import rflo
+from rtrl.estimators.snap import snap1
 from rtrl.estimators.uoro import uoro
 
 _REGISTRY: dict[str, Callable[..., Estimator]] = {
-    "rtrl": exact_rtrl,
-    "uoro": uoro,
-    "kf": kf,
-    "kf_avg": kf_avg,
-    "kf_approx": kf_approx,
-    "ok": ok,
-    "ok_biased": ok_biased,
-    "ktp": ktp,
-    "snap1": snap1,
-    "rflo": rflo,
+  "rtrl": exact_rtrl,
+  "uoro": uoro,
+  "kf": kf,
+  "kf_avg": kf_avg,
+  "kf_approx": kf_approx,
+  "ok": ok,
+  "ok_biased": ok_biased,
+  "ktp": ktp,
+  "snap1": snap1,
+  "rflo": rflo,
 }
 
 
@@ -80,15 +89,25 @@ def make(name: str, cell: Cell, **hparams) -> Estimator:
     return diagonal.for_lru(name, cell, **hparams)
   accepted = hyperparameters(name)
   if not isinstance(cell, Cell):
-    raise ValueError("cell must be an rtrl.cells cell (RNN, RHN, LSTM, GRU, "
-                     f"a Cell subclass or a CustomCell), got {cell!r}")
+    raise ValueError(
+      "cell must be an rtrl.cells cell (RNN, RHN, LSTM, GRU, "
+      f"a Cell subclass or a CustomCell), got {cell!r}"
+    )
   unknown = set(hparams) - set(accepted)
   if unknown:
     takes = ", ".join(accepted) or "no hyper-parameters"
-    raise ValueError(f"estimator {name!r} does not take "
-                     f"{', '.join(sorted(unknown))} (it takes {takes})")
+    raise ValueError(
+      f"estimator {name!r} does not take "
+      f"{', '.join(sorted(unknown))} (it takes {takes})"
+    )
   return _REGISTRY[name](cell, **hparams)
 
 
-__all__ = ["Estimator", "TangentState", "hyperparameters", "make", "names",
-           "register"]
+__all__ = [
+  "Estimator",
+  "TangentState",
+  "hyperparameters",
+  "make",
+  "names",
+  "register",
+]

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from rtrl import linalg
-from rtrl.cells import Cell, StepJacobians
+from rtrl.cells import Cell
+from rtrl.cells import StepJacobians
 
 
 class Estimator(NamedTuple):
@@ -35,6 +37,7 @@ class Estimator(NamedTuple):
       inside their products instead of forming every example's gradient;
       None: `gradient` vmapped and summed (`rtrl.online.summed_gradient`).
   """
+
   init: Callable[..., Any]
   step: Callable[..., Callable[..., Any]]
   gradient: Callable[..., Any]
@@ -46,6 +49,7 @@ class Estimator(NamedTuple):
 
 class TangentState(NamedTuple):
   """Per-example estimator state: the (approximate) influence and a key."""
+
   tangent: Any
   key: jax.Array
 
@@ -56,12 +60,17 @@ TangentUpdate = Callable[[Any, StepJacobians, jax.Array], Any]
 TangentReadout = Callable[[Any, jax.Array], jax.Array]
 
 
-def build(name: str, cell: Cell, zeros: Callable[[dict], Any],
-          update: TangentUpdate, readout: TangentReadout, *,
-          jacobians_once: bool = False,
-          forget: Callable[[Any, jax.Array], Any] | None = None,
-          batch_readout: Callable[[Any, jax.Array], jax.Array] | None = None
-          ) -> Estimator:
+def build(
+  name: str,
+  cell: Cell,
+  zeros: Callable[[dict], Any],
+  update: TangentUpdate,
+  readout: TangentReadout,
+  *,
+  jacobians_once: bool = False,
+  forget: Callable[[Any, jax.Array], Any] | None = None,
+  batch_readout: Callable[[Any, jax.Array], jax.Array] | None = None,
+) -> Estimator:
   """Wraps the three per-estimator pieces into the `Estimator` contract.
 
   Args:
@@ -100,13 +109,15 @@ def build(name: str, cell: Cell, zeros: Callable[[dict], Any],
     def step_fn(tstate: TangentState, state, x, reset=None):
       new_state, jac = cell.linearized_step(params, state, x)
       if jacobians_once:
-        jac = jac._replace(D=linalg.computed_once(jac.D),
-                           dfds=linalg.computed_once(jac.dfds))
+        jac = jac._replace(
+          D=linalg.computed_once(jac.D), dfds=linalg.computed_once(jac.dfds)
+        )
       tangent = tstate.tangent
       if reset is not None:
         if forget is None:  # A pass over the tangent, as `reset` makes.
           tangent = jax.tree_util.tree_map(
-              lambda t: jnp.where(reset, jnp.zeros_like(t), t), tangent)
+            lambda t: jnp.where(reset, jnp.zeros_like(t), t), tangent
+          )
         else:
           keep = jnp.logical_not(reset).astype(jac.D.dtype)
           jac = jac._replace(history=keep)
@@ -114,6 +125,7 @@ def build(name: str, cell: Cell, zeros: Callable[[dict], Any],
       key, subkey = jax.random.split(tstate.key)
       tangent = update(tangent, jac, subkey)
       return TangentState(tangent=tangent, key=key), new_state
+
     return step_fn
 
   def gradient(params, tstate: TangentState, dloss_dstate):
@@ -128,20 +140,30 @@ def build(name: str, cell: Cell, zeros: Callable[[dict], Any],
 
   def reset_fn(tstate: TangentState) -> TangentState:
     return tstate._replace(
-        tangent=jax.tree_util.tree_map(jnp.zeros_like, tstate.tangent))
+      tangent=jax.tree_util.tree_map(jnp.zeros_like, tstate.tangent)
+    )
 
-  return Estimator(init=init, step=step, gradient=gradient, reset=reset_fn,
-                   name=name, folds_reset=forget is not None,
-                   batch_gradient=(batch_gradient if batch_readout else None))
+  return Estimator(
+    init=init,
+    step=step,
+    gradient=gradient,
+    reset=reset_fn,
+    name=name,
+    folds_reset=forget is not None,
+    batch_gradient=(batch_gradient if batch_readout else None),
+  )
 
 
 def zeroed_where_reset(keep: jax.Array, *small: Any) -> tuple:
   """Each of `small` (arrays or trees) with every entry an exact +0 where
   `keep` is 0: the `forget` of estimators whose small factors must read as
   a fresh tangent's."""
-  return tuple(jax.tree_util.tree_map(
-      lambda a: jnp.where(keep > 0, a, jnp.zeros_like(a)), tree)
-               for tree in small)
+  return tuple(
+    jax.tree_util.tree_map(
+      lambda a: jnp.where(keep > 0, a, jnp.zeros_like(a)), tree
+    )
+    for tree in small
+  )
 
 
 def forget_nothing(tangent: Any, keep: jax.Array) -> Any:

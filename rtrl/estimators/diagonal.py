@@ -31,11 +31,13 @@ import jax.numpy as jnp
 
 from rtrl import linalg
 from rtrl.cells.lru import LRU
-from rtrl.estimators.base import Estimator, TangentState
+from rtrl.estimators.base import Estimator
+from rtrl.estimators.base import TangentState
 
 
 class LRUInfluence(NamedTuple):
   """Per example: `lam (m,)`, `gamma (m,)`, `B (m, input_size)`, complex."""
+
   lam: jax.Array
   gamma: jax.Array
   B: jax.Array
@@ -58,8 +60,9 @@ def exact_diagonal(cell: LRU) -> Estimator:
     m, input_size = params["B_re"].shape
     zeros = jnp.zeros((m,), dtype)
     return TangentState(
-        tangent=LRUInfluence(zeros, zeros,
-                             jnp.zeros((m, input_size), dtype)), key=key)
+      tangent=LRUInfluence(zeros, zeros, jnp.zeros((m, input_size), dtype)),
+      key=key,
+    )
 
   def step(params):
     lam, gamma = cell.coefficients(params)
@@ -70,13 +73,18 @@ def exact_diagonal(cell: LRU) -> Estimator:
       influence = tstate.tangent
       dtype = influence.lam.dtype
       new_influence = LRUInfluence(
-          lam=(lam * influence.lam + h).astype(dtype),
-          gamma=(lam * influence.gamma + drive).astype(dtype),
-          B=(lam[:, None] * influence.B
-             + gamma[:, None] * x.astype(params["B_re"].dtype)[None, :]
-             ).astype(dtype))
-      return (TangentState(tangent=new_influence, key=tstate.key),
-              cell.step(params, state, x))
+        lam=(lam * influence.lam + h).astype(dtype),
+        gamma=(lam * influence.gamma + drive).astype(dtype),
+        B=(
+          lam[:, None] * influence.B
+          + gamma[:, None] * x.astype(params["B_re"].dtype)[None, :]
+        ).astype(dtype),
+      )
+      return (
+        TangentState(tangent=new_influence, key=tstate.key),
+        cell.step(params, state, x),
+      )
+
     return step_fn
 
   def from_contractions(params, through_lam, through_gamma, through_B):
@@ -87,41 +95,53 @@ def exact_diagonal(cell: LRU) -> Estimator:
     through_lam = through_lam * lam
     real = params["B_re"].dtype
     return {
-        "nu_log": (-jnp.exp(params["nu_log"]) * through_lam.real
-                   ).astype(real),
-        "theta_log": (jnp.exp(params["theta_log"]) * (1j * through_lam).real
-                      ).astype(real),
-        "gamma_log": (gamma * through_gamma.real).astype(real),
-        # Re(i z) = -Im(z).
-        "B_re": through_B.real.astype(real),
-        "B_im": (-through_B.imag).astype(real),
+      "nu_log": (-jnp.exp(params["nu_log"]) * through_lam.real).astype(real),
+      "theta_log": (
+        jnp.exp(params["theta_log"]) * (1j * through_lam).real
+      ).astype(real),
+      "gamma_log": (gamma * through_gamma.real).astype(real),
+      # Re(i z) = -Im(z).
+      "B_re": through_B.real.astype(real),
+      "B_im": (-through_B.imag).astype(real),
     }
 
   def gradient(params, tstate: TangentState, dloss_dstate):
     g_conj = dloss_dstate[0] - 1j * dloss_dstate[1]
     influence = tstate.tangent
-    return from_contractions(params, g_conj * influence.lam,
-                             g_conj * influence.gamma,
-                             g_conj[:, None] * influence.B)
+    return from_contractions(
+      params,
+      g_conj * influence.lam,
+      g_conj * influence.gamma,
+      g_conj[:, None] * influence.B,
+    )
 
   def batch_gradient(params, tstates: TangentState, dloss_dstates):
     """`gradient` summed over the batch: `Σ_b conj(g_b) e_B,b` is summed
     before the real and imaginary parts are taken, so one complex array of
     products is formed where the per-example path forms two real ones."""
-    g_conj = dloss_dstates[0] - 1j * dloss_dstates[1]        # (batch, m)
+    g_conj = dloss_dstates[0] - 1j * dloss_dstates[1]  # (batch, m)
     influence = tstates.tangent
     g_conj = g_conj.astype(influence.lam.dtype)
     return from_contractions(
-        params, jnp.sum(g_conj * influence.lam, axis=0),
-        jnp.sum(g_conj * influence.gamma, axis=0),
-        linalg.sum_over_batch(g_conj[:, :, None] * influence.B))
+      params,
+      jnp.sum(g_conj * influence.lam, axis=0),
+      jnp.sum(g_conj * influence.gamma, axis=0),
+      linalg.sum_over_batch(g_conj[:, :, None] * influence.B),
+    )
 
   def reset(tstate: TangentState) -> TangentState:
     return tstate._replace(
-        tangent=jax.tree_util.tree_map(jnp.zeros_like, tstate.tangent))
+      tangent=jax.tree_util.tree_map(jnp.zeros_like, tstate.tangent)
+    )
 
-  return Estimator(init=init, step=step, gradient=gradient, reset=reset,
-                   name="rtrl", batch_gradient=batch_gradient)
+  return Estimator(
+    init=init,
+    step=step,
+    gradient=gradient,
+    reset=reset,
+    name="rtrl",
+    batch_gradient=batch_gradient,
+  )
 
 
 def for_lru(name: str, cell: LRU, **hparams) -> Estimator:
@@ -129,15 +149,19 @@ def for_lru(name: str, cell: LRU, **hparams) -> Estimator:
   exact element-wise estimator), 'uoro' by autodiff; the rest refuse."""
   from rtrl.cells.custom import as_custom  # pylint: disable=g-import-not-at-top
   from rtrl.estimators import generic  # pylint: disable=g-import-not-at-top
+
   if hparams:
-    raise ValueError(f"estimator {name!r} for an LRU takes no "
-                     f"hyper-parameters, got {sorted(hparams)}")
+    raise ValueError(
+      f"estimator {name!r} for an LRU takes no "
+      f"hyper-parameters, got {sorted(hparams)}"
+    )
   if name in ("rtrl", "snap1"):
     return exact_diagonal(cell)
   if name == "uoro":
     return generic.generic_uoro(as_custom(cell))
   raise ValueError(
-      f"estimator {name!r} does not serve an LRU: use 'rtrl' (exact and "
-      f"element-wise, as cheap as the forward step; 'snap1' is the same), "
-      f"or 'uoro'. The Kronecker family and RFLO need the Lemma-1 form "
-      f"z = [x, h, 1] @ W, which a complex diagonal recurrence is not")
+    f"estimator {name!r} does not serve an LRU: use 'rtrl' (exact and "
+    f"element-wise, as cheap as the forward step; 'snap1' is the same), "
+    f"or 'uoro'. The Kronecker family and RFLO need the Lemma-1 form "
+    f"z = [x, h, 1] @ W, which a complex diagonal recurrence is not"
+  )

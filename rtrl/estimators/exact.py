@@ -35,8 +35,9 @@ def exact_rtrl(cell: Cell) -> base.Estimator:
     return tangents.add_scaled_D_to_factors(propagated, jac.hhat, jac)
 
   def readout(influence, g):
-    right = tangents.contract_factors(influence, g)          # (K, n, P)
+    right = tangents.contract_factors(influence, g)  # (K, n, P)
     return jnp.moveaxis(right, -1, 0).reshape(right.shape[-1], -1)
 
-  return base.build("rtrl", cell, zeros, update, readout,
-                    forget=base.forget_nothing)
+  return base.build(
+    "rtrl", cell, zeros, update, readout, forget=base.forget_nothing
+  )

@@ -19,31 +19,41 @@ References:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import inspect
-from typing import Callable
 
 import jax
+from jax.flatten_util import ravel_pytree
 import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
 
 from rtrl import kronecker
 from rtrl import linalg
 from rtrl.cells.custom import CustomCell
 from rtrl.estimators import sparsity
-from rtrl.estimators.base import Estimator, TangentState
+from rtrl.estimators.base import Estimator
+from rtrl.estimators.base import TangentState
 
 
 def _flat_step(cell: CustomCell, unravel_params, unravel_state, x):
   """`(θ (p,), s (d,)) -> s' (d,)`: the cell's step on flat vectors."""
+
   def flat_step(theta, s):
-    return ravel_pytree(cell.step(unravel_params(theta), unravel_state(s),
-                                  x))[0]
+    return ravel_pytree(cell.step(unravel_params(theta), unravel_state(s), x))[
+      0
+    ]
+
   return flat_step
 
 
-def _build(name: str, cell: CustomCell, zeros: Callable, update: Callable,
-           readout: Callable, layout: Callable = lambda params, state: None):
+def _build(
+  name: str,
+  cell: CustomCell,
+  zeros: Callable,
+  update: Callable,
+  readout: Callable,
+  layout: Callable = lambda params, state: None,
+):
   """The `Estimator` contract around three flat pieces (cf. `base.build`).
 
   Args:
@@ -57,8 +67,7 @@ def _build(name: str, cell: CustomCell, zeros: Callable, update: Callable,
     cell.check_params(params)
     cell.check_state(state)
     theta, s = ravel_pytree(params)[0], ravel_pytree(state)[0]
-    return TangentState(tangent=zeros(layout(params, state), theta, s),
-                        key=key)
+    return TangentState(tangent=zeros(layout(params, state), theta, s), key=key)
 
   def step(params):
     theta, unravel_params = ravel_pytree(params)
@@ -67,23 +76,28 @@ def _build(name: str, cell: CustomCell, zeros: Callable, update: Callable,
       s, unravel_state = ravel_pytree(state)
       flat_step = _flat_step(cell, unravel_params, unravel_state, x)
       key, subkey = jax.random.split(tstate.key)
-      tangent, new_s = update(layout(params, state), tstate.tangent,
-                              flat_step, theta, s, subkey)
+      tangent, new_s = update(
+        layout(params, state), tstate.tangent, flat_step, theta, s, subkey
+      )
       return TangentState(tangent=tangent, key=key), unravel_state(new_s)
+
     return step_fn
 
   def gradient(params, tstate: TangentState, dloss_dstate):
     unravel_params = ravel_pytree(params)[1]
     g = ravel_pytree(dloss_dstate)[0]
-    return unravel_params(readout(layout(params, dloss_dstate),
-                                  tstate.tangent, g))
+    return unravel_params(
+      readout(layout(params, dloss_dstate), tstate.tangent, g)
+    )
 
   def reset(tstate: TangentState) -> TangentState:
     return tstate._replace(
-        tangent=jax.tree_util.tree_map(jnp.zeros_like, tstate.tangent))
+      tangent=jax.tree_util.tree_map(jnp.zeros_like, tstate.tangent)
+    )
 
-  return Estimator(init=init, step=step, gradient=gradient, reset=reset,
-                   name=name)
+  return Estimator(
+    init=init, step=step, gradient=gradient, reset=reset, name=name
+  )
 
 
 def generic_rtrl(cell: CustomCell) -> Estimator:
@@ -99,8 +113,8 @@ def generic_rtrl(cell: CustomCell) -> Estimator:
     # Reverse mode: the step has d outputs and p + d inputs, so d VJPs give
     # both F and H (forward mode would take p + d JVPs, and p >> d).
     (jac_theta, jac_s), new_s = jax.jacrev(
-        lambda th, st: (flat_step(th, st),) * 2, argnums=(0, 1),
-        has_aux=True)(theta, s)
+      lambda th, st: (flat_step(th, st),) * 2, argnums=(0, 1), has_aux=True
+    )(theta, s)
     return linalg.matmul(jac_s, influence) + jac_theta, new_s
 
   def readout(layout, influence, g):
@@ -123,13 +137,15 @@ def generic_uoro(cell: CustomCell) -> Estimator:
   def update(layout, tangent, flat_step, theta, s, key):
     del layout
     state_vector, param_vector = tangent
-    new_s, propagated = jax.jvp(lambda st: flat_step(theta, st), (s,),
-                                (state_vector.astype(s.dtype),))
+    new_s, propagated = jax.jvp(
+      lambda st: flat_step(theta, st), (s,), (state_vector.astype(s.dtype),)
+    )
     sign_key, mix_key = jax.random.split(key)
     nu = jax.random.rademacher(sign_key, new_s.shape, dtype=new_s.dtype)
     nu_F = jax.vjp(lambda th: flat_step(th, s), theta)[1](nu)[0]
-    mixed = kronecker.sign_trick_mix(propagated, param_vector, nu, nu_F,
-                                     mix_key)
+    mixed = kronecker.sign_trick_mix(
+      propagated, param_vector, nu, nu_F, mix_key
+    )
     return tuple(a.astype(b.dtype) for a, b in zip(mixed, tangent)), new_s
 
   def readout(layout, tangent, g):
@@ -183,45 +199,62 @@ def generic_snap1(cell: CustomCell, pattern=None) -> Estimator:
     if pattern is not None:
       given = np.asarray(pattern)
       if given.shape != (num_states, num_params):
-        raise ValueError(f"pattern must have shape (d, p) = ({num_states}, "
-                         f"{num_params}) for these params and state, got "
-                         f"{given.shape}")
+        raise ValueError(
+          f"pattern must have shape (d, p) = ({num_states}, "
+          f"{num_params}) for these params and state, got "
+          f"{given.shape}"
+        )
       return given.astype(bool)
     # Concrete even when first called inside a jit trace: only shapes come
     # from the arguments.
     with jax.ensure_compile_time_eval():
       theta, unravel_params = ravel_pytree(_concrete_zeros(params))
       s, unravel_state = ravel_pytree(_concrete_zeros(state))
-      jacobian = jax.jit(lambda th, st, x: jax.jacrev(_flat_step(
-          cell, unravel_params, unravel_state, x))(th, st))
+      jacobian = jax.jit(
+        lambda th, st, x: jax.jacrev(
+          _flat_step(cell, unravel_params, unravel_state, x)
+        )(th, st)
+      )
       return sparsity.one_step_pattern(
-          jacobian, num_params, num_states, cell.input_size(params),
-          jnp.result_type(theta, s))
+        jacobian,
+        num_params,
+        num_states,
+        cell.input_size(params),
+        jnp.result_type(theta, s),
+      )
 
   def zeros(layout, theta, s):
     dtype = jnp.result_type(theta, s)
-    return tuple(jnp.zeros(b.rows.shape + b.cols.shape[-1:], dtype)
-                 for b in layout.buckets)
+    return tuple(
+      jnp.zeros(b.rows.shape + b.cols.shape[-1:], dtype) for b in layout.buckets
+    )
 
   def update(layout, blocks, flat_step, theta, s, key):
     del key  # deterministic
     new_s, vjp = jax.vjp(lambda th: flat_step(th, s), theta)
     coloured = jax.vmap(lambda c: vjp(c)[0])(
-        jnp.asarray(layout.cotangents, new_s.dtype))          # (C, p)
-    jac_s = jax.jacfwd(lambda st: flat_step(theta, st))(s)    # (d, d)
+      jnp.asarray(layout.cotangents, new_s.dtype)
+    )  # (C, p)
+    jac_s = jax.jacfwd(lambda st: flat_step(theta, st))(s)  # (d, d)
     new_blocks = []
     for b, block in zip(layout.buckets, blocks):
-      diagonal = jac_s[b.rows[:, :, None], b.rows[:, None, :]]   # (G, r, r)
+      diagonal = jac_s[b.rows[:, :, None], b.rows[:, None, :]]  # (G, r, r)
       immediate = coloured[b.colours[:, :, None], b.cols[:, None, :]]
-      new_blocks.append(jnp.einsum(
-          "gij,gjm->gim", diagonal, block,
-          precision=linalg.matmul_precision()) + immediate)
+      new_blocks.append(
+        jnp.einsum(
+          "gij,gjm->gim", diagonal, block, precision=linalg.matmul_precision()
+        )
+        + immediate
+      )
     return tuple(new_blocks), new_s
 
   def readout(layout, blocks, g):
-    per_group = [jnp.einsum("gr,grm->gm", g[b.rows], block,
-                            precision=linalg.matmul_precision()).reshape(-1)
-                 for b, block in zip(layout.buckets, blocks)]
+    per_group = [
+      jnp.einsum(
+        "gr,grm->gm", g[b.rows], block, precision=linalg.matmul_precision()
+      ).reshape(-1)
+      for b, block in zip(layout.buckets, blocks)
+    ]
     values = jnp.concatenate(per_group + [jnp.zeros((1,), g.dtype)])
     return values[layout.gather]
 
@@ -241,25 +274,34 @@ def for_custom_cell(name: str, cell: CustomCell, **hparams) -> Estimator:
   if name not in GENERIC:
     # The registry imports this module: read it at call time.
     from rtrl.estimators import names
+
     if name in names():
-      why = ("it propagates along the cell's direct state path only, which "
-             "a general step function does not separate from the path "
-             "through its recurrent weights" if name == "rflo" else
-             "its factorisation F = hhat ⊗ D does not exist for a general "
-             "step function")
+      why = (
+        "it propagates along the cell's direct state path only, which "
+        "a general step function does not separate from the path "
+        "through its recurrent weights"
+        if name == "rflo"
+        else "its factorisation F = hhat ⊗ D does not exist for a general "
+        "step function"
+      )
       raise ValueError(
-          f"estimator {name!r} needs a cell in the Lemma-1 form (z = [x, h, "
-          f"1] @ W followed by a per-unit map, as rtrl.cells.Cell subclasses "
-          f"are): {why}; use {', '.join(map(repr, GENERIC))} for "
-          f"{cell!r}, or write the cell as a Cell subclass")
-    raise ValueError(f"estimator must be one of {sorted(GENERIC)} for a "
-                     f"CustomCell, got {name!r}")
+        f"estimator {name!r} needs a cell in the Lemma-1 form (z = [x, h, "
+        f"1] @ W followed by a per-unit map, as rtrl.cells.Cell subclasses "
+        f"are): {why}; use {', '.join(map(repr, GENERIC))} for "
+        f"{cell!r}, or write the cell as a Cell subclass"
+      )
+    raise ValueError(
+      f"estimator must be one of {sorted(GENERIC)} for a "
+      f"CustomCell, got {name!r}"
+    )
   factory = GENERIC[name]
   accepted = [h for h in inspect.signature(factory).parameters if h != "cell"]
   unknown = set(hparams) - set(accepted)
   if unknown:
     takes = ", ".join(accepted) or "no hyper-parameters"
-    raise ValueError(f"estimator {name!r} does not take "
-                     f"{', '.join(sorted(unknown))} (it takes {takes}) for "
-                     f"a CustomCell")
+    raise ValueError(
+      f"estimator {name!r} does not take "
+      f"{', '.join(sorted(unknown))} (it takes {takes}) for "
+      f"a CustomCell"
+    )
   return factory(cell, **hparams)

@@ -44,14 +44,16 @@ def _kronecker_zeros(cell: Cell, params, copies: int | None):
   dtype = params["W"].dtype
   if copies is None:
     return jnp.zeros((p,), dtype), jnp.zeros((s * n, k, n), dtype)
-  return (jnp.zeros((copies, p), dtype),
-          jnp.zeros((s * n, k, n, copies), dtype))
+  return (
+    jnp.zeros((copies, p), dtype),
+    jnp.zeros((s * n, k, n, copies), dtype),
+  )
 
 
 def _kronecker_readout(tangent, g):
   """`dL/dW = Σ_i u_i ⊗ (g · A_i)` for single or stacked factors."""
   u, factor = tangent
-  right = tangents.contract_factors(factor, g)      # (K, n[, r])
+  right = tangents.contract_factors(factor, g)  # (K, n[, r])
   if u.ndim == 1:
     return jnp.outer(u, right.reshape(-1))
   return jnp.einsum("ra,cr->ac", u, right.reshape(-1, u.shape[0]))
@@ -65,34 +67,41 @@ def _forget_u(tangent, keep):
   return u, factor
 
 
-def _kf_update(cell: Cell, approximate_D_rank: int | None = None,
-               copies: int | None = None):
+def _kf_update(
+  cell: Cell, approximate_D_rank: int | None = None, copies: int | None = None
+):
   """KF-RTRL's step, for one product or `copies` independent ones (KF-AVG:
   `u (r, P)`, `A (S n, K, n, r)`, all copies propagated by one GEMM)."""
+
   def update(tangent, jac, key):
     u, factor = tangent
     propagated = tangents.propagate_factors(jac, cell.hidden_row, factor)
     mix_key, d_key = jax.random.split(key)
     if approximate_D_rank is not None:
       immediate = unbiased_low_rank_D(jac, approximate_D_rank, d_key)
-      return kronecker.sign_trick_mix(u, propagated, jac.hhat, immediate,
-                                      mix_key)
+      return kronecker.sign_trick_mix(
+        u, propagated, jac.hhat, immediate, mix_key
+      )
     # The sign trick with F = hhat ⊗ D, D added on its diagonal entries.
     norm = lambda x: jnp.sqrt(jnp.sum(x * x))
     u_norms = jnp.sqrt(jnp.sum(u * u, axis=-1))
     # Over the (S n, K, n) axes: a scalar, or one norm per copy.
     factor_norms = jnp.sqrt(jnp.sum(propagated * propagated, axis=(0, 1, 2)))
     scales = lambda u_norm, a_norm, key: kronecker.sign_trick_scales(
-        u_norm, a_norm, norm(jac.hhat), norm(jac.D), key, propagated.dtype)
+      u_norm, a_norm, norm(jac.hhat), norm(jac.D), key, propagated.dtype
+    )
     if copies is None:
       p1, p2, sign = scales(u_norms, factor_norms, mix_key)
     else:
-      p1, p2, sign = jax.vmap(scales)(u_norms, factor_norms,
-                                      jax.random.split(mix_key, copies))
+      p1, p2, sign = jax.vmap(scales)(
+        u_norms, factor_norms, jax.random.split(mix_key, copies)
+      )
     u_new = p1[..., None] * u + (sign * p2)[..., None] * jac.hhat
-    factor_new = tangents.add_scaled_D_to_factors(propagated / p1, sign / p2,
-                                                  jac)
+    factor_new = tangents.add_scaled_D_to_factors(
+      propagated / p1, sign / p2, jac
+    )
     return u_new, factor_new
+
   return update
 
 
@@ -106,7 +115,8 @@ def low_rank_D_factors(jac, rank: int, key):
   left, singular_values, right = tangents.block_svd_of_D(jac)
   n, num_values = singular_values.shape
   left_coef, right_coef = kronecker.optimal_diagonal_mixing(
-      singular_values.reshape(-1), rank, key)
+    singular_values.reshape(-1), rank, key
+  )
   left_coef = left_coef.reshape(n, num_values, rank)
   right_coef = right_coef.reshape(n, num_values, rank)
   state_vectors = jnp.einsum("isb,ibr->rsi", left, left_coef)
@@ -123,21 +133,33 @@ def unbiased_low_rank_D(jac, rank: int, key) -> jax.Array:
 
 def kf(cell: Cell) -> base.Estimator:
   """KF-RTRL (`make('kf', cell)`)."""
-  return base.build("kf", cell, lambda p: _kronecker_zeros(cell, p, None),
-                    _kf_update(cell), _kronecker_readout, forget=_forget_u)
+  return base.build(
+    "kf",
+    cell,
+    lambda p: _kronecker_zeros(cell, p, None),
+    _kf_update(cell),
+    _kronecker_readout,
+    forget=_forget_u,
+  )
 
 
 def kf_approx(cell: Cell, rank: int) -> base.Estimator:
   """KF-RTRL-`rank`-APPROX (`make('kf_approx', cell, rank=r)`)."""
   rank = check_rank(rank, "kf_approx")
   if rank > max_rank_of_D(cell):
-    raise ValueError(f"rank must be at most {max_rank_of_D(cell)} (the rank "
-                     f"of D for {cell!r}) for estimator 'kf_approx', got "
-                     f"{rank}")
-  return base.build("kf_approx", cell,
-                    lambda p: _kronecker_zeros(cell, p, None),
-                    _kf_update(cell, approximate_D_rank=rank),
-                    _kronecker_readout, forget=_forget_u)
+    raise ValueError(
+      f"rank must be at most {max_rank_of_D(cell)} (the rank "
+      f"of D for {cell!r}) for estimator 'kf_approx', got "
+      f"{rank}"
+    )
+  return base.build(
+    "kf_approx",
+    cell,
+    lambda p: _kronecker_zeros(cell, p, None),
+    _kf_update(cell, approximate_D_rank=rank),
+    _kronecker_readout,
+    forget=_forget_u,
+  )
 
 
 def kf_avg(cell: Cell, rank: int) -> base.Estimator:
@@ -149,8 +171,14 @@ def kf_avg(cell: Cell, rank: int) -> base.Estimator:
   def readout(tangent, g):
     return _kronecker_readout(tangent, g) / rank
 
-  return base.build("kf_avg", cell, lambda p: _kronecker_zeros(cell, p, rank),
-                    update, readout, forget=_forget_u)
+  return base.build(
+    "kf_avg",
+    cell,
+    lambda p: _kronecker_zeros(cell, p, rank),
+    update,
+    readout,
+    forget=_forget_u,
+  )
 
 
 def _ok(cell: Cell, rank: int, biased: bool, name: str) -> base.Estimator:
@@ -160,9 +188,11 @@ def _ok(cell: Cell, rank: int, biased: bool, name: str) -> base.Estimator:
     p, k, s, n = base.sizes(cell, params)
     limit = min(p, k * s * n * n) - 1
     if rank > limit:
-      raise ValueError(f"rank must be at most {limit} (one less than the "
-                       f"Kronecker dimensions min(P={p}, K*S*n^2={k*s*n*n}))"
-                       f" for estimator {name!r}, got {rank}")
+      raise ValueError(
+        f"rank must be at most {limit} (one less than the "
+        f"Kronecker dimensions min(P={p}, K*S*n^2={k * s * n * n}))"
+        f" for estimator {name!r}, got {rank}"
+      )
     return _kronecker_zeros(cell, params, rank)
 
   def update(tangent, jac, key):
@@ -170,10 +200,12 @@ def _ok(cell: Cell, rank: int, biased: bool, name: str) -> base.Estimator:
     propagated = tangents.propagate_factors(jac, cell.hidden_row, factor)
     us = jnp.concatenate([u, jac.hhat[None]], axis=0)
     return kronecker.reduce_rows(
-        us, tangents.factors_and_D_rows(propagated, jac), key, biased=biased)
+      us, tangents.factors_and_D_rows(propagated, jac), key, biased=biased
+    )
 
-  return base.build(name, cell, zeros, update, _kronecker_readout,
-                    forget=_forget_u)
+  return base.build(
+    name, cell, zeros, update, _kronecker_readout, forget=_forget_u
+  )
 
 
 def ok(cell: Cell, rank: int) -> base.Estimator:

@@ -20,8 +20,9 @@ import jax.numpy as jnp
 from rtrl import tangents
 from rtrl.cells import Cell
 from rtrl.estimators import base
-from rtrl.estimators.kronecker_sum import (check_rank, low_rank_D_factors,
-                                           max_rank_of_D)
+from rtrl.estimators.kronecker_sum import check_rank
+from rtrl.estimators.kronecker_sum import low_rank_D_factors
+from rtrl.estimators.kronecker_sum import max_rank_of_D
 
 
 def _norm(x):
@@ -43,14 +44,19 @@ def ktp(cell: Cell, rank: int) -> base.Estimator:
   """KTP (`make('ktp', cell, rank=r)`)."""
   rank = check_rank(rank, "ktp")
   if rank > max_rank_of_D(cell):
-    raise ValueError(f"rank must be at most {max_rank_of_D(cell)} (the rank "
-                     f"of D for {cell!r}) for estimator 'ktp', got {rank}")
+    raise ValueError(
+      f"rank must be at most {max_rank_of_D(cell)} (the rank "
+      f"of D for {cell!r}) for estimator 'ktp', got {rank}"
+    )
 
   def zeros(params):
     p, k, s, n = base.sizes(cell, params)
     dtype = params["W"].dtype
-    return (jnp.zeros((rank, p), dtype), jnp.zeros((rank, s, n), dtype),
-            jnp.zeros((rank, k, n), dtype))
+    return (
+      jnp.zeros((rank, p), dtype),
+      jnp.zeros((rank, s, n), dtype),
+      jnp.zeros((rank, k, n), dtype),
+    )
 
   def update(tangent, jac, key):
     a, b, c = tangent
@@ -60,18 +66,26 @@ def ktp(cell: Cell, rank: int) -> base.Estimator:
     hhat = jnp.broadcast_to(jac.hhat, a.shape)
     a, hb, c = jax.vmap(_balance_triple)(a, hb, c)
     hhat, state_vectors, column_vectors = jax.vmap(_balance_triple)(
-        hhat, state_vectors, column_vectors)
+      hhat, state_vectors, column_vectors
+    )
     signs = jax.random.rademacher(sign_key, (2, rank, 1), dtype=a.dtype)
     s1, s2 = signs[0], signs[1]
-    return (a + s1 * hhat,
-            hb + s2[:, :, None] * state_vectors,
-            c + (s1 * s2)[:, :, None] * column_vectors)
+    return (
+      a + s1 * hhat,
+      hb + s2[:, :, None] * state_vectors,
+      c + (s1 * s2)[:, :, None] * column_vectors,
+    )
 
   def readout(tangent, g):
     a, b, c = tangent
     weights = tangents.contract_state(b, g)  # (r,)
     return jnp.einsum("ra,r,rc->ac", a, weights, c.reshape(rank, -1))
 
-  return base.build("ktp", cell, zeros, update, readout,
-                    forget=lambda tangent, keep: base.zeroed_where_reset(
-                        keep, *tangent))
+  return base.build(
+    "ktp",
+    cell,
+    zeros,
+    update,
+    readout,
+    forget=lambda tangent, keep: base.zeroed_where_reset(keep, *tangent),
+  )

@@ -42,12 +42,13 @@ References:
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 
-from rtrl.cells import Cell, StepJacobians
+from rtrl.cells import Cell
+from rtrl.cells import StepJacobians
 from rtrl.estimators import base
 
 
@@ -55,12 +56,15 @@ def snap1_unit_jacobian(jac: StepJacobians, hidden_row: int) -> jax.Array:
   """`(n, S, S)` diagonal blocks of `H`: `dfds[j] + [t = hidden_row]
   Σ_k D[j, s, k] W_h[j, k n + j]` (the unit's own recurrent weights)."""
   n, num_rows, num_gates = jac.D.shape
-  own_weights = jnp.diagonal(jac.recurrent_weights.reshape(n, num_gates, n),
-                             axis1=0, axis2=2)                   # (K, n)
-  through_gates = jnp.einsum("jsk,kj->js", jac.D, own_weights)   # (n, S)
+  own_weights = jnp.diagonal(
+    jac.recurrent_weights.reshape(n, num_gates, n), axis1=0, axis2=2
+  )  # (K, n)
+  through_gates = jnp.einsum("jsk,kj->js", jac.D, own_weights)  # (n, S)
   is_hidden = jnp.arange(num_rows) == hidden_row
-  return jac.history * (jac.dfds + jnp.where(is_hidden[None, None, :],
-                                             through_gates[:, :, None], 0.0))
+  return jac.history * (
+    jac.dfds
+    + jnp.where(is_hidden[None, None, :], through_gates[:, :, None], 0.0)
+  )
 
 
 def rflo_unit_jacobian(jac: StepJacobians, hidden_row: int) -> jax.Array:
@@ -69,9 +73,11 @@ def rflo_unit_jacobian(jac: StepJacobians, hidden_row: int) -> jax.Array:
   return jac.history * jac.dfds
 
 
-def _unit_diagonal(name: str, cell: Cell,
-                   unit_jacobian: Callable[[StepJacobians, int], jax.Array]
-                   ) -> base.Estimator:
+def _unit_diagonal(
+  name: str,
+  cell: Cell,
+  unit_jacobian: Callable[[StepJacobians, int], jax.Array],
+) -> base.Estimator:
   """An estimator whose influence is kept on the one-step pattern and
   propagated by `unit_jacobian(jac, hidden_row) -> (n, S, S)`."""
 
@@ -81,26 +87,38 @@ def _unit_diagonal(name: str, cell: Cell,
 
   def update(influence, jac, key):
     del key  # deterministic
-    blocks = unit_jacobian(jac, cell.hidden_row)                 # (n, S, S)
-    gates = jnp.transpose(jac.D, (1, 2, 0))                      # (S, K, n)
+    blocks = unit_jacobian(jac, cell.hidden_row)  # (n, S, S)
+    gates = jnp.transpose(jac.D, (1, 2, 0))  # (S, K, n)
     # One `(P, K, n)` array per state row, each new row S (at most 2)
     # elementwise products: stacking the rows into one array made XLA:CPU
     # transpose the whole influence inside the step (LSTM-128, batch 16).
     rows = range(len(influence))
-    return tuple(sum(blocks[:, s, t] * influence[t] for t in rows)
-                 + jac.hhat[:, None, None] * gates[s] for s in rows)
+    return tuple(
+      sum(blocks[:, s, t] * influence[t] for t in rows)
+      + jac.hhat[:, None, None] * gates[s]
+      for s in rows
+    )
 
   def readout(influence, g):
-    per_unit = sum(g[s] * influence[s]                          # (P, K, n)
-                   for s in range(len(influence)))
+    per_unit = sum(
+      g[s] * influence[s]  # (P, K, n)
+      for s in range(len(influence))
+    )
     return per_unit.reshape(per_unit.shape[0], -1)
 
   # No `batch_readout`: contracting the batch inside one einsum per state
   # row ("bj,bpkj->pkj", unit j a batch dimension of the product) measured
   # 0.71-0.82x of the per-example readout plus its GEMV sum on XLA:CPU
   # (RHN, GRU, LSTM at n=128, batch 16): the product transposes the trace.
-  return base.build(name, cell, zeros, update, readout, jacobians_once=True,
-                    forget=base.forget_nothing)
+  return base.build(
+    name,
+    cell,
+    zeros,
+    update,
+    readout,
+    jacobians_once=True,
+    forget=base.forget_nothing,
+  )
 
 
 def snap1(cell: Cell) -> base.Estimator:

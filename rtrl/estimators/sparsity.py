@@ -25,7 +25,8 @@ References:
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -35,6 +36,7 @@ PATTERN_DRAWS = 8
 class Bucket(NamedTuple):
   """`G` groups of equal size: `rows (G, r)` state entries, `cols (G, m)`
   parameters (flat indices) and `colours (G, r)` each row's colour."""
+
   rows: np.ndarray
   cols: np.ndarray
   colours: np.ndarray
@@ -54,15 +56,22 @@ class Layout(NamedTuple):
       parameter order.
     nnz: the number of stored influence entries, `nnz(M)`.
   """
+
   buckets: tuple
   cotangents: np.ndarray
   gather: np.ndarray
   nnz: int
 
 
-def one_step_pattern(jacobian: Callable, num_params: int, num_states: int,
-                     input_size: int, dtype, draws: int = PATTERN_DRAWS,
-                     seed: int = 0) -> np.ndarray:
+def one_step_pattern(
+  jacobian: Callable,
+  num_params: int,
+  num_states: int,
+  input_size: int,
+  dtype,
+  draws: int = PATTERN_DRAWS,
+  seed: int = 0,
+) -> np.ndarray:
   """The `(d, p)` bool pattern of `F`, the union of its non-zeros at `draws`
   random points.
 
@@ -108,10 +117,11 @@ def layout(pattern: np.ndarray) -> Layout:
   num_states, num_params = pattern.shape
   # Group parameters by their column of M (packed to bytes: fast unique).
   packed = np.packbits(pattern.T, axis=1)
-  _, first, group_of = np.unique(packed, axis=0, return_index=True,
-                                 return_inverse=True)
+  _, first, group_of = np.unique(
+    packed, axis=0, return_index=True, return_inverse=True
+  )
   group_of = group_of.reshape(-1)
-  group_rows = pattern[:, first].T                          # (U, d)
+  group_rows = pattern[:, first].T  # (U, d)
   # Rows conflict when one group (hence one parameter) reaches both.
   reach = group_rows.astype(np.int64)
   colours = colour_rows((reach.T @ reach) > 0)
@@ -120,17 +130,23 @@ def layout(pattern: np.ndarray) -> Layout:
     if rows.any():
       cols = np.flatnonzero(group_of == g)
       sizes.setdefault((int(rows.sum()), cols.size), []).append(
-          (np.flatnonzero(rows), cols))
+        (np.flatnonzero(rows), cols)
+      )
   buckets = []
   for key in sorted(sizes):
     rows = np.stack([r for r, _ in sizes[key]])
     cols = np.stack([c for _, c in sizes[key]])
     buckets.append(Bucket(rows=rows, cols=cols, colours=colours[rows]))
-  reached = np.concatenate([b.cols.reshape(-1) for b in buckets]
-                           + [np.zeros(0, np.int64)])
+  reached = np.concatenate(
+    [b.cols.reshape(-1) for b in buckets] + [np.zeros(0, np.int64)]
+  )
   gather = np.full(num_params, reached.size, np.int64)  # the appended zero
   gather[reached] = np.arange(reached.size)
   num_colours = int(colours.max()) + 1
   cotangents = colours[None, :] == np.arange(num_colours)[:, None]
-  return Layout(buckets=tuple(buckets), cotangents=cotangents.astype(np.int8),
-                gather=gather, nnz=int(pattern.sum()))
+  return Layout(
+    buckets=tuple(buckets),
+    cotangents=cotangents.astype(np.int8),
+    gather=gather,
+    nnz=int(pattern.sum()),
+  )

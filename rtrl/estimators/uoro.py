@@ -31,26 +31,35 @@ def uoro(cell: Cell) -> base.Estimator:
 
   def update(tangent, jac, key):
     state_vector, param_vector = tangent
-    propagated = tangents.apply_recurrent_jacobian(jac, cell.hidden_row,
-                                                   state_vector)
+    propagated = tangents.apply_recurrent_jacobian(
+      jac, cell.hidden_row, state_vector
+    )
     sign_key, mix_key = jax.random.split(key)
-    nu = jax.random.rademacher(sign_key, state_vector.shape,
-                               dtype=state_vector.dtype)
+    nu = jax.random.rademacher(
+      sign_key, state_vector.shape, dtype=state_vector.dtype
+    )
     # νᵀF = hhat ⊗ w is never formed for its norm (|hhat| |w|), and w once,
     # not inside the loop that writes the new (P, K n) factor.
     w = linalg.computed_once(tangents.D_transpose(jac, nu).reshape(-1))
     norm = lambda x: jnp.linalg.norm(jnp.ravel(x))
     propagated_norm = norm(propagated)
     p1, p2, sign = kronecker.sign_trick_scales(
-        propagated_norm, norm(param_vector), norm(nu),
-        norm(jac.hhat) * norm(w), mix_key, param_vector.dtype)
+      propagated_norm,
+      norm(param_vector),
+      norm(nu),
+      norm(jac.hhat) * norm(w),
+      mix_key,
+      param_vector.dtype,
+    )
     # (H u) ⊗ v is zero when H u is: v is then dropped rather than mixed in
     # (at a sequence start u is zeroed and v keeps its stale entries,
     # `forget` below; otherwise only where H u = 0 exactly, where dropping
     # the zero term removes its noise and keeps the estimate unbiased).
     kept = jnp.where(propagated_norm > 0, param_vector / p1, 0)
-    return (p1 * propagated + sign * p2 * nu,
-            kept + (sign / p2) * jnp.outer(jac.hhat, w))
+    return (
+      p1 * propagated + sign * p2 * nu,
+      kept + (sign / p2) * jnp.outer(jac.hhat, w),
+    )
 
   def forget(tangent, keep):
     state_vector, param_vector = tangent
@@ -66,9 +75,17 @@ def uoro(cell: Cell) -> base.Estimator:
     `(P, K n)` gradient formed."""
     state_vectors, param_vectors = tangents_
     weights = jnp.einsum("bsn,bsn->b", g, state_vectors)
-    return jnp.tensordot(weights, param_vectors, axes=1,
-                         precision=jax.lax.Precision.HIGHEST)
+    return jnp.tensordot(
+      weights, param_vectors, axes=1, precision=jax.lax.Precision.HIGHEST
+    )
 
-  return base.build("uoro", cell, zeros, update, readout,
-                    jacobians_once=True, forget=forget,
-                    batch_readout=batch_readout)
+  return base.build(
+    "uoro",
+    cell,
+    zeros,
+    update,
+    readout,
+    jacobians_once=True,
+    forget=forget,
+    batch_readout=batch_readout,
+  )

@@ -35,29 +35,32 @@ constructions `projection_with_diagonal_givens` / `_householder` and
 
 from __future__ import annotations
 
-from rtrl.kronecker.diagonal import (optimal_diagonal_mixing,
-                                    optimal_diagonal_variance)
-from rtrl.kronecker.low_rank import (biased_low_rank, optimal_variance,
-                                     unbiased_low_rank,
-                                     unbiased_low_rank_with_signs)
-from rtrl.kronecker.reduce import (Rows, dense_rows, kronecker_sum_reduce,
-                                   reduce_rows)
-from rtrl.kronecker.sign_trick import (sign_trick_mix, sign_trick_scales,
-                                       sign_trick_variance)
+from rtrl.kronecker.diagonal import optimal_diagonal_mixing
+from rtrl.kronecker.diagonal import optimal_diagonal_variance
+from rtrl.kronecker.low_rank import biased_low_rank
+from rtrl.kronecker.low_rank import optimal_variance
+from rtrl.kronecker.low_rank import unbiased_low_rank
+from rtrl.kronecker.low_rank import unbiased_low_rank_with_signs
+from rtrl.kronecker.reduce import Rows
+from rtrl.kronecker.reduce import dense_rows
+from rtrl.kronecker.reduce import kronecker_sum_reduce
+from rtrl.kronecker.reduce import reduce_rows
+from rtrl.kronecker.sign_trick import sign_trick_mix
+from rtrl.kronecker.sign_trick import sign_trick_scales
+from rtrl.kronecker.sign_trick import sign_trick_variance
 
 __all__ = [
-    "optimal_diagonal_mixing",
-    "optimal_diagonal_variance",
-    "unbiased_low_rank",
-    "unbiased_low_rank_with_signs",
-    "biased_low_rank",
-    "optimal_variance",
-    "kronecker_sum_reduce",
-    "reduce_rows",
-    "Rows",
-    "dense_rows",
-    "sign_trick_mix",
-    "sign_trick_scales",
-    "sign_trick_variance",
+  "optimal_diagonal_mixing",
+  "optimal_diagonal_variance",
+  "unbiased_low_rank",
+  "unbiased_low_rank_with_signs",
+  "biased_low_rank",
+  "optimal_variance",
+  "kronecker_sum_reduce",
+  "reduce_rows",
+  "Rows",
+  "dense_rows",
+  "sign_trick_mix",
+  "sign_trick_scales",
+  "sign_trick_variance",
 ]
-

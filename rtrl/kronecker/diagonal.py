@@ -9,13 +9,14 @@ Recurrent Learning", ICML 2019.
 
 from __future__ import annotations
 
-from typing import Tuple
-
 import jax
 import jax.numpy as jnp
 
-from rtrl.kronecker._common import (Array, _check_vector, _random_signs,
-                                    _safe_divide, _static_rank)
+from rtrl.kronecker._common import Array
+from rtrl.kronecker._common import _check_vector
+from rtrl.kronecker._common import _random_signs
+from rtrl.kronecker._common import _safe_divide
+from rtrl.kronecker._common import _static_rank
 
 # --------------------------------------------------------------------------
 # Theorem 6: which singular values are kept and how much the rest are mixed.
@@ -42,10 +43,11 @@ def _split_sorted(d_sorted: Array, rank: int):
   # sum_{j >= i} d_j: a sum of non-negative terms, so in floating point it is
   # never below d_i and the condition below always holds at i = r.
   remaining_sum = jnp.cumsum(d_sorted[::-1])[::-1]
-  free_slots = (rank - index).astype(d_sorted.dtype)   # r - i + 1, 1-based i
-  mixes_from_here = ((free_slots * d_sorted <= remaining_sum)
-                     | (index >= rank - 1))
-  num_kept = jnp.argmax(mixes_from_here)                # first True: m - 1
+  free_slots = (rank - index).astype(d_sorted.dtype)  # r - i + 1, 1-based i
+  mixes_from_here = (free_slots * d_sorted <= remaining_sum) | (
+    index >= rank - 1
+  )
+  num_kept = jnp.argmax(mixes_from_here)  # first True: m - 1
   k = (rank - num_kept).astype(d_sorted.dtype)
   mixed = index >= num_kept
   s1 = jnp.sum(jnp.where(mixed, d_sorted, 0))
@@ -158,15 +160,15 @@ def projection_with_diagonal_givens(p: Array, rank: int) -> Array:
   """
   q = p.shape[0]
   dtype = p.dtype
-  cumulative = jnp.cumsum(p)                            # c_1..c_q
-  stages = jnp.arange(1, rank, dtype=dtype)             # t = 1..r-1
+  cumulative = jnp.cumsum(p)  # c_1..c_q
+  stages = jnp.arange(1, rank, dtype=dtype)  # t = 1..r-1
   # 1-based m_t, clipped so that (m_t, m_t + 1) is a valid pair of rows even
   # if rounding pushes a cumulative sum across an integer.
   m = jnp.sum(cumulative[None, :] <= stages[:, None], axis=1)
   m = jnp.clip(m, 1, q - 1)
-  last = m - 1                                          # 0-based row m_t
+  last = m - 1  # 0-based row m_t
   c_last = cumulative[last]
-  before = p[last + 1]                                  # b: p_{m_t + 1}
+  before = p[last + 1]  # b: p_{m_t + 1}
   alpha = jnp.clip(stages - c_last, 0, before)
   current = jnp.minimum(c_last - (stages - 1), p[last])  # a
   current = jnp.clip(current, 0, 1)
@@ -295,20 +297,24 @@ def descending_positions(d: Array) -> Array:
   key = jnp.where(jnp.isnan(d), jnp.inf, d)
   if q > PAIRWISE_SORT_MAX:
     order = jnp.argsort(-key, stable=True)
-    return jnp.zeros((q,), jnp.int32).at[order].set(
-        jnp.arange(q, dtype=jnp.int32))
+    return (
+      jnp.zeros((q,), jnp.int32).at[order].set(jnp.arange(q, dtype=jnp.int32))
+    )
   index = jnp.arange(q)
-  before = ((key[None, :] > key[:, None])
-            | ((key[None, :] == key[:, None])
-               & (index[None, :] < index[:, None])))
+  before = (key[None, :] > key[:, None]) | (
+    (key[None, :] == key[:, None]) & (index[None, :] < index[:, None])
+  )
   # Counted by a product with ones: XLA:CPU's row reduction of a boolean
   # matrix is several times slower. The counts (<= q) are exact.
-  count = jnp.matmul(before.astype(key.dtype), jnp.ones((q,), key.dtype),
-                     precision=jax.lax.Precision.HIGHEST)
+  count = jnp.matmul(
+    before.astype(key.dtype),
+    jnp.ones((q,), key.dtype),
+    precision=jax.lax.Precision.HIGHEST,
+  )
   return count.astype(jnp.int32)
 
 
-def optimal_diagonal_mixing(d, rank: int, key) -> Tuple[Array, Array]:
+def optimal_diagonal_mixing(d, rank: int, key) -> tuple[Array, Array]:
   """Minimum-variance unbiased rank-`rank` approximation of `diag(d)`.
 
   Keeps the `m - 1` largest entries exactly and mixes the rest into rank
@@ -336,4 +342,3 @@ def optimal_diagonal_mixing(d, rank: int, key) -> Tuple[Array, Array]:
   signs = _random_signs(key, d.shape, d.dtype)
   factor = diagonal_mixing_with_signs(d, rank, signs)
   return factor, factor
-

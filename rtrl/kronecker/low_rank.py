@@ -4,14 +4,15 @@ any matrix, through its SVD and the diagonal construction of `diagonal.py`.
 
 from __future__ import annotations
 
-from typing import Tuple
-
 import jax.numpy as jnp
 
 from rtrl import linalg
-from rtrl.kronecker._common import (Array, _check_matrix, _random_signs,
-                                    _static_rank)
-from rtrl.kronecker.diagonal import _diagonal_factor_sorted, _sorted_variance
+from rtrl.kronecker._common import Array
+from rtrl.kronecker._common import _check_matrix
+from rtrl.kronecker._common import _random_signs
+from rtrl.kronecker._common import _static_rank
+from rtrl.kronecker.diagonal import _diagonal_factor_sorted
+from rtrl.kronecker.diagonal import _sorted_variance
 
 # --------------------------------------------------------------------------
 # General matrices: Theorem 2 (unbiased) and Eckart-Young (biased).
@@ -33,21 +34,22 @@ def _svd_with_clean_spectrum(C: Array):
   return u, s, vt
 
 
-def _unbiased_factors(C: Array, rank: int, key) -> Tuple[Array, Array]:
+def _unbiased_factors(C: Array, rank: int, key) -> tuple[Array, Array]:
   """Theorem 2 for any shape; `rank >= min(m, n)` gives C exactly."""
   signs = _random_signs(key, (min(C.shape),), C.dtype)
   return _unbiased_factors_with_signs(C, rank, signs)
 
 
-def _unbiased_factors_with_signs(C: Array, rank: int,
-                                 signs: Array) -> Tuple[Array, Array]:
+def _unbiased_factors_with_signs(
+  C: Array, rank: int, signs: Array
+) -> tuple[Array, Array]:
   u, s, vt = _svd_with_clean_spectrum(C)
   # small_svd returns s non-increasing: no sort needed.
-  factor = _diagonal_factor_sorted(s, rank, signs)    # (q, rank)
+  factor = _diagonal_factor_sorted(s, rank, signs)  # (q, rank)
   return u @ factor, vt.T @ factor
 
 
-def _truncated_factors(C: Array, rank: int) -> Tuple[Array, Array]:
+def _truncated_factors(C: Array, rank: int) -> tuple[Array, Array]:
   """Eckart-Young factors (m, rank), (n, rank); zero-padded if rank > q."""
   u, s, vt = linalg.small_svd(C)
   q = s.shape[0]
@@ -61,7 +63,7 @@ def _truncated_factors(C: Array, rank: int) -> Tuple[Array, Array]:
   return left, right
 
 
-def unbiased_low_rank(C, rank: int, key) -> Tuple[Array, Array]:
+def unbiased_low_rank(C, rank: int, key) -> tuple[Array, Array]:
   """Minimum-variance unbiased rank-`rank` approximation of a matrix.
 
   `C = U diag(s) V^T` (thin SVD); `diag(s)` is approximated optimally by
@@ -90,8 +92,7 @@ def unbiased_low_rank(C, rank: int, key) -> Tuple[Array, Array]:
   return _unbiased_factors(C, rank, key)
 
 
-def unbiased_low_rank_with_signs(C, rank: int,
-                                 signs) -> Tuple[Array, Array]:
+def unbiased_low_rank_with_signs(C, rank: int, signs) -> tuple[Array, Array]:
   """`unbiased_low_rank` with its random signs given explicitly.
 
   `unbiased_low_rank(C, rank, key)` draws `q = min(m, n)` independent
@@ -109,12 +110,14 @@ def unbiased_low_rank_with_signs(C, rank: int,
   rank = _static_rank(rank, min(C.shape), f"C of shape {C.shape}")
   signs = jnp.asarray(signs, C.dtype)
   if signs.shape != (min(C.shape),):
-    raise ValueError(f"signs must have shape ({min(C.shape)},) for C of "
-                     f"shape {C.shape}, got {signs.shape}")
+    raise ValueError(
+      f"signs must have shape ({min(C.shape)},) for C of "
+      f"shape {C.shape}, got {signs.shape}"
+    )
   return _unbiased_factors_with_signs(C, rank, signs)
 
 
-def biased_low_rank(C, rank: int) -> Tuple[Array, Array]:
+def biased_low_rank(C, rank: int) -> tuple[Array, Array]:
   """Best rank-`rank` approximation in Frobenius norm (Eckart-Young).
 
   Args:
@@ -159,4 +162,3 @@ def optimal_variance(C, rank: int) -> Array:
   if s.shape[0] <= rank:
     return jnp.zeros((), C.dtype)
   return _sorted_variance(s, rank)
-

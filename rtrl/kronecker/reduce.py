@@ -4,35 +4,39 @@ r-B-OK), the reduction every Kronecker-sum estimator step ends with.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Tuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 
 from rtrl import linalg
 from rtrl.kronecker._common import Array
-from rtrl.kronecker.low_rank import _truncated_factors, _unbiased_factors
+from rtrl.kronecker.low_rank import _truncated_factors
+from rtrl.kronecker.low_rank import _unbiased_factors
 
 # --------------------------------------------------------------------------
 # Algorithm 4: reduce an (r+1)-Kronecker-sum to an r-Kronecker-sum.
 # --------------------------------------------------------------------------
 
 
-def _balance_columns(left: Array, right: Array) -> Tuple[Array, Array]:
+def _balance_columns(left: Array, right: Array) -> tuple[Array, Array]:
   """Rescales column pairs to equal norm; `left @ right.T` is unchanged."""
   left_norm = jnp.linalg.norm(left, axis=0)
   right_norm = jnp.linalg.norm(right, axis=0)
   both = (left_norm > 0) & (right_norm > 0)
   # sqrt separately: the ratio itself could overflow.
   scale = jnp.where(
-      both,
-      jnp.sqrt(jnp.where(both, right_norm, 1))
-      / jnp.sqrt(jnp.where(both, left_norm, 1)),
-      1)
+    both,
+    jnp.sqrt(jnp.where(both, right_norm, 1))
+    / jnp.sqrt(jnp.where(both, left_norm, 1)),
+    1,
+  )
   return left * scale, right / scale
 
 
-def kronecker_sum_reduce(us, As, key, *, biased: bool = False
-                         ) -> Tuple[Array, Array]:
+def kronecker_sum_reduce(
+  us, As, key, *, biased: bool = False
+) -> tuple[Array, Array]:
   """One OK (or B-OK) mixing step: r+1 Kronecker summands down to r.
 
   With `G = sum_{i=1}^{r+1} u_i (x) A_i`, returns `u'_j`, `A'_j` (j = 1..r)
@@ -85,22 +89,26 @@ def kronecker_sum_reduce(us, As, key, *, biased: bool = False
   As = jnp.asarray(As)
   if us.ndim != 2 or As.ndim != 2:
     raise ValueError(
-        "us and As must be 2-D, (r + 1, a) and (r + 1, M) (flatten each A_i "
-        f"into a row), got shapes {us.shape} and {As.shape}.")
+      "us and As must be 2-D, (r + 1, a) and (r + 1, M) (flatten each A_i "
+      f"into a row), got shapes {us.shape} and {As.shape}."
+    )
   if us.shape[0] != As.shape[0]:
     raise ValueError(
-        "us and As must hold the same number r + 1 of Kronecker summands "
-        f"(leading dimension), got us.shape={us.shape} and "
-        f"As.shape={As.shape}.")
+      "us and As must hold the same number r + 1 of Kronecker summands "
+      f"(leading dimension), got us.shape={us.shape} and "
+      f"As.shape={As.shape}."
+    )
   num_terms = us.shape[0]
   if num_terms < 2:
     raise ValueError(
-        "kronecker_sum_reduce needs r + 1 >= 2 summands to reduce to r >= 1, "
-        f"got {num_terms}.")
+      "kronecker_sum_reduce needs r + 1 >= 2 summands to reduce to r >= 1, "
+      f"got {num_terms}."
+    )
   if us.shape[1] == 0 or As.shape[1] == 0:
     raise ValueError(
-        f"us and As must have non-empty rows, got shapes {us.shape} and "
-        f"{As.shape}.")
+      f"us and As must have non-empty rows, got shapes {us.shape} and "
+      f"{As.shape}."
+    )
   dtype = jnp.result_type(us.dtype, As.dtype, float)
   us = us.astype(dtype)
   As = As.astype(dtype)
@@ -120,6 +128,7 @@ class Rows(NamedTuple):
     combine: `X (m, c) -> X @ rows`, in the caller's layout.
     dtype: the rows' dtype.
   """
+
   gram: Callable[[Array | None], Array]
   combine: Callable[[Array], Any]
   dtype: Any
@@ -128,8 +137,10 @@ class Rows(NamedTuple):
 def dense_rows(rows: Array) -> Rows:
   """`Rows` of an explicit `(c, M)` matrix."""
   return Rows(
-      gram=linalg.gram_of_rows(rows),
-      combine=lambda x: linalg.matmul(x, rows), dtype=rows.dtype)
+    gram=linalg.gram_of_rows(rows),
+    combine=lambda x: linalg.matmul(x, rows),
+    dtype=rows.dtype,
+  )
 
 
 def reduce_rows(us: Array, rows: Rows, key, *, biased: bool = False):
@@ -148,12 +159,15 @@ def reduce_rows(us: Array, rows: Rows, key, *, biased: bool = False):
   # CholeskyQR(2) by eigendecomposition (rtrl.linalg): the long rows only meet
   # GEMMs, and the bases are never formed: A'_j = (R'_j^T T_A) As.
   (transform_u, coords_u), (transform_a, coords_a) = linalg.gram_qr_together(
-      [linalg.gram_of_rows(us), rows.gram], refine)
-  core = coords_u @ coords_a.T                      # (r+1, r+1)
+    [linalg.gram_of_rows(us), rows.gram], refine
+  )
+  core = coords_u @ coords_a.T  # (r+1, r+1)
   if biased:
     left, right = _truncated_factors(core, rank)
   else:
     left, right = _unbiased_factors(core, rank, key)
   left, right = _balance_columns(left, right)
-  return (linalg.matmul(left.T @ transform_u, us),
-          rows.combine(right.T @ transform_a))
+  return (
+    linalg.matmul(left.T @ transform_u, us),
+    rows.combine(right.T @ transform_a),
+  )

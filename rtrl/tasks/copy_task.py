@@ -45,7 +45,8 @@ one `lax.scan`, so T can change mid-chunk with no host synchronisation.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -58,25 +59,27 @@ from rtrl.readout import LOG2
 BIT0, BIT1, MARKER, BLANK = 0, 1, 2, 3
 VOCAB_SIZE = 4
 ERROR_THRESHOLD = 0.15  # bits/char
-LENGTH_WINDOW = 5       # output_only: lengths are drawn from T - 5 .. T
+LENGTH_WINDOW = 5  # output_only: lengths are drawn from T - 5 .. T
 CURRICULA = ("official", "output_only")
 LENGTH_RULES = ("uniform", "clipped")
 LENGTH_WINDOWS = {"official": 4, "output_only": 5}
-EMA_DECAY = 0.999       # official: decay of the error's moving average
+EMA_DECAY = 0.999  # official: decay of the error's moving average
 EMA_INITIAL_BITS = 1.0  # official: its starting value
-EMA_RESET_BITS = 0.3    # official: its value after each increase of T
+EMA_RESET_BITS = 0.3  # official: its value after each increase of T
 
 
 def check_curriculum(curriculum: str) -> str:
   """Returns `curriculum` if it names a protocol, else raises ValueError."""
   if curriculum not in CURRICULA:
-    raise ValueError(f"curriculum must be one of {CURRICULA}, got "
-                     f"{curriculum!r}")
+    raise ValueError(
+      f"curriculum must be one of {CURRICULA}, got {curriculum!r}"
+    )
   return curriculum
 
 
-def encode(bits, curriculum: str = "output_only"
-           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def encode(
+  bits, curriculum: str = "output_only"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """The explicit token sequences of one Copy-task example (NumPy, for tests
   and display).
 
@@ -107,21 +110,28 @@ def curriculum_update(length, error_bits, threshold: float = ERROR_THRESHOLD):
 
 class CurriculumState(NamedTuple):
   """The curriculum of one run (scalars; part of the checkpointed state)."""
-  length: jax.Array     # () int32, T
+
+  length: jax.Array  # () int32, T
   error_ema: jax.Array  # () float, official: moving average (bits); unused
-                        # (stays at its start) under output_only
+  # (stays at its start) under output_only
 
 
 def curriculum_init(dtype=None) -> CurriculumState:
   """T = 1, moving average at 1 bit."""
   dtype = dtype or jnp.asarray(0.0).dtype
-  return CurriculumState(length=jnp.ones((), jnp.int32),
-                         error_ema=jnp.full((), EMA_INITIAL_BITS, dtype))
+  return CurriculumState(
+    length=jnp.ones((), jnp.int32),
+    error_ema=jnp.full((), EMA_INITIAL_BITS, dtype),
+  )
 
 
-def check_at_starts(state: CurriculumState, starts: jax.Array,
-                    max_length: int, threshold: float = ERROR_THRESHOLD,
-                    reset_bits: float = EMA_RESET_BITS):
+def check_at_starts(
+  state: CurriculumState,
+  starts: jax.Array,
+  max_length: int,
+  threshold: float = ERROR_THRESHOLD,
+  reset_bits: float = EMA_RESET_BITS,
+):
   """Official check at the sequence starts of one step, in example order.
 
   Equals the loop `for b: if starts[b]: if ema < threshold: T = min(T + 1,
@@ -139,18 +149,22 @@ def check_at_starts(state: CurriculumState, starts: jax.Array,
   below = state.error_ema < threshold
   first = starts & (jnp.cumsum(starts.astype(jnp.int32)) == 1)
   fires = starts & below & (first | (reset_bits < threshold))
-  seen = jnp.minimum(state.length + jnp.cumsum(fires.astype(jnp.int32)),
-                     max_length).astype(jnp.int32)
+  seen = jnp.minimum(
+    state.length + jnp.cumsum(fires.astype(jnp.int32)), max_length
+  ).astype(jnp.int32)
   fired = fires.any()
   state = CurriculumState(
-      length=jnp.where(fired, seen[-1], state.length),
-      error_ema=jnp.where(fired, jnp.asarray(reset_bits, state.error_ema.dtype),
-                          state.error_ema))
+    length=jnp.where(fired, seen[-1], state.length),
+    error_ema=jnp.where(
+      fired, jnp.asarray(reset_bits, state.error_ema.dtype), state.error_ema
+    ),
+  )
   return state, seen
 
 
-def ema_update(state: CurriculumState, loss_bits,
-               decay: float = EMA_DECAY) -> CurriculumState:
+def ema_update(
+  state: CurriculumState, loss_bits, decay: float = EMA_DECAY
+) -> CurriculumState:
   """Official: `ema <- decay * ema + (1 - decay) * loss_bits`, with
   `loss_bits` the step's batch-mean cross-entropy over all positions."""
   ema = decay * state.error_ema + (1.0 - decay) * loss_bits
@@ -159,8 +173,9 @@ def ema_update(state: CurriculumState, loss_bits,
 
 class CopyStream(NamedTuple):
   """Per-example generator state (batched: leading axis B)."""
-  bits: jax.Array      # (max_length,) int32, the current string (padded)
-  length: jax.Array    # () int32, current sequence length L
+
+  bits: jax.Array  # (max_length,) int32, the current string (padded)
+  length: jax.Array  # () int32, current sequence length L
   position: jax.Array  # () int32, next position in 0 .. 2L + 1
   key: jax.Array
 
@@ -170,40 +185,54 @@ def stream_init(key: jax.Array, batch_size: int, max_length: int) -> CopyStream:
   validation.positive_int("max_length", max_length)
   keys = jax.random.split(key, batch_size)
   zeros = jnp.zeros((batch_size,), jnp.int32)
-  return CopyStream(bits=jnp.zeros((batch_size, max_length), jnp.int32),
-                    length=zeros, position=zeros + 2, key=keys)
+  return CopyStream(
+    bits=jnp.zeros((batch_size, max_length), jnp.int32),
+    length=zeros,
+    position=zeros + 2,
+    key=keys,
+  )
 
 
-def sample_length(key: jax.Array, curriculum_length,
-                  window: int = LENGTH_WINDOW,
-                  length_rule: str = "uniform") -> jax.Array:
-  """"uniform": uniform on `max(1, T - window) .. T`; "clipped": `max(1, T -
+def sample_length(
+  key: jax.Array,
+  curriculum_length,
+  window: int = LENGTH_WINDOW,
+  length_rule: str = "uniform",
+) -> jax.Array:
+  """ "uniform": uniform on `max(1, T - window) .. T`; "clipped": `max(1, T -
   k)`, `k` uniform on `0 .. window` (the official script's draw)."""
   if length_rule == "clipped":
     k = jax.random.randint(key, (), 0, window + 1, dtype=jnp.int32)
     return jnp.maximum(1, curriculum_length - k).astype(jnp.int32)
   low = jnp.maximum(1, curriculum_length - window)
-  return jax.random.randint(key, (), low, curriculum_length + 1,
-                            dtype=jnp.int32)
+  return jax.random.randint(
+    key, (), low, curriculum_length + 1, dtype=jnp.int32
+  )
 
 
 def check_length_rule(length_rule: str) -> str:
   if length_rule not in LENGTH_RULES:
-    raise ValueError(f"length_rule must be one of {LENGTH_RULES}, got "
-                     f"{length_rule!r}")
+    raise ValueError(
+      f"length_rule must be one of {LENGTH_RULES}, got {length_rule!r}"
+    )
   return length_rule
 
 
-def _example_step(stream: CopyStream, curriculum_length, window: int,
-                  all_positions: bool, length_rule: str):
+def _example_step(
+  stream: CopyStream,
+  curriculum_length,
+  window: int,
+  all_positions: bool,
+  length_rule: str,
+):
   """One step of one example's stream (a new sequence of length drawn from
   `curriculum_length` starts if the last one has finished)."""
   max_length = stream.bits.shape[0]
   finished = stream.position >= 2 * stream.length + 2
   key, length_key, bits_key = jax.random.split(stream.key, 3)
-  new_length = sample_length(length_key, jnp.minimum(curriculum_length,
-                                                     max_length), window,
-                             length_rule)
+  new_length = sample_length(
+    length_key, jnp.minimum(curriculum_length, max_length), window, length_rule
+  )
   new_bits = jax.random.randint(bits_key, (max_length,), 0, 2, dtype=jnp.int32)
   bits = jnp.where(finished, new_bits, stream.bits)
   length = jnp.where(finished, new_length, stream.length)
@@ -212,35 +241,55 @@ def _example_step(stream: CopyStream, curriculum_length, window: int,
 
   p = position
   input_bit = bits[jnp.clip(p - 1, 0, max_length - 1)]
-  input_token = jnp.where(p == 0, MARKER, jnp.where(p <= length, input_bit,
-                                                    BLANK))
+  input_token = jnp.where(
+    p == 0, MARKER, jnp.where(p <= length, input_bit, BLANK)
+  )
   target_bit = bits[jnp.clip(p - length - 2, 0, max_length - 1)]
-  target_token = jnp.where(p <= length, BLANK,
-                           jnp.where(p == length + 1, MARKER, target_bit))
+  target_token = jnp.where(
+    p <= length, BLANK, jnp.where(p == length + 1, MARKER, target_bit)
+  )
   output_weight = (p > length).astype(jnp.float32)
   weight = jnp.ones_like(output_weight) if all_positions else output_weight
-  step = (jax.nn.one_hot(input_token, VOCAB_SIZE), target_token, weight,
-          output_weight, finished)
+  step = (
+    jax.nn.one_hot(input_token, VOCAB_SIZE),
+    target_token,
+    weight,
+    output_weight,
+    finished,
+  )
   return CopyStream(bits, length, position + 1, key), step
 
 
-def _batch_step(stream: CopyStream, lengths, curriculum: str, dtype,
-                length_rule: str = "uniform"):
+def _batch_step(
+  stream: CopyStream,
+  lengths,
+  curriculum: str,
+  dtype,
+  length_rule: str = "uniform",
+):
   """All examples' step with per-example (or shared) curriculum lengths."""
   in_axes = (0, 0 if jnp.ndim(lengths) else None)
   stream, (inputs, targets, weights, output_weights, resets) = jax.vmap(
-      lambda s, t: _example_step(s, t, LENGTH_WINDOWS[curriculum],
-                                 curriculum == "official", length_rule),
-      in_axes=in_axes)(stream, lengths)
-  batch = StepBatch(inputs.astype(dtype), targets, weights.astype(dtype),
-                    resets)
+    lambda s, t: _example_step(
+      s, t, LENGTH_WINDOWS[curriculum], curriculum == "official", length_rule
+    ),
+    in_axes=in_axes,
+  )(stream, lengths)
+  batch = StepBatch(
+    inputs.astype(dtype), targets, weights.astype(dtype), resets
+  )
   return stream, batch, output_weights.astype(dtype)
 
 
-def stream_step(stream: CopyStream, state: CurriculumState, curriculum: str,
-                threshold: float = ERROR_THRESHOLD,
-                reset_bits: float = EMA_RESET_BITS, dtype=None,
-                length_rule: str = "uniform"):
+def stream_step(
+  stream: CopyStream,
+  state: CurriculumState,
+  curriculum: str,
+  threshold: float = ERROR_THRESHOLD,
+  reset_bits: float = EMA_RESET_BITS,
+  dtype=None,
+  length_rule: str = "uniform",
+):
   """One step of the batched streams under a curriculum protocol.
 
   Under "official" the examples that start a sequence here are first checked
@@ -258,16 +307,23 @@ def stream_step(stream: CopyStream, state: CurriculumState, curriculum: str,
   lengths = state.length
   if curriculum == "official":
     starts = stream.position >= 2 * stream.length + 2
-    state, lengths = check_at_starts(state, starts, stream.bits.shape[-1],
-                                     threshold, reset_bits)
-  stream, batch, output_weights = _batch_step(stream, lengths, curriculum,
-                                              dtype, length_rule)
+    state, lengths = check_at_starts(
+      state, starts, stream.bits.shape[-1], threshold, reset_bits
+    )
+  stream, batch, output_weights = _batch_step(
+    stream, lengths, curriculum, dtype, length_rule
+  )
   return stream, state, batch, output_weights
 
 
-def generate(stream: CopyStream, curriculum_length, num_steps: int,
-             dtype=None, curriculum: str = "output_only",
-             length_rule: str = "uniform"):
+def generate(
+  stream: CopyStream,
+  curriculum_length,
+  num_steps: int,
+  dtype=None,
+  curriculum: str = "output_only",
+  length_rule: str = "uniform",
+):
   """`num_steps` time-major steps of the batched streams at a fixed T (no
   curriculum checks; weights and length window follow `curriculum`).
 
@@ -278,8 +334,13 @@ def generate(stream: CopyStream, curriculum_length, num_steps: int,
   dtype = dtype or jnp.asarray(0.0).dtype
 
   def body(stream, _):
-    stream, batch, _ = _batch_step(stream, curriculum_length, curriculum,
-                                   dtype, check_length_rule(length_rule))
+    stream, batch, _ = _batch_step(
+      stream,
+      curriculum_length,
+      curriculum,
+      dtype,
+      check_length_rule(length_rule),
+    )
     return stream, batch
 
   return jax.lax.scan(body, stream, None, length=num_steps)
@@ -287,25 +348,35 @@ def generate(stream: CopyStream, curriculum_length, num_steps: int,
 
 class CopyStepMetrics(NamedTuple):
   """One training step's losses (nats), summed over the batch."""
-  loss_sum: jax.Array           # Σ_b w_b CE_b, w the protocol's loss weights
-  weight_sum: jax.Array         # Σ_b w_b (B under official)
-  output_loss_sum: jax.Array    # Σ_b o_b CE_b, o the output-phase mask
+
+  loss_sum: jax.Array  # Σ_b w_b CE_b, w the protocol's loss weights
+  weight_sum: jax.Array  # Σ_b w_b (B under official)
+  output_loss_sum: jax.Array  # Σ_b o_b CE_b, o the output-phase mask
   output_weight_sum: jax.Array  # Σ_b o_b
 
 
 class ChunkOutputs(NamedTuple):
   """Per-step outputs of `run_chunk`, leaves `(num_steps, ...)`."""
-  metrics: CopyStepMetrics    # what `train_step` reported
+
+  metrics: CopyStepMetrics  # what `train_step` reported
   curriculum: CurriculumState  # the curriculum after each step
-  batches: StepBatch          # what `train_step` was given
-  output_weights: jax.Array   # (num_steps, B) output-phase masks
+  batches: StepBatch  # what `train_step` was given
+  output_weights: jax.Array  # (num_steps, B) output-phase masks
 
 
-def run_chunk(train_step: Callable[..., Any], train_state: Any,
-              stream: CopyStream, state: CurriculumState, num_steps: int,
-              curriculum: str, threshold: float = ERROR_THRESHOLD,
-              decay: float = EMA_DECAY, reset_bits: float = EMA_RESET_BITS,
-              dtype=None, length_rule: str = "uniform"):
+def run_chunk(
+  train_step: Callable[..., Any],
+  train_state: Any,
+  stream: CopyStream,
+  state: CurriculumState,
+  num_steps: int,
+  curriculum: str,
+  threshold: float = ERROR_THRESHOLD,
+  decay: float = EMA_DECAY,
+  reset_bits: float = EMA_RESET_BITS,
+  dtype=None,
+  length_rule: str = "uniform",
+):
   """`num_steps` interleaved steps: stream step, training step, curriculum.
 
   Args:
@@ -329,31 +400,44 @@ def run_chunk(train_step: Callable[..., Any], train_state: Any,
   def body(carry, _):
     train_state, stream, state = carry
     stream, state, batch, output_weights = stream_step(
-        stream, state, curriculum, threshold, reset_bits, dtype, length_rule)
+      stream, state, curriculum, threshold, reset_bits, dtype, length_rule
+    )
     train_state, metrics = train_step(train_state, batch, output_weights)
     if official:
       state = ema_update(
-          state, metrics.loss_sum / jnp.maximum(metrics.weight_sum, 1) / LOG2,
-          decay)
-    return (train_state, stream, state), ChunkOutputs(metrics, state, batch,
-                                                      output_weights)
+        state,
+        metrics.loss_sum / jnp.maximum(metrics.weight_sum, 1) / LOG2,
+        decay,
+      )
+    return (train_state, stream, state), ChunkOutputs(
+      metrics, state, batch, output_weights
+    )
 
   (train_state, stream, state), outputs = jax.lax.scan(
-      body, (train_state, stream, state), None, length=num_steps)
+    body, (train_state, stream, state), None, length=num_steps
+  )
   if not official:
-    state = check_after_chunk(state, outputs.metrics, stream.bits.shape[-1],
-                              threshold)
+    state = check_after_chunk(
+      state, outputs.metrics, stream.bits.shape[-1], threshold
+    )
   return (train_state, stream, state), outputs
 
 
-def check_after_chunk(state: CurriculumState, metrics: CopyStepMetrics,
-                      max_length: int, threshold: float = ERROR_THRESHOLD
-                      ) -> CurriculumState:
+def check_after_chunk(
+  state: CurriculumState,
+  metrics: CopyStepMetrics,
+  max_length: int,
+  threshold: float = ERROR_THRESHOLD,
+) -> CurriculumState:
   """Output_only's check at a chunk's end: T += 1 (at most `max_length`) if
   the output-phase error of `metrics` (leaves `(num_steps,)`), in bits, is
   below `threshold`."""
-  error_bits = (metrics.output_loss_sum.sum() /
-                jnp.maximum(metrics.output_weight_sum.sum(), 1) / LOG2)
-  length = jnp.minimum(curriculum_update(state.length, error_bits, threshold),
-                       max_length)
+  error_bits = (
+    metrics.output_loss_sum.sum()
+    / jnp.maximum(metrics.output_weight_sum.sum(), 1)
+    / LOG2
+  )
+  length = jnp.minimum(
+    curriculum_update(state.length, error_bits, threshold), max_length
+  )
   return state._replace(length=length.astype(jnp.int32))

@@ -49,7 +49,7 @@ from rtrl.online import StepBatch
 SYMBOLS = tuple("#$&'*-./0123456789<>N\\_abcdefghijklmnopqrstuvwxyz")
 EOL = "\n"
 VOCAB = SYMBOLS + (EOL,)
-VOCAB_SIZE = len(VOCAB)   # 50
+VOCAB_SIZE = len(VOCAB)  # 50
 EOL_ID = VOCAB.index(EOL)  # 49
 _SYMBOL_IDS = {s: i for i, s in enumerate(SYMBOLS)}
 WORD_SEPARATOR = "_"
@@ -63,8 +63,9 @@ def check_layout(layout: str) -> str:
   return layout
 
 
-def encode(text: str, source: str = "text", layout: str = "standard"
-           ) -> np.ndarray:
+def encode(
+  text: str, source: str = "text", layout: str = "standard"
+) -> np.ndarray:
   """Symbol ids (uint8) of a text in the char-PTB format.
 
   Args:
@@ -90,9 +91,10 @@ def encode(text: str, source: str = "text", layout: str = "standard"
     except KeyError:
       bad = next(s for s in symbols if s not in _SYMBOL_IDS)
       raise ValueError(
-          f"{source}, line {line_number}: symbol {bad!r} is not in the "
-          f"char-PTB vocabulary {''.join(SYMBOLS)!r} (symbols are single "
-          "characters separated by spaces)") from None
+        f"{source}, line {line_number}: symbol {bad!r} is not in the "
+        f"char-PTB vocabulary {''.join(SYMBOLS)!r} (symbols are single "
+        "characters separated by spaces)"
+      ) from None
     if official:
       line_ids = [separator] + line_ids + [separator]
     ids.extend(line_ids + [EOL_ID])
@@ -117,6 +119,7 @@ class StreamState(NamedTuple):
     position: (B,) int32, index in the text of each stream's next input.
     key: PRNG key for the random resets.
   """
+
   position: jax.Array
   key: jax.Array
 
@@ -124,8 +127,9 @@ class StreamState(NamedTuple):
 STREAM_OFFSETS = ("even", "official")
 
 
-def stream_offsets(num_symbols: int, batch_size: int, rule: str = "even"
-                   ) -> np.ndarray:
+def stream_offsets(
+  num_symbols: int, batch_size: int, rule: str = "even"
+) -> np.ndarray:
   """`(B,)` start positions of the training streams.
 
   "even": `b * N // B`, every stream the same distance apart (the text
@@ -136,26 +140,35 @@ def stream_offsets(num_symbols: int, batch_size: int, rule: str = "even"
   read the official runs' text at every step.
   """
   if batch_size < 1 or num_symbols < 2:
-    raise ValueError(f"need batch_size >= 1 and a text of >= 2 symbols, got "
-                     f"batch_size={batch_size}, num_symbols={num_symbols}")
+    raise ValueError(
+      f"need batch_size >= 1 and a text of >= 2 symbols, got "
+      f"batch_size={batch_size}, num_symbols={num_symbols}"
+    )
   if rule == "even":
     return (np.arange(batch_size, dtype=np.int64) * num_symbols) // batch_size
   if rule == "official":
     return np.linspace(0, num_symbols - 1, batch_size).astype(np.int64)
-  raise ValueError(f"stream offsets must be one of {STREAM_OFFSETS}, got "
-                   f"{rule!r}")
+  raise ValueError(
+    f"stream offsets must be one of {STREAM_OFFSETS}, got {rule!r}"
+  )
 
 
-def stream_init(key: jax.Array, num_symbols: int, batch_size: int,
-                offsets: str = "even") -> StreamState:
+def stream_init(
+  key: jax.Array, num_symbols: int, batch_size: int, offsets: str = "even"
+) -> StreamState:
   """Streams at `stream_offsets(num_symbols, batch_size, offsets)`."""
   start = stream_offsets(num_symbols, batch_size, offsets)
   return StreamState(position=jnp.asarray(start, jnp.int32), key=key)
 
 
-def stream_chunk(text: jax.Array, state: StreamState, num_steps: int,
-                 reset_probability: float = 0.0, reset_every: int = 0,
-                 dtype=None) -> tuple[StreamState, StepBatch]:
+def stream_chunk(
+  text: jax.Array,
+  state: StreamState,
+  num_steps: int,
+  reset_probability: float = 0.0,
+  reset_every: int = 0,
+  dtype=None,
+) -> tuple[StreamState, StepBatch]:
   """The next `num_steps` steps of every stream (jittable; `num_steps`,
   `reset_every` static).
 
@@ -173,8 +186,9 @@ def stream_chunk(text: jax.Array, state: StreamState, num_steps: int,
   """
   num_symbols = text.shape[0]
   dtype = dtype or jnp.asarray(0.0).dtype
-  index = (state.position[None, :] + jnp.arange(num_steps)[:, None]) \
-      % num_symbols
+  index = (
+    state.position[None, :] + jnp.arange(num_steps)[:, None]
+  ) % num_symbols
   inputs = text[index].astype(jnp.int32)
   targets = text[(index + 1) % num_symbols].astype(jnp.int32)
   key, reset_key = jax.random.split(state.key)
@@ -182,8 +196,11 @@ def stream_chunk(text: jax.Array, state: StreamState, num_steps: int,
     resets = index % reset_every == 0
   else:
     resets = jax.random.bernoulli(reset_key, reset_probability, index.shape)
-  batch = StepBatch(inputs=jax.nn.one_hot(inputs, VOCAB_SIZE, dtype=dtype),
-                    targets=targets, weights=jnp.ones(index.shape, dtype),
-                    resets=resets)
+  batch = StepBatch(
+    inputs=jax.nn.one_hot(inputs, VOCAB_SIZE, dtype=dtype),
+    targets=targets,
+    weights=jnp.ones(index.shape, dtype),
+    resets=resets,
+  )
   position = ((state.position + num_steps) % num_symbols).astype(jnp.int32)
   return StreamState(position=position, key=key), batch

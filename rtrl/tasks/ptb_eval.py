@@ -21,8 +21,10 @@ import numpy as np
 from rtrl import readout
 from rtrl import validation
 from rtrl.cells import Cell
-from rtrl.online import broadcast_state, where_reset
-from rtrl.tasks.ptb import EOL_ID, VOCAB_SIZE
+from rtrl.online import broadcast_state
+from rtrl.online import where_reset
+from rtrl.tasks.ptb import EOL_ID
+from rtrl.tasks.ptb import VOCAB_SIZE
 
 LOG2 = float(np.log(2.0))
 
@@ -36,19 +38,22 @@ class EvalStreams(NamedTuple):
     weights: float, 1 for real steps, 0 for padding.
     resets: bool, reset the state before this step.
   """
+
   inputs: jax.Array
   targets: jax.Array
   weights: jax.Array
   resets: jax.Array
 
 
-def make_eval_streams(ids, batch_size: int, reset_every: int = 0
-                      ) -> EvalStreams:
+def make_eval_streams(
+  ids, batch_size: int, reset_every: int = 0
+) -> EvalStreams:
   """Lays out the `(N,)` ids of a split as `EvalStreams` (NumPy, once)."""
   ids = np.asarray(ids).astype(np.int32)
   if ids.ndim != 1 or ids.size < 1:
-    raise ValueError(f"ids must be a non-empty 1-D array, got shape "
-                     f"{ids.shape}")
+    raise ValueError(
+      f"ids must be a non-empty 1-D array, got shape {ids.shape}"
+    )
   validation.positive_int("batch_size", batch_size)
   validation.nonnegative_int("reset_every", reset_every, zero_means="off")
   num = ids.size
@@ -66,13 +71,17 @@ def make_eval_streams(ids, batch_size: int, reset_every: int = 0
     resets = np.zeros(padded, bool)
   to_streams = lambda a: jnp.asarray(a.reshape(batch_size, length).T)
   dtype = jnp.asarray(0.0).dtype
-  return EvalStreams(inputs=to_streams(inputs), targets=to_streams(targets),
-                     weights=to_streams(weights).astype(dtype),
-                     resets=to_streams(resets))
+  return EvalStreams(
+    inputs=to_streams(inputs),
+    targets=to_streams(targets),
+    weights=to_streams(weights).astype(dtype),
+    resets=to_streams(resets),
+  )
 
 
-def bits_sums(cell: Cell, params: dict, streams: EvalStreams
-              ) -> tuple[jax.Array, jax.Array]:
+def bits_sums(
+  cell: Cell, params: dict, streams: EvalStreams
+) -> tuple[jax.Array, jax.Array]:
   """`(Σ weight * CE in bits, Σ weight)` over all streams (pure, jittable).
 
   Args:
@@ -89,15 +98,16 @@ def bits_sums(cell: Cell, params: dict, streams: EvalStreams
     inputs, targets, weights, resets = step
     state = where_reset(resets, initial, state)
     x = jax.nn.one_hot(inputs, VOCAB_SIZE, dtype=dtype)
-    state = jax.vmap(cell.step, in_axes=(None, 0, 0))(params["cell"], state,
-                                                      x)
+    state = jax.vmap(cell.step, in_axes=(None, 0, 0))(params["cell"], state, x)
     hidden = jax.vmap(cell.output)(state)
     losses = jax.vmap(readout.step_loss, in_axes=(None, 0, 0, 0))(
-        params["readout"], hidden, targets, weights)
+      params["readout"], hidden, targets, weights
+    )
     return (state, total + losses.sum()), None
 
   (_, total), _ = jax.lax.scan(
-      body, (initial, jnp.zeros((), dtype)), tuple(streams))
+    body, (initial, jnp.zeros((), dtype)), tuple(streams)
+  )
   return total / LOG2, streams.weights.sum()
 
 

@@ -70,6 +70,7 @@ class ImageSet(NamedTuple):
     mean: `(C,)` float, subtracted from every pixel's channels.
     std: `(C,)` float, divides them afterwards.
   """
+
   pixels: jax.Array
   labels: jax.Array
   mean: jax.Array
@@ -90,13 +91,15 @@ class ImageSet(NamedTuple):
     return self.pixels.shape[2]
 
 
-def channel_stats(images, normalization: str = "channel"
-                  ) -> tuple[np.ndarray, np.ndarray]:
+def channel_stats(
+  images, normalization: str = "channel"
+) -> tuple[np.ndarray, np.ndarray]:
   """`(mean, std)` per channel of `images` `(N, H, W, C)` (NumPy, float64),
   or zeros and ones for `normalization='none'`."""
   if normalization not in NORMALIZATIONS:
-    raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got "
-                     f"{normalization!r}")
+    raise ValueError(
+      f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}"
+    )
   images = np.asarray(images)
   channels = images.shape[-1]
   if normalization == "none":
@@ -112,21 +115,29 @@ def make_image_set(images, labels, mean, std) -> ImageSet:
   images = np.asarray(images)
   labels = np.asarray(labels)
   if images.ndim != 4 or images.shape[0] < 1 or 0 in images.shape:
-    raise ValueError(f"images must be a non-empty (N, H, W, C) array, got "
-                     f"shape {images.shape}")
-  if labels.shape != images.shape[:1] or not np.issubdtype(labels.dtype,
-                                                           np.integer):
-    raise ValueError(f"labels must be ({images.shape[0]},) integers, one per "
-                     f"image, got {labels.dtype} {labels.shape}")
+    raise ValueError(
+      f"images must be a non-empty (N, H, W, C) array, got shape {images.shape}"
+    )
+  if labels.shape != images.shape[:1] or not np.issubdtype(
+    labels.dtype, np.integer
+  ):
+    raise ValueError(
+      f"labels must be ({images.shape[0]},) integers, one per "
+      f"image, got {labels.dtype} {labels.shape}"
+    )
   num, height, width, channels = images.shape
   if np.shape(mean) != (channels,) or np.shape(std) != (channels,):
-    raise ValueError(f"mean and std must have shape ({channels},), got "
-                     f"{np.shape(mean)} and {np.shape(std)}")
+    raise ValueError(
+      f"mean and std must have shape ({channels},), got "
+      f"{np.shape(mean)} and {np.shape(std)}"
+    )
   dtype = jnp.asarray(0.0).dtype
   return ImageSet(
-      pixels=jnp.asarray(images.reshape(num, height * width, channels)),
-      labels=jnp.asarray(labels.astype(np.int32)),
-      mean=jnp.asarray(mean, dtype), std=jnp.asarray(std, dtype))
+    pixels=jnp.asarray(images.reshape(num, height * width, channels)),
+    labels=jnp.asarray(labels.astype(np.int32)),
+    mean=jnp.asarray(mean, dtype),
+    std=jnp.asarray(std, dtype),
+  )
 
 
 def normalize(images: ImageSet, pixels: jax.Array) -> jax.Array:
@@ -148,6 +159,7 @@ class StreamState(NamedTuple):
     image_ordinal: () int32, `k`: every stream is reading its `k`-th image.
     pixel: () int32, the position in those images of the next step's pixel.
   """
+
   key: jax.Array
   image_ordinal: jax.Array
   pixel: jax.Array
@@ -159,8 +171,9 @@ def stream_init(key: jax.Array) -> StreamState:
   return StreamState(key=key, image_ordinal=zero, pixel=zero)
 
 
-def drawn_images(key: jax.Array, first_draw: jax.Array, num_draws: int,
-                 num_images: int) -> jax.Array:
+def drawn_images(
+  key: jax.Array, first_draw: jax.Array, num_draws: int, num_images: int
+) -> jax.Array:
   """`(num_draws,)` image indices of draws `first_draw ..` (jittable;
   `num_draws`, `num_images` static): draw `d` is entry `d mod N` of the
   permutation of epoch `d // N`, keyed by `fold_in(key, epoch)`."""
@@ -170,14 +183,16 @@ def drawn_images(key: jax.Array, first_draw: jax.Array, num_draws: int,
   # those permutations are drawn.
   num_epochs = (num_draws - 1) // num_images + 2
   permutations = jax.vmap(
-      lambda epoch: jax.random.permutation(jax.random.fold_in(key, epoch),
-                                           num_images))(
-          first_epoch + jnp.arange(num_epochs))
+    lambda epoch: jax.random.permutation(
+      jax.random.fold_in(key, epoch), num_images
+    )
+  )(first_epoch + jnp.arange(num_epochs))
   return permutations[draws // num_images - first_epoch, draws % num_images]
 
 
-def stream_chunk(images: ImageSet, state: StreamState, batch_size: int,
-                 num_steps: int) -> tuple[StreamState, StepBatch]:
+def stream_chunk(
+  images: ImageSet, state: StreamState, batch_size: int, num_steps: int
+) -> tuple[StreamState, StepBatch]:
   """The next `num_steps` steps of the `batch_size` streams (jittable;
   `batch_size`, `num_steps` static).
 
@@ -189,34 +204,41 @@ def stream_chunk(images: ImageSet, state: StreamState, batch_size: int,
   validation.positive_int("batch_size", batch_size)
   validation.positive_int("num_steps", num_steps)
   length = images.length
-  position = state.pixel + jnp.arange(num_steps)       # (T,)
-  image_offset = position // length                     # 0, 0, ..., 1, ...
+  position = state.pixel + jnp.arange(num_steps)  # (T,)
+  image_offset = position // length  # 0, 0, ..., 1, ...
   pixel = position % length
   # Images touched by the chunk, at most (static): its first may be partly
   # read already.
   num_ordinals = (num_steps + length - 2) // length + 1
   indices = drawn_images(
-      state.key, state.image_ordinal * batch_size, num_ordinals * batch_size,
-      images.num_images).reshape(num_ordinals, batch_size)
-  image = indices[image_offset]                         # (T, B)
+    state.key,
+    state.image_ordinal * batch_size,
+    num_ordinals * batch_size,
+    images.num_images,
+  ).reshape(num_ordinals, batch_size)
+  image = indices[image_offset]  # (T, B)
   inputs = normalize(images, images.pixels[image, pixel[:, None]])
   shape = image.shape
   batch = StepBatch(
-      inputs=inputs, targets=images.labels[image],
-      weights=jnp.broadcast_to(pixel[:, None] == length - 1, shape)
-      .astype(inputs.dtype),
-      resets=jnp.broadcast_to(pixel[:, None] == 0, shape))
+    inputs=inputs,
+    targets=images.labels[image],
+    weights=jnp.broadcast_to(pixel[:, None] == length - 1, shape).astype(
+      inputs.dtype
+    ),
+    resets=jnp.broadcast_to(pixel[:, None] == 0, shape),
+  )
   end = state.pixel + num_steps
-  return StreamState(key=state.key,
-                     image_ordinal=state.image_ordinal + end // length,
-                     pixel=(end % length).astype(jnp.int32)), batch
+  return StreamState(
+    key=state.key,
+    image_ordinal=state.image_ordinal + end // length,
+    pixel=(end % length).astype(jnp.int32),
+  ), batch
 
 
 # -- evaluation ---------------------------------------------------------------
 
 
-def image_logits(cell, readout, params: dict, pixels: jax.Array
-                 ) -> jax.Array:
+def image_logits(cell, readout, params: dict, pixels: jax.Array) -> jax.Array:
   """The readout's prediction at the last pixel of one image, its
   normalised `pixels` `(L, C)` read from the cell's initial state."""
 
@@ -227,9 +249,13 @@ def image_logits(cell, readout, params: dict, pixels: jax.Array
   return readout.apply(params["readout"], cell.output(state))
 
 
-def evaluation_sums(cell, params: dict, images: ImageSet, batch_size: int,
-                    readout: readouts.Readout | None = None
-                    ) -> tuple[jax.Array, jax.Array, int]:
+def evaluation_sums(
+  cell,
+  params: dict,
+  images: ImageSet,
+  batch_size: int,
+  readout: readouts.Readout | None = None,
+) -> tuple[jax.Array, jax.Array, int]:
   """`(number correct, Σ cross-entropy (nats), number of images)` at the
   images' last pixels, frozen parameters (pure, jittable; `batch_size`
   static).
@@ -253,9 +279,8 @@ def evaluation_sums(cell, params: dict, images: ImageSet, batch_size: int,
 
   def batch_sums(batch):
     image, counts = batch
-    pixels = normalize(images, images.pixels[image])   # (b, L, C)
-    logits = jax.vmap(lambda x: image_logits(cell, readout, params, x))(
-        pixels)
+    pixels = normalize(images, images.pixels[image])  # (b, L, C)
+    logits = jax.vmap(lambda x: image_logits(cell, readout, params, x))(pixels)
     labels = images.labels[image]
     correct = jnp.where(counts, jnp.argmax(logits, -1) == labels, False)
     losses = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
@@ -265,12 +290,16 @@ def evaluation_sums(cell, params: dict, images: ImageSet, batch_size: int,
   return correct.sum(), losses.sum(), num
 
 
-def evaluate(cell, params: dict, images: ImageSet, batch_size: int,
-             readout: readouts.Readout | None = None) -> dict:
+def evaluate(
+  cell,
+  params: dict,
+  images: ImageSet,
+  batch_size: int,
+  readout: readouts.Readout | None = None,
+) -> dict:
   """`{'accuracy', 'loss'}` (host floats; loss: mean cross-entropy in nats)
   of `evaluation_sums`, jitted."""
-  correct, loss, num = _jitted_sums(cell, params, images, batch_size,
-                                    readout)
+  correct, loss, num = _jitted_sums(cell, params, images, batch_size, readout)
   return {"accuracy": float(correct) / num, "loss": float(loss) / num}
 
 

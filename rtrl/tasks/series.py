@@ -37,8 +37,8 @@ from rtrl.online import StepBatch
 
 BETA, GAMMA, POWER, TAU = 0.2, 0.1, 10, 17.0
 DT = 0.1
-DELAY_STEPS = 170     # TAU / DT
-WARMUP_STEPS = 2000   # 200 time units
+DELAY_STEPS = 170  # TAU / DT
+WARMUP_STEPS = 2000  # 200 time units
 MEAN, STD = 0.930, 0.226
 
 
@@ -48,13 +48,18 @@ def _euler_step(carry, _):
   x, history, k = carry
   slot = k % DELAY_STEPS
   delayed = history[slot]
-  dx = BETA * delayed / (1.0 + delayed ** POWER) - GAMMA * x
+  dx = BETA * delayed / (1.0 + delayed**POWER) - GAMMA * x
   history = history.at[slot].set(x)
   return (x + DT * dx, history, k + 1), None
 
 
-def mackey_glass(key: jax.Array, batch_size: int, num_samples: int,
-                 sample_every: int = 10, dtype=None) -> jax.Array:
+def mackey_glass(
+  key: jax.Array,
+  batch_size: int,
+  num_samples: int,
+  sample_every: int = 10,
+  dtype=None,
+) -> jax.Array:
   """`(num_samples, batch_size)` standardised samples, one independent
   stream per column, `sample_every` Euler steps (of `DT`) apart."""
   validation.positive_int("batch_size", batch_size)
@@ -80,8 +85,9 @@ def mackey_glass(key: jax.Array, batch_size: int, num_samples: int,
   return ((samples - MEAN) / STD).astype(dtype)
 
 
-def next_value_chunk(series: jax.Array,
-                     sequence_length: int | None = None) -> StepBatch:
+def next_value_chunk(
+  series: jax.Array, sequence_length: int | None = None
+) -> StepBatch:
   """A time-major `StepBatch` of `T = series.shape[0] - 1` steps.
 
   Args:
@@ -95,18 +101,28 @@ def next_value_chunk(series: jax.Array,
   """
   num_steps, batch_size = series.shape[0] - 1, series.shape[1]
   validation.positive_int("series.shape[0] - 1", num_steps)
-  period = num_steps if sequence_length is None else validation.positive_int(
-      "sequence_length", sequence_length)
+  period = (
+    num_steps
+    if sequence_length is None
+    else validation.positive_int("sequence_length", sequence_length)
+  )
   starts = jnp.arange(num_steps) % period == 0
-  return StepBatch(inputs=series[:-1, :, None], targets=series[1:, :, None],
-                   weights=jnp.ones((num_steps, batch_size), series.dtype),
-                   resets=jnp.broadcast_to(starts[:, None],
-                                           (num_steps, batch_size)))
+  return StepBatch(
+    inputs=series[:-1, :, None],
+    targets=series[1:, :, None],
+    weights=jnp.ones((num_steps, batch_size), series.dtype),
+    resets=jnp.broadcast_to(starts[:, None], (num_steps, batch_size)),
+  )
 
 
-def generate(key: jax.Array, batch_size: int, num_steps: int,
-             sequence_length: int | None = None, sample_every: int = 10,
-             dtype=None) -> StepBatch:
+def generate(
+  key: jax.Array,
+  batch_size: int,
+  num_steps: int,
+  sequence_length: int | None = None,
+  sample_every: int = 10,
+  dtype=None,
+) -> StepBatch:
   """`next_value_chunk` of `num_steps + 1` fresh Mackey-Glass samples."""
   series = mackey_glass(key, batch_size, num_steps + 1, sample_every, dtype)
   return next_value_chunk(series, sequence_length)

@@ -13,7 +13,8 @@ import rls
 def init_variables(model, *args, seed=0, **kwargs):
   """`model.init(PRNGKey(seed), *args, **kwargs)`, jitted."""
   return jax.jit(functools.partial(model.init, **kwargs))(
-      jax.random.PRNGKey(seed), *args)
+    jax.random.PRNGKey(seed), *args
+  )
 
 
 def capture(model, variables, *args, **kwargs):
@@ -24,7 +25,9 @@ def capture(model, variables, *args, **kwargs):
 
 def mse_with_layer_inputs(model):
   """`loss_fn(params, x, z) -> (||model(x) - z||² / (2M), layer inputs)`."""
+
   def loss_fn(params, x, z):
-    outputs, xbar = rls.layer_inputs(model.apply, {'params': params}, x)
+    outputs, xbar = rls.layer_inputs(model.apply, {"params": params}, x)
     return 0.5 * jnp.mean(jnp.sum((outputs - z) ** 2, axis=-1)), xbar
+
   return loss_fn

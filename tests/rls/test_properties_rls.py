@@ -34,58 +34,79 @@ from __future__ import annotations
 import functools
 
 from hypothesis import strategies as st
+from hypothesis_profiles import property_tests
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hypothesis_profiles import property_tests
 import rls
 from rls.transform import LayerInput
 
-FAST_FAN_INS = ((1, 1), (5, 3), (12, 6))   # (with bias, without bias)
+FAST_FAN_INS = ((1, 1), (5, 3), (12, 6))  # (with bias, without bias)
 DEFAULT_STEPS = 2_000
 THOROUGH_STEPS = 20_000
-MAX_BUDGET_EXPONENT = 6    # b = k T init_scale E||x||^2 <= 1e6
+MAX_BUDGET_EXPONENT = 6  # b = k T init_scale E||x||^2 <= 1e6
 SQUARE_ROOT_MAX_BUDGET_EXPONENT = 12
 SQUARE_ROOT_MAX_OFFSET = 100.0
 SYMMETRY_TOLERANCE = 1e-6  # relative to max |P_ij|; float32 eps is 1.2e-7
 
 
 @st.composite
-def rls_cases(draw, fast=False, num_steps=DEFAULT_STEPS,
-              max_budget_exponent=MAX_BUDGET_EXPONENT, max_offset=3.0):
+def rls_cases(
+  draw,
+  fast=False,
+  num_steps=DEFAULT_STEPS,
+  max_budget_exponent=MAX_BUDGET_EXPONENT,
+  max_offset=3.0,
+):
   if fast:
     fan_in_bias, fan_in_plain = draw(st.sampled_from(FAST_FAN_INS))
   else:
     fan_in_bias = draw(st.integers(1, 12))
     fan_in_plain = draw(st.integers(1, 6))
   case = dict(
-      fan_in_bias=fan_in_bias, fan_in_plain=fan_in_plain,
-      forgetting_factor=draw(st.one_of(st.just(1.0),
-                                       st.floats(0.9, 1.0))),
-      ratio=10.0 ** draw(st.floats(-3, 1)),
-      init_scale=10.0 ** draw(st.floats(-2, 2)),
-      steps=draw(st.integers(1, 50)),
-      offset=draw(st.floats(0, max_offset)),
-      seed=draw(st.integers(0, 2**32 - 1)),
-      num_steps=num_steps)
+    fan_in_bias=fan_in_bias,
+    fan_in_plain=fan_in_plain,
+    forgetting_factor=draw(st.one_of(st.just(1.0), st.floats(0.9, 1.0))),
+    ratio=10.0 ** draw(st.floats(-3, 1)),
+    init_scale=10.0 ** draw(st.floats(-2, 2)),
+    steps=draw(st.integers(1, 50)),
+    offset=draw(st.floats(0, max_offset)),
+    seed=draw(st.integers(0, 2**32 - 1)),
+    num_steps=num_steps,
+  )
   budget = 10.0 ** draw(st.floats(-4, max_budget_exponent))
   # E||x||^2 <= input_scale^2 fan_in (1 + offset^2) + 1 for the bias layer.
-  per_unit = (case["ratio"] * case["steps"] * case["init_scale"]
-              * (fan_in_bias * (1 + case["offset"]**2) + 1))
+  per_unit = (
+    case["ratio"]
+    * case["steps"]
+    * case["init_scale"]
+    * (fan_in_bias * (1 + case["offset"] ** 2) + 1)
+  )
   case["input_scale"] = np.sqrt(budget / per_unit)
   return case
 
 
 def _params(fan_in_bias, fan_in_plain, outputs=3):
-  return {"Dense_0": {"kernel": jnp.zeros((fan_in_bias, outputs)),
-                      "bias": jnp.zeros((outputs,))},
-          "Dense_1": {"kernel": jnp.zeros((fan_in_plain, outputs))}}
+  return {
+    "Dense_0": {
+      "kernel": jnp.zeros((fan_in_bias, outputs)),
+      "bias": jnp.zeros((outputs,)),
+    },
+    "Dense_1": {"kernel": jnp.zeros((fan_in_plain, outputs))},
+  }
 
 
 @functools.partial(jax.jit, static_argnames="square_root")
-def _run_stream(hyperparameters, params, inputs_bias, inputs_plain, grads,
-                steps, square_root=False):
+def _run_stream(
+  hyperparameters,
+  params,
+  inputs_bias,
+  inputs_plain,
+  grads,
+  steps,
+  square_root=False,
+):
   """Scans `scale_by_rls(**hyperparameters).update` over the stream (traced
   hyper-parameters: one compilation per shape); returns every step's P's (or
   square roots S) and whether every step's updates are finite."""
@@ -94,14 +115,19 @@ def _run_stream(hyperparameters, params, inputs_bias, inputs_plain, grads,
   def step(state, xs):
     x_bias, x_plain, grad = xs
     layer_inputs = {"Dense_0": LayerInput(x_bias, steps), "Dense_1": x_plain}
-    updates, state = transform.update(grad, state, params,
-                                      layer_inputs=layer_inputs)
-    finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(u)) for u in
-                                jax.tree_util.tree_leaves(updates)]))
+    updates, state = transform.update(
+      grad, state, params, layer_inputs=layer_inputs
+    )
+    finite = jnp.all(
+      jnp.stack(
+        [jnp.all(jnp.isfinite(u)) for u in jax.tree_util.tree_leaves(updates)]
+      )
+    )
     return state, (state[0], finite)
 
   _, (history, finite) = jax.lax.scan(
-      step, transform.init(params), (inputs_bias, inputs_plain, grads))
+    step, transform.init(params), (inputs_bias, inputs_plain, grads)
+  )
   return history, finite
 
 
@@ -114,25 +140,40 @@ def _stream_history(case, square_root=False):
 
   def stream(fan_in):
     offset = case["offset"] * rng.uniform(0, 1, size=fan_in)
-    return ((rng.normal(size=(num_steps, fan_in)) + offset) * scale
-            ).astype(np.float32)
+    return ((rng.normal(size=(num_steps, fan_in)) + offset) * scale).astype(
+      np.float32
+    )
 
   params = _params(case["fan_in_bias"], case["fan_in_plain"])
   grads = jax.tree_util.tree_map(
-      lambda p: jnp.asarray(rng.normal(size=(num_steps,) + p.shape),
-                            jnp.float32), params)
-  hyperparameters = {name: jnp.asarray(case[name], jnp.float32) for name in
-                     ("forgetting_factor", "ratio", "init_scale")}
-  history, finite = jax.device_get(_run_stream(
-      hyperparameters, params, stream(case["fan_in_bias"]),
-      stream(case["fan_in_plain"]), grads,
-      jnp.asarray(case["steps"], jnp.int32), square_root=square_root))
+    lambda p: jnp.asarray(rng.normal(size=(num_steps,) + p.shape), jnp.float32),
+    params,
+  )
+  hyperparameters = {
+    name: jnp.asarray(case[name], jnp.float32)
+    for name in ("forgetting_factor", "ratio", "init_scale")
+  }
+  history, finite = jax.device_get(
+    _run_stream(
+      hyperparameters,
+      params,
+      stream(case["fan_in_bias"]),
+      stream(case["fan_in_plain"]),
+      grads,
+      jnp.asarray(case["steps"], jnp.int32),
+      square_root=square_root,
+    )
+  )
   assert np.all(finite), f"non-finite updates from step {np.argmin(finite)}"
   return history
 
 
-@property_tests(rls_cases(fast=True), rls_cases(num_steps=THOROUGH_STEPS),
-                max_examples=8, thorough_examples=100)
+@property_tests(
+  rls_cases(fast=True),
+  rls_cases(num_steps=THOROUGH_STEPS),
+  max_examples=8,
+  thorough_examples=100,
+)
 def check_inverse_correlation_stays_spd(case):
   """P stays symmetric positive definite over a long float32 stream."""
   assert jnp.asarray(0.0).dtype == jnp.float32
@@ -144,29 +185,39 @@ def check_inverse_correlation_stays_spd(case):
     asymmetry = np.max(np.abs(ps - np.swapaxes(ps, 1, 2)), axis=(1, 2))
     worst = np.argmax(asymmetry / magnitude)
     assert asymmetry[worst] <= SYMMETRY_TOLERANCE * magnitude[worst], (
-        f"{name}: P not symmetric at step {worst}: {asymmetry[worst]:.3g} vs "
-        f"max |P| {magnitude[worst]:.3g}")
+      f"{name}: P not symmetric at step {worst}: {asymmetry[worst]:.3g} vs "
+      f"max |P| {magnitude[worst]:.3g}"
+    )
     ps64 = np.float64(ps)
     eigenvalues = np.linalg.eigvalsh((ps64 + np.swapaxes(ps64, 1, 2)) / 2)
     smallest = eigenvalues[:, 0]
     first_bad = np.argmax(smallest <= 0)
     assert np.all(smallest > 0), (
-        f"{name}: P not positive definite at step {first_bad}: eigenvalues "
-        f"{eigenvalues[first_bad]}")
+      f"{name}: P not positive definite at step {first_bad}: eigenvalues "
+      f"{eigenvalues[first_bad]}"
+    )
 
 
-(test_rls_inverse_correlation_stays_spd,
- test_rls_inverse_correlation_stays_spd_thorough) = (
-     check_inverse_correlation_stays_spd)
+(
+  test_rls_inverse_correlation_stays_spd,
+  test_rls_inverse_correlation_stays_spd_thorough,
+) = check_inverse_correlation_stays_spd
 
 
 @property_tests(
-    rls_cases(fast=True, max_budget_exponent=SQUARE_ROOT_MAX_BUDGET_EXPONENT,
-              max_offset=SQUARE_ROOT_MAX_OFFSET),
-    rls_cases(num_steps=THOROUGH_STEPS,
-              max_budget_exponent=SQUARE_ROOT_MAX_BUDGET_EXPONENT,
-              max_offset=SQUARE_ROOT_MAX_OFFSET),
-    max_examples=8, thorough_examples=100)
+  rls_cases(
+    fast=True,
+    max_budget_exponent=SQUARE_ROOT_MAX_BUDGET_EXPONENT,
+    max_offset=SQUARE_ROOT_MAX_OFFSET,
+  ),
+  rls_cases(
+    num_steps=THOROUGH_STEPS,
+    max_budget_exponent=SQUARE_ROOT_MAX_BUDGET_EXPONENT,
+    max_offset=SQUARE_ROOT_MAX_OFFSET,
+  ),
+  max_examples=8,
+  thorough_examples=100,
+)
 def check_square_root_form_stays_psd(case):
   """With ``square_root=True``, ``P = S Sᵀ`` stays finite and positive
   semi-definite up to float64 rounding for budgets up to 1e12."""
@@ -182,8 +233,10 @@ def check_square_root_form_stays_psd(case):
     # S Sᵀ in float64 is PSD to its own rounding, ~1e-15 of the largest.
     worst = np.argmin(eigenvalues[:, 0] / largest)
     assert eigenvalues[worst, 0] >= -1e-12 * largest[worst], (
-        f"{name}: S Sᵀ not PSD at step {worst}: {eigenvalues[worst]}")
+      f"{name}: S Sᵀ not PSD at step {worst}: {eigenvalues[worst]}"
+    )
 
 
-(test_square_root_form_stays_psd,
- test_square_root_form_stays_psd_thorough) = check_square_root_form_stays_psd
+(test_square_root_form_stays_psd, test_square_root_form_stays_psd_thorough) = (
+  check_square_root_form_stays_psd
+)

@@ -14,16 +14,29 @@ from hypothesis import strategies as st
 import numpy as np
 
 MAX_DIM = 8
-MAX_Q_ENUMERATED = 7      # 2**7 sign patterns per matrix
+MAX_Q_ENUMERATED = 7  # 2**7 sign patterns per matrix
 SPECTRA = ("distinct", "zeros", "repeated", "all_zero", "gaussian")
 # Default-suite pools (each new shape or rank costs a JAX compilation); the
 # slow set draws every shape up to MAX_DIM.
-FAST_MATRIX_CASES = ((1, 5, 1), (6, 1, 1), (3, 3, 1), (3, 3, 2), (4, 7, 2),
-                     (7, 4, 3))                      # (m, n, rank)
-FAST_DIAGONAL_CASES = ((1, 1), (1, 2), (4, 1), (4, 3), (4, 5), (7, 2),
-                       (7, 6))                       # (q, rank)
+FAST_MATRIX_CASES = (
+  (1, 5, 1),
+  (6, 1, 1),
+  (3, 3, 1),
+  (3, 3, 2),
+  (4, 7, 2),
+  (7, 4, 3),
+)  # (m, n, rank)
+FAST_DIAGONAL_CASES = (
+  (1, 1),
+  (1, 2),
+  (4, 1),
+  (4, 3),
+  (4, 5),
+  (7, 2),
+  (7, 6),
+)  # (q, rank)
 FAST_KRONECKER_SHAPES = ((2, 1, 5), (3, 4, 2), (4, 6, 9))  # (r + 1, a, M)
-FAST_SIGN_TRICK_SHAPES = ((1, (1, 3)), (4, (3, 2)))       # (a, A shape)
+FAST_SIGN_TRICK_SHAPES = ((1, (1, 3)), (4, (3, 2)))  # (a, A shape)
 
 
 def eps(dtype=np.float64) -> float:
@@ -55,7 +68,7 @@ def orthonormal_columns(rng, rows: int, cols: int) -> np.ndarray:
 
 def matrix(m, n, spectrum, exponent, seed) -> np.ndarray:
   rng = np.random.default_rng(seed)
-  scale = 10.0 ** exponent
+  scale = 10.0**exponent
   if spectrum == "gaussian":
     return rng.normal(size=(m, n)) * scale
   q = min(m, n)
@@ -95,10 +108,10 @@ def reference_variance(values, rank: int) -> float:
   if np.count_nonzero(d) <= rank:
     return 0.0
   for i in range(1, rank + 1):
-    if (rank - i + 1) * d[i - 1] <= d[i - 1:].sum():
+    if (rank - i + 1) * d[i - 1] <= d[i - 1 :].sum():
       break
   k = rank - i + 1
-  s1, s2 = d[i - 1:].sum(), (d[i - 1:] ** 2).sum()
+  s1, s2 = d[i - 1 :].sum(), (d[i - 1 :] ** 2).sum()
   return max(s1 * s1 / k - s2, 0.0)
 
 
@@ -128,8 +141,14 @@ def diagonal_cases(draw, fast=False):
   d = singular_values(rng, q, spectrum) * 10.0**exponent
   return rng.permutation(d), rank
 
-KRONECKER_STRUCTURES = ("random", "zero_rows", "dependent", "cancelling",
-                        "all_zero")
+
+KRONECKER_STRUCTURES = (
+  "random",
+  "zero_rows",
+  "dependent",
+  "cancelling",
+  "all_zero",
+)
 
 
 def kronecker_sum(rng, terms, dim, structure, exponent, partner=None):
@@ -169,6 +188,7 @@ def summand_scale(us, As) -> float:
   """sum_i ||u_i|| ||A_i||: bounds ||G||_* and the rounding of the QRs."""
   return float(np.sum(np.linalg.norm(us, axis=1) * np.linalg.norm(As, axis=1)))
 
+
 @st.composite
 def sign_trick_cases(draw, fast=False):
   """(u1, A1, u2, A2) float64 with zero, equal or cancelling summands."""
@@ -177,8 +197,11 @@ def sign_trick_cases(draw, fast=False):
   else:
     dim_u = draw(st.integers(1, 6))
     shape_a = (draw(st.integers(1, 5)), draw(st.integers(1, 5)))
-  structure = draw(st.sampled_from(
-      ("random", "zero_u1", "zero_A2", "equal", "cancelling", "all_zero")))
+  structure = draw(
+    st.sampled_from(
+      ("random", "zero_u1", "zero_A2", "equal", "cancelling", "all_zero")
+    )
+  )
   exponents = draw(st.lists(st.integers(-15, 15), min_size=4, max_size=4))
   seed = draw(st.integers(0, 2**32 - 1))
   rng = np.random.default_rng(seed)
@@ -196,14 +219,15 @@ def sign_trick_cases(draw, fast=False):
   u1, A1, u2, A2 = (x * 10.0**e for x, e in zip((u1, A1, u2, A2), exponents))
   return u1, A1, u2, A2
 
+
 def tagged(kind, strategy):
   return strategy.map(lambda case: (kind, case))
 
 
 def float32_cases(fast=False):
   return st.one_of(
-      tagged("low_rank", matrix_cases(fast=fast)),
-      tagged("diagonal", diagonal_cases(fast=fast)),
-      tagged("reduce", kronecker_sum_cases(fast=fast)),
-      tagged("sign_trick", sign_trick_cases(fast=fast)))
-
+    tagged("low_rank", matrix_cases(fast=fast)),
+    tagged("diagonal", diagonal_cases(fast=fast)),
+    tagged("reduce", kronecker_sum_cases(fast=fast)),
+    tagged("sign_trick", sign_trick_cases(fast=fast)),
+  )

@@ -25,7 +25,8 @@ SMALL = 64  # samples for checks that hold for every sample
 def z_for(num_tests: int) -> float:
   """Two-sided normal quantile with Bonferroni correction."""
   return statistics.NormalDist().inv_cdf(
-      1 - FAMILY_WISE_ALPHA / (2 * num_tests))
+    1 - FAMILY_WISE_ALPHA / (2 * num_tests)
+  )
 
 
 def assert_mean_matches(samples, target, scale=1.0):
@@ -39,18 +40,23 @@ def assert_mean_matches(samples, target, scale=1.0):
   tolerance = z * sd / np.sqrt(n) + 1e-10 * scale
   excess = np.abs(mean - target) - tolerance
   assert np.all(excess <= 0), (
-      f"Monte Carlo mean off by up to {np.max(np.abs(mean - target)):.3g}, "
-      f"worst excess over the {z:.2f}-sigma bound: {excess.max():.3g}")
+    f"Monte Carlo mean off by up to {np.max(np.abs(mean - target)):.3g}, "
+    f"worst excess over the {z:.2f}-sigma bound: {excess.max():.3g}"
+  )
 
 
 def assert_mean_error_matches(squared_errors, expected):
   """Checks E||X' - X||^2 against its closed form, CLT tolerance."""
   squared_errors = np.asarray(squared_errors, np.float64)
   n = squared_errors.shape[0]
-  tolerance = (z_for(1) * squared_errors.std(ddof=1) / np.sqrt(n)
-               + 1e-9 * max(expected, 1e-12))
+  tolerance = z_for(1) * squared_errors.std(ddof=1) / np.sqrt(n) + 1e-9 * max(
+    expected, 1e-12
+  )
   assert abs(squared_errors.mean() - expected) <= tolerance, (
-      squared_errors.mean(), expected, tolerance)
+    squared_errors.mean(),
+    expected,
+    tolerance,
+  )
 
 
 def keys(seed, n=NUM_SAMPLES):

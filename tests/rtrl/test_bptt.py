@@ -6,10 +6,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-
-from rtrl_problems import rel_err
 import rtrl_problems
-from rtrl import bptt, cells, online
+from rtrl_problems import rel_err
+
+from rtrl import bptt
+from rtrl import cells
+from rtrl import online
 
 N, INPUT, OUTPUTS, B, T = 4, 3, 4, 2, 8
 
@@ -18,14 +20,22 @@ def make_problem(cell, seed=0, boundary_reset=False):
   """float64 params and a chunk; example 1 resets mid-way at t=2. With
   `boundary_reset`, every example also resets at t = T/2."""
   resets = [(0, None), (2, 1)] + ([(T // 2, None)] if boundary_reset else [])
-  return rtrl_problems.make_problem(cell, input_size=INPUT,
-                                    num_outputs=OUTPUTS, batch=B, steps=T,
-                                    resets=resets, seed=seed)
+  return rtrl_problems.make_problem(
+    cell,
+    input_size=INPUT,
+    num_outputs=OUTPUTS,
+    batch=B,
+    steps=T,
+    resets=resets,
+    seed=seed,
+  )
 
 
 def halves(chunk):
-  return (jax.tree_util.tree_map(lambda a: a[:T // 2], chunk),
-          jax.tree_util.tree_map(lambda a: a[T // 2:], chunk))
+  return (
+    jax.tree_util.tree_map(lambda a: a[: T // 2], chunk),
+    jax.tree_util.tree_map(lambda a: a[T // 2 :], chunk),
+  )
 
 
 @pytest.mark.parametrize("cls", [cells.RHN, cells.LSTM], ids=["rhn", "lstm"])
@@ -38,8 +48,10 @@ def test_tbptt_one_window_equals_full_bptt(cls, x64):
 
   @jax.jit
   def compute(params, chunk):
-    return (bptt.tbptt_gradients(cell, params, state0, chunk, T),
-            bptt.bptt_gradient(cell, params, state0, chunk))
+    return (
+      bptt.tbptt_gradients(cell, params, state0, chunk, T),
+      bptt.bptt_gradient(cell, params, state0, chunk),
+    )
 
   windows, full = compute(params, chunk)
   assert windows["cell"]["W"].shape == (1,) + params["cell"]["W"].shape
@@ -88,9 +100,12 @@ def test_short_horizon_equals_bptt_when_all_reset_at_boundary(x64):
   cell = cells.RHN(hidden_size=N)
   params, chunk = make_problem(cell, boundary_reset=True)
   state0 = online.broadcast_state(cell.initial_state(), B)
-  windows, full = jax.jit(lambda p, c: (
+  windows, full = jax.jit(
+    lambda p, c: (
       bptt.tbptt_gradients(cell, p, state0, c, T // 2),
-      bptt.bptt_gradient(cell, p, state0, c)))(params, chunk)
+      bptt.bptt_gradient(cell, p, state0, c),
+    )
+  )(params, chunk)
   assert rel_err(windows["cell"]["W"].sum(0), full["cell"]["W"]) < 1e-12
 
 
@@ -111,6 +126,7 @@ def test_tbptt_trainer_one_update_per_window(x64):
     def mean_loss(p, s, c):
       total, (final, _) = bptt.unrolled_loss(cell, p, s, c)
       return total / h, final
+
     g1, s1 = jax.grad(mean_loss, has_aux=True)(params, state0, first)
     p1 = jax.tree_util.tree_map(lambda p, g: p - lr * g, params, g1)
     g2, s2 = jax.grad(mean_loss, has_aux=True)(p1, s1, second)
@@ -121,8 +137,9 @@ def test_tbptt_trainer_one_update_per_window(x64):
   p2, s2 = by_hand(params)
   assert int(final.step) == T
   assert metrics.loss_sum.shape == (T,)
-  for a, b in zip(jax.tree_util.tree_leaves(final.params),
-                  jax.tree_util.tree_leaves(p2)):
+  for a, b in zip(
+    jax.tree_util.tree_leaves(final.params), jax.tree_util.tree_leaves(p2)
+  ):
     np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
   np.testing.assert_allclose(final.cell_state, s2, rtol=1e-12, atol=1e-14)
   assert np.abs(final.params["cell"]["W"] - params["cell"]["W"]).max() > 1e-4

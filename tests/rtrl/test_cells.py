@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rtrl import cells, tangents
+from rtrl import cells
+from rtrl import tangents
 
 N, INPUT = 4, 3
 CELL_CLASSES = [cells.RNN, cells.RHN, cells.LSTM, cells.GRU]
@@ -25,11 +26,15 @@ def _random_setup_jit(cell, seed):
   kp, ks, kx, kb = jax.random.split(jax.random.PRNGKey(seed), 4)
   params = cell.init(kp, INPUT)
   # Random bias too, so every gate works away from its initial operating point.
-  w = params["W"].at[-1].add(0.5 * jax.random.normal(kb, params["W"].shape[1:],
-                                                      params["W"].dtype))
+  w = (
+    params["W"]
+    .at[-1]
+    .add(0.5 * jax.random.normal(kb, params["W"].shape[1:], params["W"].dtype))
+  )
   params = {"W": w}
-  rows = 0.5 * jax.random.normal(ks, (cell.num_state_rows, N),
-                                 params["W"].dtype)
+  rows = 0.5 * jax.random.normal(
+    ks, (cell.num_state_rows, N), params["W"].dtype
+  )
   x = jax.random.normal(kx, (INPUT,), params["W"].dtype)
   return params, cell.rows_to_state(rows), x
 
@@ -53,8 +58,7 @@ def assert_float_dtype(cls, dtype):
   cell = cls(hidden_size=N)
   params = cell.init(jax.random.PRNGKey(0), INPUT)
   assert params["W"].dtype == dtype
-  state = jax.jit(cell.step)(params, cell.initial_state(),
-                             jnp.ones((INPUT,)))
+  state = jax.jit(cell.step)(params, cell.initial_state(), jnp.ones((INPUT,)))
   for leaf in jax.tree_util.tree_leaves((cell.initial_state(), state)):
     assert leaf.dtype == dtype
 
@@ -110,7 +114,7 @@ def test_cells_match_explicit_formulas(x64):
       params = {"W": params["W"] + 5.0 * (1 - cell.weight_mask(INPUT))}
     h = np.asarray(cell.output(state))
     z = np.concatenate([np.asarray(x), h, [1.0]]) @ w
-    gate = lambda k: z[k * N:(k + 1) * N]  # noqa: E731
+    gate = lambda k: z[k * N : (k + 1) * N]
     new = jax.jit(cell.step)(params, state, x)
     if cls is cells.RNN:
       np.testing.assert_allclose(new, np.tanh(gate(0)), rtol=1e-12)
@@ -121,7 +125,7 @@ def test_cells_match_explicit_formulas(x64):
     elif cls is cells.GRU:
       xs, hs = np.asarray(x), h
       rows_x, rows_h = slice(0, INPUT), slice(INPUT, INPUT + N)
-      block = lambda k: w[:, k * N:(k + 1) * N]  # noqa: E731
+      block = lambda k: w[:, k * N : (k + 1) * N]
       r, u = _sigmoid(gate(0)), _sigmoid(gate(1))
       from_x = xs @ block(2)[rows_x] + block(2)[-1]
       from_h = hs @ block(3)[rows_h] + block(3)[-1]
@@ -143,9 +147,9 @@ def test_init_biases():
   np.testing.assert_array_equal(b[N:], -1.0)
   lstm = cells.LSTM(hidden_size=N)
   b = lstm.init(jax.random.PRNGKey(0), INPUT)["W"][-1]
-  np.testing.assert_array_equal(b[N:2 * N], 1.0)
+  np.testing.assert_array_equal(b[N : 2 * N], 1.0)
   np.testing.assert_array_equal(b[:N], 0.0)
-  np.testing.assert_array_equal(b[2 * N:], 0.0)
+  np.testing.assert_array_equal(b[2 * N :], 0.0)
 
 
 @pytest.mark.parametrize("cls", CELL_CLASSES, ids=IDS)
@@ -172,24 +176,38 @@ def test_linearized_step_matches_step_and_jacobians(cls, x64):
 
     jw = jax.jacfwd(lambda w: step_rows({"W": w}, rows))(params["W"])
     f = (tangents.dense_D_factor(jac)[..., None] * jac.hhat).reshape(
-        s, N, k, N, -1)   # (S, n, K, n, P)
+      s, N, k, N, -1
+    )  # (S, n, K, n, P)
     hv = tangents.apply_recurrent_jacobian(jac, cell.hidden_row, vs)
-    jvps = jax.vmap(lambda v: jax.jvp(lambda r: step_rows(params, r),
-                                      (rows,), (v,))[1])(vs)
-    return dict(new=new, expected=expected, jac=jac, jz=jz, js=js, jw=jw, f=f,
-                hv=hv, jvps=jvps)
+    jvps = jax.vmap(
+      lambda v: jax.jvp(lambda r: step_rows(params, r), (rows,), (v,))[1]
+    )(vs)
+    return dict(
+      new=new,
+      expected=expected,
+      jac=jac,
+      jz=jz,
+      js=js,
+      jw=jw,
+      f=f,
+      hv=hv,
+      jvps=jvps,
+    )
 
   out = compute(params, state, x, vs)
   jac = out["jac"]
-  for a, b in zip(jax.tree_util.tree_leaves(out["new"]),
-                  jax.tree_util.tree_leaves(out["expected"])):
+  for a, b in zip(
+    jax.tree_util.tree_leaves(out["new"]),
+    jax.tree_util.tree_leaves(out["expected"]),
+  ):
     assert a.dtype == jnp.float64
     np.testing.assert_allclose(a, b, rtol=1e-14, atol=1e-15)
 
   hhat = np.concatenate([x, cell.output(state), np.ones((1,))])
   np.testing.assert_allclose(jac.hhat, hhat, rtol=1e-15)
   np.testing.assert_array_equal(
-      jac.recurrent_weights, cell.effective_weights(params)[INPUT:INPUT + N])
+    jac.recurrent_weights, cell.effective_weights(params)[INPUT : INPUT + N]
+  )
 
   # D and dfds against the full Jacobians of the pointwise map.
   jz, js = out["jz"], out["js"]
@@ -197,9 +215,11 @@ def test_linearized_step_matches_step_and_jacobians(cls, x64):
   assert jac.D.shape == (N, s, k) and jac.dfds.shape == (N, s, s)
   eye = np.eye(N)
   np.testing.assert_allclose(
-      jz, np.einsum("jsk,jl->sjkl", jac.D, eye), rtol=1e-12, atol=1e-14)
+    jz, np.einsum("jsk,jl->sjkl", jac.D, eye), rtol=1e-12, atol=1e-14
+  )
   np.testing.assert_allclose(
-      js, np.einsum("jst,jl->sjtl", jac.dfds, eye), rtol=1e-12, atol=1e-14)
+    js, np.einsum("jst,jl->sjtl", jac.dfds, eye), rtol=1e-12, atol=1e-14
+  )
   assert np.abs(jac.D).max() > 1e-3  # not trivially zero
 
   # F = d state' / d W == (hhat ⊗ D) ⊙ mask (Lemma 1).
@@ -207,10 +227,11 @@ def test_linearized_step_matches_step_and_jacobians(cls, x64):
   mask = cell.weight_mask(INPUT)
   mask = np.ones((p_dim, k * N)) if mask is None else mask
   np.testing.assert_allclose(
-      out["jw"],
-      np.transpose(out["f"], (0, 1, 4, 2, 3)).reshape(s, N, p_dim, k * N)
-      * mask,
-      rtol=1e-12, atol=1e-14)
+    out["jw"],
+    np.transpose(out["f"], (0, 1, 4, 2, 3)).reshape(s, N, p_dim, k * N) * mask,
+    rtol=1e-12,
+    atol=1e-14,
+  )
 
   # H v == jvp of the step w.r.t. the state, for a batch of tangents.
   np.testing.assert_allclose(out["hv"], out["jvps"], rtol=1e-12, atol=1e-14)

@@ -17,7 +17,9 @@ import pytest
 from scipy import stats
 
 from rtrl.tasks import copy_task
-from rtrl.tasks.copy_task import BLANK, CopyStepMetrics, CurriculumState
+from rtrl.tasks.copy_task import BLANK
+from rtrl.tasks.copy_task import CopyStepMetrics
+from rtrl.tasks.copy_task import CurriculumState
 
 CHI2_P = 1e-4  # false-failure probability of each chi-square bound
 # One shape (steps, batch, max_length) for the float32 runs below, so that
@@ -27,6 +29,7 @@ STEPS, BATCH, MAX_LENGTH = 2000, 8, 20
 
 class Recorded(NamedTuple):
   """What the train step saw, leaves (num_steps, B)."""
+
   tokens: np.ndarray
   targets: np.ndarray
   weights: np.ndarray
@@ -42,39 +45,59 @@ def fake_train_step(losses_bits):
   def train_step(t, batch, output_weights):
     ce = losses_bits[t] * copy_task.LOG2  # nats, every example alike
     metrics = CopyStepMetrics(
-        loss_sum=ce * batch.weights.sum(), weight_sum=batch.weights.sum(),
-        output_loss_sum=ce * output_weights.sum(),
-        output_weight_sum=output_weights.sum())
+      loss_sum=ce * batch.weights.sum(),
+      weight_sum=batch.weights.sum(),
+      output_loss_sum=ce * output_weights.sum(),
+      output_weight_sum=output_weights.sum(),
+    )
     return t + 1, metrics
+
   return train_step
 
 
 @functools.partial(jax.jit, static_argnames=("curriculum", "rule"))
 def _run_chunk(losses_bits, stream, state, curriculum, rule):
   return copy_task.run_chunk(
-      fake_train_step(losses_bits), jnp.zeros((), jnp.int32), stream, state,
-      losses_bits.shape[0], curriculum, **dict(rule))
+    fake_train_step(losses_bits),
+    jnp.zeros((), jnp.int32),
+    stream,
+    state,
+    losses_bits.shape[0],
+    curriculum,
+    **dict(rule),
+  )
 
 
-def run(losses_bits, curriculum, batch_size, max_length, state=None, seed=0,
-        **rule):
+def run(
+  losses_bits, curriculum, batch_size, max_length, state=None, seed=0, **rule
+):
   """`run_chunk` over `len(losses_bits)` steps with the fake train step.
 
   Returns `(final curriculum, metrics, trace, Recorded)`."""
-  stream = copy_task.stream_init(jax.random.PRNGKey(seed), batch_size,
-                                 max_length)
+  stream = copy_task.stream_init(
+    jax.random.PRNGKey(seed), batch_size, max_length
+  )
   state = state or copy_task.curriculum_init()
   dtype = jnp.asarray(0.0).dtype
-  state = CurriculumState(jnp.asarray(state.length, jnp.int32),
-                          jnp.asarray(state.error_ema, dtype))
+  state = CurriculumState(
+    jnp.asarray(state.length, jnp.int32), jnp.asarray(state.error_ema, dtype)
+  )
   (steps, _, final), out = _run_chunk(
-      jnp.asarray(losses_bits, dtype), stream, state, curriculum,
-      tuple(sorted(rule.items())))
+    jnp.asarray(losses_bits, dtype),
+    stream,
+    state,
+    curriculum,
+    tuple(sorted(rule.items())),
+  )
   assert int(steps) == len(losses_bits)
   out = jax.device_get(out)
-  recorded = Recorded(out.batches.inputs.argmax(-1), out.batches.targets,
-                      out.batches.weights, out.output_weights,
-                      out.batches.resets)
+  recorded = Recorded(
+    out.batches.inputs.argmax(-1),
+    out.batches.targets,
+    out.batches.weights,
+    out.output_weights,
+    out.batches.resets,
+  )
   return final, out.metrics, out.curriculum, recorded
 
 
@@ -98,8 +121,16 @@ def sequence_lengths(recorded):
   return out
 
 
-def python_official(losses_bits, seqs, batch_size, max_length, decay=0.999,
-                    reset_bits=0.3, threshold=0.15, initial=1.0):
+def python_official(
+  losses_bits,
+  seqs,
+  batch_size,
+  max_length,
+  decay=0.999,
+  reset_bits=0.3,
+  threshold=0.15,
+  initial=1.0,
+):
   """The official loop, written plainly: each step, each example in index
   order whose sequence has ended checks `ema < threshold` (T += 1, ema =
   reset) and then starts its next sequence (length taken from `seqs`); after
@@ -128,10 +159,13 @@ def python_official(losses_bits, seqs, batch_size, max_length, decay=0.999,
   return starts, seen, np.array(lengths), np.array(emas)
 
 
-@pytest.mark.parametrize("rule,steps", [
-    ({}, 5000),                                    # the official constants
-    ({"decay": 0.9, "reset_bits": 0.1}, 400),      # fast, and a reset below
-])                                                 # the threshold
+@pytest.mark.parametrize(
+  "rule,steps",
+  [
+    ({}, 5000),  # the official constants
+    ({"decay": 0.9, "reset_bits": 0.1}, 400),  # fast, and a reset below
+  ],
+)  # the threshold
 def test_official_rule_matches_python_loop(x64, rule, steps):
   """Hand-built per-step losses (uniform 0..0.12 bits, with a burst of 2
   bits): T, the moving average after every step, the steps where sequences
@@ -139,14 +173,15 @@ def test_official_rule_matches_python_loop(x64, rule, steps):
   drawn length lies in max(1, T-4)..T for the T just after its own check."""
   rng = np.random.default_rng(1)
   losses = rng.uniform(0.0, 0.12, size=steps)
-  losses[steps // 3: steps // 3 + 20] = 2.0
+  losses[steps // 3 : steps // 3 + 20] = 2.0
   batch_size, max_length = 4, 40
-  final, _, trace, recorded = run(losses, "official", batch_size,
-                                  max_length, **rule)
+  final, _, trace, recorded = run(
+    losses, "official", batch_size, max_length, **rule
+  )
   seqs = sequence_lengths(recorded)
   starts, seen, lengths, emas = python_official(
-      losses, seqs, batch_size, max_length,
-      **{k: v for k, v in rule.items()})
+    losses, seqs, batch_size, max_length, **{k: v for k, v in rule.items()}
+  )
   resets = np.asarray(recorded.resets)
   assert sorted(starts) == sorted(zip(*np.nonzero(resets)))
   np.testing.assert_array_equal(np.asarray(trace.length), lengths)
@@ -197,8 +232,9 @@ def test_sample_length_uniform(curriculum, T):
   output_only) and frequencies within the chi-square bound."""
   window = copy_task.LENGTH_WINDOWS[curriculum]
   keys = jax.random.split(jax.random.PRNGKey(T), 20000)
-  values = np.asarray(jax.vmap(
-      lambda k: copy_task.sample_length(k, T, window))(keys))
+  values = np.asarray(
+    jax.vmap(lambda k: copy_task.sample_length(k, T, window))(keys)
+  )
   support = list(range(max(1, T - window), T + 1))
   assert sorted(set(values.tolist())) == support
   if len(support) > 1:
@@ -208,12 +244,13 @@ def test_sample_length_uniform(curriculum, T):
 
 @pytest.mark.parametrize("T", [1, 2, 3, 5, 12])
 def test_sample_length_clipped_is_the_official_draw(T):
-  """"clipped": max(1, T - k), k uniform on 0..4 (the official script): at
+  """ "clipped": max(1, T - k), k uniform on 0..4 (the official script): at
   T = 2 length 1 has probability 4/5; 20000 draws pass the chi-square
   bound against those exact probabilities."""
   keys = jax.random.split(jax.random.PRNGKey(T), 20000)
-  values = np.asarray(jax.vmap(lambda k: copy_task.sample_length(
-      k, T, 4, "clipped"))(keys))
+  values = np.asarray(
+    jax.vmap(lambda k: copy_task.sample_length(k, T, 4, "clipped"))(keys)
+  )
   probabilities = {}
   for k in range(5):
     length = max(1, T - k)
@@ -229,9 +266,12 @@ def test_sample_length_clipped_is_the_official_draw(T):
 
 def test_unknown_length_rule_is_named():
   with pytest.raises(ValueError, match="length_rule.*'uniform', 'clipped'"):
-    copy_task.stream_step(copy_task.stream_init(jax.random.PRNGKey(0), 2, 4),
-                          copy_task.curriculum_init(), "official",
-                          length_rule="official")
+    copy_task.stream_step(
+      copy_task.stream_init(jax.random.PRNGKey(0), 2, 4),
+      copy_task.curriculum_init(),
+      "official",
+      length_rule="official",
+    )
 
 
 @pytest.mark.parametrize("curriculum", ["official", "output_only"])
@@ -240,11 +280,18 @@ def test_stream_lengths_uniform(curriculum):
   average never drops below 0.15): complete sequences' lengths have exact
   support 9-w..9 and pass the chi-square bound."""
   state = CurriculumState(jnp.asarray(9, jnp.int32), jnp.asarray(1.0))
-  final, _, trace, recorded = run(np.ones(STEPS), curriculum, BATCH,
-                                  MAX_LENGTH, state=state)
+  final, _, trace, recorded = run(
+    np.ones(STEPS), curriculum, BATCH, MAX_LENGTH, state=state
+  )
   assert int(final.length) == 9 and np.all(np.asarray(trace.length) == 9)
-  values = np.array([L for seqs in sequence_lengths(recorded)
-                     for _, L, complete in seqs if complete])
+  values = np.array(
+    [
+      L
+      for seqs in sequence_lengths(recorded)
+      for _, L, complete in seqs
+      if complete
+    ]
+  )
   assert len(values) > 800
   support = list(range(9 - copy_task.LENGTH_WINDOWS[curriculum], 10))
   assert sorted(set(values.tolist())) == support
@@ -258,8 +305,9 @@ def test_loss_weights_per_protocol(curriculum):
   output-phase mask. The output-phase mask is the same under both and is 1
   exactly on the marker and bits of the target (encode's output phase)."""
   state = CurriculumState(jnp.asarray(6, jnp.int32), jnp.asarray(1.0))
-  _, _, _, recorded = run(np.ones(STEPS), curriculum, BATCH, MAX_LENGTH,
-                          state=state)
+  _, _, _, recorded = run(
+    np.ones(STEPS), curriculum, BATCH, MAX_LENGTH, state=state
+  )
   weights = np.asarray(recorded.weights)
   out_w = np.asarray(recorded.output_weights)
   if curriculum == "official":
@@ -273,11 +321,12 @@ def test_loss_weights_per_protocol(curriculum):
       if not complete:
         continue
       seg = slice(start, start + 2 * L + 2)
-      inp, tgt, w = copy_task.encode(tokens[seg, b][1:L + 1], curriculum)
+      inp, tgt, w = copy_task.encode(tokens[seg, b][1 : L + 1], curriculum)
       np.testing.assert_array_equal(targets[seg, b], tgt)
       np.testing.assert_array_equal(weights[seg, b], w)
-      np.testing.assert_array_equal(out_w[seg, b], [0] * (L + 1) +
-                                    [1] * (L + 1))
+      np.testing.assert_array_equal(
+        out_w[seg, b], [0] * (L + 1) + [1] * (L + 1)
+      )
 
 
 @pytest.mark.parametrize("loss_bits,grows", [(0.149, True), (0.15, False)])
@@ -286,13 +335,17 @@ def test_output_only_checks_once_per_chunk(loss_bits, grows):
   iff the chunk's output-phase error is below 0.15; the moving average is
   untouched."""
   state = CurriculumState(jnp.asarray(3, jnp.int32), jnp.asarray(1.0))
-  final, metrics, trace, _ = run(np.full(STEPS, loss_bits), "output_only",
-                                 BATCH, MAX_LENGTH, state=state)
+  final, metrics, trace, _ = run(
+    np.full(STEPS, loss_bits), "output_only", BATCH, MAX_LENGTH, state=state
+  )
   assert np.all(np.asarray(trace.length) == 3)
   assert int(final.length) == 3 + grows
   assert float(final.error_ema) == 1.0
-  error = float(metrics.output_loss_sum.sum() /
-                metrics.output_weight_sum.sum() / copy_task.LOG2)
+  error = float(
+    metrics.output_loss_sum.sum()
+    / metrics.output_weight_sum.sum()
+    / copy_task.LOG2
+  )
   assert error == pytest.approx(loss_bits, rel=1e-5)
 
 

@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 
 from rtrl.tasks import copy_task
-from rtrl.tasks.copy_task import BIT0, BIT1, BLANK, MARKER
+from rtrl.tasks.copy_task import BIT0
+from rtrl.tasks.copy_task import BIT1
+from rtrl.tasks.copy_task import BLANK
+from rtrl.tasks.copy_task import MARKER
 
 SYMBOLS = {BIT0: "0", BIT1: "1", MARKER: "#", BLANK: "*"}
 
@@ -44,18 +47,22 @@ def test_encode_official_weights_every_position():
   np.testing.assert_array_equal(weights, [1] * 12)
 
 
-@pytest.mark.parametrize("bits,inp,tgt", [
+@pytest.mark.parametrize(
+  "bits,inp,tgt",
+  [
     ([1], "# 1 *", "* * # 1"),
     ([0, 0], "# 0 0 * * *", "* * * # 0 0"),
-])
+  ],
+)
 def test_encode_small_examples(bits, inp, tgt):
   """Explicit L=1 and L=2 examples (lengths 2L+2, blanks pad)."""
   inputs, targets, weights = copy_task.encode(bits)
   assert as_text(inputs) == inp + (" *" if len(bits) == 1 else "")
   assert as_text(targets) == tgt
   assert len(inputs) == len(targets) == len(weights) == 2 * len(bits) + 2
-  np.testing.assert_array_equal(weights, [0] * (len(bits) + 1) +
-                                [1] * (len(bits) + 1))
+  np.testing.assert_array_equal(
+    weights, [0] * (len(bits) + 1) + [1] * (len(bits) + 1)
+  )
 
 
 def _decode_streams(chunk):
@@ -73,22 +80,30 @@ def _decode_streams(chunk):
     assert starts[0] == 0, "the first step of every stream starts a sequence"
     segs = []
     for lo, hi in zip(starts[:-1], starts[1:]):
-      segs.append((hi < tokens.shape[0], tokens[lo:hi, b], targets[lo:hi, b],
-                   weights[lo:hi, b]))
+      segs.append(
+        (
+          hi < tokens.shape[0],
+          tokens[lo:hi, b],
+          targets[lo:hi, b],
+          weights[lo:hi, b],
+        )
+      )
     out.append(segs)
   return out
 
 
 # One compiled generator shape shared by the tests below (compiles are slow).
 BATCH, MAX_LENGTH, STEPS = 4, 12, 200
-_generate = jax.jit(copy_task.generate, static_argnums=2,
-                    static_argnames="curriculum")
+_generate = jax.jit(
+  copy_task.generate, static_argnums=2, static_argnames="curriculum"
+)
 
 
 def generate(seed, length, curriculum="output_only"):
   stream = copy_task.stream_init(jax.random.PRNGKey(seed), BATCH, MAX_LENGTH)
-  return _generate(stream, jnp.asarray(length, jnp.int32), STEPS,
-                   curriculum=curriculum)
+  return _generate(
+    stream, jnp.asarray(length, jnp.int32), STEPS, curriculum=curriculum
+  )
 
 
 def check_segments(chunk, low, high, curriculum="output_only"):
@@ -105,7 +120,7 @@ def check_segments(chunk, low, high, curriculum="output_only"):
         length = int(np.sum(inp[1:] != BLANK))
         if length == 0:
           continue
-      bits = inp[1:1 + length]
+      bits = inp[1 : 1 + length]
       assert set(bits.tolist()) <= {BIT0, BIT1}
       e_inp, e_tgt, e_w = copy_task.encode(bits, curriculum)
       n = len(inp)
@@ -120,9 +135,10 @@ def check_segments(chunk, low, high, curriculum="output_only"):
   return lengths, all_bits
 
 
-@pytest.mark.parametrize("curriculum,protocol", [
-    (1, "output_only"), (3, "output_only"), (9, "output_only"),
-    (9, "official")])
+@pytest.mark.parametrize(
+  "curriculum,protocol",
+  [(1, "output_only"), (3, "output_only"), (9, "output_only"), (9, "official")],
+)
 def test_generate_streams_agree_with_encode(curriculum, protocol):
   """Every complete sequence between resets == `encode(bits, protocol)`
   (bits read from its input; weights per protocol); lengths lie in
@@ -131,8 +147,12 @@ def test_generate_streams_agree_with_encode(curriculum, protocol):
   prefix of a valid example."""
   _, chunk = generate(curriculum, curriculum, protocol)
   assert chunk.inputs.shape == (STEPS, BATCH, copy_task.VOCAB_SIZE)
-  assert chunk.targets.shape == chunk.weights.shape == chunk.resets.shape == \
-      (STEPS, BATCH)
+  assert (
+    chunk.targets.shape
+    == chunk.weights.shape
+    == chunk.resets.shape
+    == (STEPS, BATCH)
+  )
   assert chunk.resets.dtype == jnp.bool_
   assert chunk.inputs.dtype == chunk.weights.dtype == jnp.float32
   low = max(1, curriculum - copy_task.LENGTH_WINDOWS[protocol])
@@ -151,8 +171,9 @@ def test_generate_continues_across_calls():
   stream = copy_task.stream_init(jax.random.PRNGKey(5), BATCH, MAX_LENGTH)
   mid, part1 = _generate(stream, jnp.asarray(6, jnp.int32), STEPS)
   _, part2 = _generate(mid, jnp.asarray(6, jnp.int32), STEPS)
-  whole = jax.tree_util.tree_map(lambda a, b: np.concatenate([a, b]),
-                                 part1, part2)
+  whole = jax.tree_util.tree_map(
+    lambda a, b: np.concatenate([a, b]), part1, part2
+  )
   check_segments(whole, 1, 6)
   # Some example is mid-sequence at the boundary (no reset at part2's start).
   assert not np.all(np.asarray(part2.resets)[0])
@@ -174,14 +195,17 @@ def test_generate_dtype_follows_x64(x64):
   assert chunk.inputs.dtype == chunk.weights.dtype == jnp.float64
 
 
-@pytest.mark.parametrize("error,expected", [
+@pytest.mark.parametrize(
+  "error,expected",
+  [
     (0.0, 5),
     (0.1, 5),
-    (float(np.nextafter(0.15, 0.0)), 5),   # just below the threshold
-    (0.15, 4),                              # exactly at it: no advance
+    (float(np.nextafter(0.15, 0.0)), 5),  # just below the threshold
+    (0.15, 4),  # exactly at it: no advance
     (float(np.nextafter(0.15, 1.0)), 4),
     (0.7, 4),
-])
+  ],
+)
 def test_curriculum_advances_strictly_below_threshold(error, expected):
   """T -> T+1 iff error < 0.15 bits/char (Python floats)."""
   assert int(copy_task.curriculum_update(4, error)) == expected

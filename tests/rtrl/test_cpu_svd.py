@@ -7,12 +7,12 @@ badly scaled input exact, give each matrix the same factors whatever batch
 it is in, have the derivatives of an SVD, and refuse what it was not built
 for."""
 
+from helpers import random_normal
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import random_normal
 from rtrl import linalg
 
 
@@ -22,18 +22,24 @@ def _check_is_svd(matrices, u, s, vt, tolerance):
   matrices, u, s, vt = map(np.asarray, (matrices, u, s, vt))
   c = matrices.shape[-1]
   scale = np.abs(matrices).max(axis=(-2, -1), keepdims=True)
-  np.testing.assert_allclose(np.einsum("...ik,...k,...kj->...ij", u, s, vt)
-                             / np.maximum(scale, 1e-300),
-                             matrices / np.maximum(scale, 1e-300),
-                             atol=tolerance)
+  np.testing.assert_allclose(
+    np.einsum("...ik,...k,...kj->...ij", u, s, vt) / np.maximum(scale, 1e-300),
+    matrices / np.maximum(scale, 1e-300),
+    atol=tolerance,
+  )
   assert np.all(s >= 0) and np.all(np.diff(s, axis=-1) <= 0)
-  np.testing.assert_allclose(np.einsum("...ki,...kj->...ij", vt, vt),
-                             np.broadcast_to(np.eye(c), vt.shape),
-                             atol=tolerance)
+  np.testing.assert_allclose(
+    np.einsum("...ki,...kj->...ij", vt, vt),
+    np.broadcast_to(np.eye(c), vt.shape),
+    atol=tolerance,
+  )
   positive = (s > 0)[..., None, :] & (s > 0)[..., :, None]
   gram = np.einsum("...ki,...kj->...ij", u, u)
-  np.testing.assert_allclose(np.where(positive, gram, 0),
-                             np.where(positive, np.eye(c), 0), atol=tolerance)
+  np.testing.assert_allclose(
+    np.where(positive, gram, 0),
+    np.where(positive, np.eye(c), 0),
+    atol=tolerance,
+  )
   np.testing.assert_array_equal(np.where((s == 0)[..., None, :], u, 0), 0)
 
 
@@ -45,8 +51,12 @@ def test_an_svd_in_float64(kernels, size, x64):
     a = random_normal(batch + (size, size), np.float64, seed=size)
     u, s, vt = kernels.svd(jnp.asarray(a))
     _check_is_svd(a, u, s, vt, tolerance=1e-13)
-    np.testing.assert_allclose(s, np.linalg.svd(a, compute_uv=False),
-                               rtol=1e-13, atol=1e-13 * np.abs(a).max())
+    np.testing.assert_allclose(
+      s,
+      np.linalg.svd(a, compute_uv=False),
+      rtol=1e-13,
+      atol=1e-13 * np.abs(a).max(),
+    )
 
 
 def test_float32_is_accurate_to_its_precision(kernels):
@@ -54,8 +64,11 @@ def test_float32_is_accurate_to_its_precision(kernels):
   u, s, vt = kernels.svd(jnp.asarray(a))
   _check_is_svd(a, u, s, vt, tolerance=2e-5)
   np.testing.assert_allclose(
-      s, np.linalg.svd(a.astype(np.float64), compute_uv=False),
-      rtol=1e-5, atol=1e-5)
+    s,
+    np.linalg.svd(a.astype(np.float64), compute_uv=False),
+    rtol=1e-5,
+    atol=1e-5,
+  )
 
 
 def test_rank_deficient_and_zero_matrices(kernels, x64):
@@ -97,7 +110,7 @@ def test_a_matrix_gets_the_same_factors_in_any_batch(kernels):
   a[6] = np.eye(17)
   together = [np.asarray(x) for x in kernels.svd(jnp.asarray(a))]
   for i in (0, 5, 6, 17, 39):
-    alone = kernels.svd(jnp.asarray(a[i:i + 1]))
+    alone = kernels.svd(jnp.asarray(a[i : i + 1]))
     for x, y in zip(together, alone):
       np.testing.assert_array_equal(x[i], np.asarray(y)[0])
 
@@ -109,22 +122,26 @@ def test_non_finite_input_gives_non_finite_output_and_returns(kernels):
   _, s, _ = kernels.svd(jnp.asarray(a))
   assert np.isnan(np.asarray(s)[0]).any()
   assert not np.isfinite(np.asarray(s)[1]).all()
-  np.testing.assert_allclose(s[2], np.linalg.svd(a[2], compute_uv=False),
-                             rtol=1e-5)
+  np.testing.assert_allclose(
+    s[2], np.linalg.svd(a[2], compute_uv=False), rtol=1e-5
+  )
 
 
 def test_under_vmap_jit_and_scan(kernels, x64):
   a = jnp.asarray(random_normal((4, 3, 9, 9), np.float64, seed=6))
   s = jax.jit(jax.vmap(lambda m: kernels.svd(m)[1]))(a)
-  np.testing.assert_allclose(s, np.linalg.svd(np.asarray(a),
-                                              compute_uv=False), rtol=1e-13)
+  np.testing.assert_allclose(
+    s, np.linalg.svd(np.asarray(a), compute_uv=False), rtol=1e-13
+  )
 
   def body(carry, _):
     u, s, vt = kernels.svd(carry)
     return carry + (u * s[..., None, :]) @ vt, s
+
   _, values = jax.jit(lambda c: jax.lax.scan(body, c, None, length=3))(a)
-  expected = [np.linalg.svd(np.asarray(a) * 2**k, compute_uv=False)
-              for k in range(3)]
+  expected = [
+    np.linalg.svd(np.asarray(a) * 2**k, compute_uv=False) for k in range(3)
+  ]
   np.testing.assert_allclose(values, np.stack(expected), rtol=1e-12)
 
 
@@ -137,17 +154,23 @@ def test_derivatives_are_those_of_the_svd(kernels, x64):
   def invariants(svd_fn):
     def f(m):
       u, s, vt = svd_fn(m)
-      return jnp.sum(jnp.sin(s)) + jnp.sum(jnp.cos((u * s[..., None, :]**2)
-                                                   @ vt))
+      return jnp.sum(jnp.sin(s)) + jnp.sum(
+        jnp.cos((u * s[..., None, :] ** 2) @ vt)
+      )
+
     return f
 
   lapack = lambda m: jnp.linalg.svd(m, full_matrices=False)
-  ours, reference = (jax.jvp(invariants(fn), (a,), (d,))[1]
-                     for fn in (kernels.svd, lapack))
+  ours, reference = (
+    jax.jvp(invariants(fn), (a,), (d,))[1] for fn in (kernels.svd, lapack)
+  )
   np.testing.assert_allclose(ours, reference, rtol=1e-10)
-  np.testing.assert_allclose(jax.grad(invariants(kernels.svd))(a),
-                             jax.grad(invariants(lapack))(a), rtol=1e-10,
-                             atol=1e-12)
+  np.testing.assert_allclose(
+    jax.grad(invariants(kernels.svd))(a),
+    jax.grad(invariants(lapack))(a),
+    rtol=1e-10,
+    atol=1e-12,
+  )
 
 
 def test_svd_usable_says_no_outside_what_is_built(kernels):
@@ -159,16 +182,23 @@ def test_svd_usable_says_no_outside_what_is_built(kernels):
   assert not kernels.svd_usable(4, jnp.bfloat16)
 
 
-@pytest.mark.parametrize("shape, dtype", [
-    ((4, 5), jnp.float32), ((33, 33), jnp.float32), ((5,), jnp.float32),
-    ((3, 3), jnp.int32)])
+@pytest.mark.parametrize(
+  "shape, dtype",
+  [
+    ((4, 5), jnp.float32),
+    ((33, 33), jnp.float32),
+    ((5,), jnp.float32),
+    ((3, 3), jnp.int32),
+  ],
+)
 def test_bad_input_is_refused_by_name(kernels, shape, dtype):
   with pytest.raises(ValueError, match="svd needs"):
     kernels.svd(jnp.ones(shape, dtype))
 
 
-def test_small_svd_routes_square_matrices_to_the_kernel(kernels, x64,
-                                                        monkeypatch):
+def test_small_svd_routes_square_matrices_to_the_kernel(
+  kernels, x64, monkeypatch
+):
   """`linalg.small_svd` on CPU: square matrices up to 32 on the kernel
   (the same values as the kernel's), others on LAPACK, and
   `SMALL_SVD_ON_CPU_KERNEL = False` sends all to LAPACK."""
@@ -176,8 +206,10 @@ def test_small_svd_routes_square_matrices_to_the_kernel(kernels, x64,
   for x, y in zip(linalg.small_svd(square), kernels.svd(square)):
     np.testing.assert_array_equal(x, y)
   tall = random_normal((5, 9, 4), np.float64, seed=10)
-  for x, y in zip(linalg.small_svd(jnp.asarray(tall)),
-                  np.linalg.svd(tall, full_matrices=False)):
+  for x, y in zip(
+    linalg.small_svd(jnp.asarray(tall)),
+    np.linalg.svd(tall, full_matrices=False),
+  ):
     np.testing.assert_allclose(np.abs(x), np.abs(y), rtol=1e-12, atol=1e-12)
   monkeypatch.setattr(linalg, "SMALL_SVD_ON_CPU_KERNEL", False)
   lowered = jax.jit(lambda m: linalg.small_svd(m)).lower(square).as_text()

@@ -13,21 +13,30 @@ cells and names fail with errors that name the culprit.
 import statistics
 
 import jax
+from jax.flatten_util import ravel_pytree
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from jax.flatten_util import ravel_pytree
+from rtrl_custom_cells import N
+from rtrl_custom_cells import cho_gru
+from rtrl_custom_cells import cho_gru_pattern
+from rtrl_custom_cells import cho_gru_step
+from rtrl_custom_cells import diagonal_rnn
+from rtrl_custom_cells import peephole_lstm
+from rtrl_custom_cells import peephole_lstm_step
+from rtrl_custom_cells import wrapped
+import rtrl_problems
+from rtrl_problems import rel_err
 
 import rtrl
-import rtrl_problems
-from rtrl import bptt, cells, estimators, online, readout
+from rtrl import bptt
+from rtrl import cells
+from rtrl import estimators
+from rtrl import online
+from rtrl import readout
 from rtrl.cells import CustomCell
 from rtrl.estimators import sparsity
-from rtrl_custom_cells import (N, cho_gru, cho_gru_pattern, cho_gru_step,
-                               diagonal_rnn, peephole_lstm,
-                               peephole_lstm_step, wrapped)
-from rtrl_problems import rel_err
 
 INPUT, OUTPUTS, B, T = 2, 3, 2, 8
 RESETS = [(0, None), (3, 0), (5, 1)]
@@ -59,7 +68,8 @@ def test_generic_rtrl_equals_bptt(cell_name, x64):
   cell = USER_CELLS[cell_name]()
   params, chunk = make_problem(cell)
   total, full = rtrl_problems.summed_online_and_bptt(
-      cell, estimators.make("rtrl", cell), params, chunk)
+    cell, estimators.make("rtrl", cell), params, chunk
+  )
   assert_trees_close(total, full, 1e-12, cell_name)
   assert min(np.abs(a).max() for a in jax.tree_util.tree_leaves(full)) > 1e-3
 
@@ -75,10 +85,14 @@ def test_generic_rtrl_on_wrapped_builtin_equals_lemma1_rtrl(cls, x64):
   @jax.jit
   def compute(params, chunk):
     key = jax.random.PRNGKey(0)
-    return (online.frozen_gradients(
-        builtin, estimators.make("rtrl", builtin), params, chunk, key)[0],
-            online.frozen_gradients(
-        custom, estimators.make("rtrl", custom), params, chunk, key)[0])
+    return (
+      online.frozen_gradients(
+        builtin, estimators.make("rtrl", builtin), params, chunk, key
+      )[0],
+      online.frozen_gradients(
+        custom, estimators.make("rtrl", custom), params, chunk, key
+      )[0],
+    )
 
   lemma1, generic = compute(params, chunk)
   for t in range(T):
@@ -117,14 +131,20 @@ def test_generic_uoro_is_unbiased(x64):
   rng = np.random.default_rng(0)
   xs = jnp.asarray(rng.standard_normal((UORO_STEPS, INPUT)))
   gs = jnp.asarray(rng.standard_normal((UORO_STEPS, N)))
-  exact = jax.jit(lambda key: per_step_flat_gradients(
-      cell, estimators.make("rtrl", cell), params, xs, gs, key))(
-          jax.random.PRNGKey(0))
+  exact = jax.jit(
+    lambda key: per_step_flat_gradients(
+      cell, estimators.make("rtrl", cell), params, xs, gs, key
+    )
+  )(jax.random.PRNGKey(0))
   uoro = estimators.make("uoro", cell)
   keys = jax.random.split(jax.random.PRNGKey(1000), UORO_STREAMS)
-  samples = np.asarray(jax.jit(jax.vmap(
-      lambda key: per_step_flat_gradients(cell, uoro, params, xs, gs, key)))(
-          keys))
+  samples = np.asarray(
+    jax.jit(
+      jax.vmap(
+        lambda key: per_step_flat_gradients(cell, uoro, params, xs, gs, key)
+      )
+    )(keys)
+  )
   exact = np.asarray(exact)
   mean, std = samples.mean(0), samples.std(0, ddof=1)
   z = statistics.NormalDist().inv_cdf(1 - 1e-4 / (2 * exact.size))
@@ -145,8 +165,8 @@ def flat_jacobians(cell, params, state, x):
   s, unravel_state = ravel_pytree(state)
 
   def flat(th, st):
-    return ravel_pytree(cell.step(unravel_params(th), unravel_state(st),
-                                  x))[0]
+    return ravel_pytree(cell.step(unravel_params(th), unravel_state(st), x))[0]
+
   return jax.jacobian(flat, argnums=(0, 1))(theta, s)
 
 
@@ -159,8 +179,9 @@ def dense_influences(cell, est, params, xs):
 
   def body(carry, x):
     tstate, state = step(*carry, x)
-    rows = jax.vmap(lambda e: ravel_pytree(
-        est.gradient(params, tstate, unravel_state(e)))[0])(jnp.eye(d))
+    rows = jax.vmap(
+      lambda e: ravel_pytree(est.gradient(params, tstate, unravel_state(e)))[0]
+    )(jnp.eye(d))
     return (tstate, state), rows
 
   tstate = est.init(params, cell.initial_state(), jax.random.PRNGKey(0))
@@ -178,11 +199,13 @@ def test_snap1_is_masked_rtrl_recursion_and_exact_at_first_step(x64):
   xs = jnp.asarray(np.random.default_rng(1).standard_normal((5, INPUT)))
   mask = cho_gru_pattern(params)
   snap = estimators.make("snap1", cell)
-  tangent = snap.init(params, cell.initial_state(),
-                      jax.random.PRNGKey(0)).tangent
+  tangent = snap.init(
+    params, cell.initial_state(), jax.random.PRNGKey(0)
+  ).tangent
   assert sum(a.size for a in tangent) == mask.sum()
-  run = jax.jit(lambda est: dense_influences(cell, est, params, xs),
-                static_argnums=0)
+  run = jax.jit(
+    lambda est: dense_influences(cell, est, params, xs), static_argnums=0
+  )
   snapped = np.asarray(run(snap))
   exact = np.asarray(run(estimators.make("rtrl", cell)))
   given = np.asarray(run(estimators.make("snap1", cell, pattern=mask)))
@@ -207,9 +230,12 @@ def test_snap1_equals_rtrl_for_a_diagonal_recurrence(x64):
 
   @jax.jit
   def compute(params, chunk):
-    return [online.frozen_gradients(cell, estimators.make(name, cell), params,
-                                    chunk, jax.random.PRNGKey(0))[0]
-            for name in ("rtrl", "snap1")]
+    return [
+      online.frozen_gradients(
+        cell, estimators.make(name, cell), params, chunk, jax.random.PRNGKey(0)
+      )[0]
+      for name in ("rtrl", "snap1")
+    ]
 
   exact, snapped = compute(params, chunk)
 
@@ -220,18 +246,25 @@ def test_snap1_equals_rtrl_for_a_diagonal_recurrence(x64):
     assert rel_err(at(snapped, t), at(exact, t)) < 1e-12, t
 
 
-@pytest.mark.parametrize("cls,per_unit", [
-    (cells.RHN, lambda p, k: p * k),          # S = 1: each W column, 1 row
+@pytest.mark.parametrize(
+  "cls,per_unit",
+  [
+    (cells.RHN, lambda p, k: p * k),  # S = 1: each W column, 1 row
     (cells.LSTM, lambda p, k: 2 * 3 * p + p),  # i, f, g reach c and h; o, h
-], ids=["rhn", "lstm"])
+  ],
+  ids=["rhn", "lstm"],
+)
 def test_snap1_stores_nnz_on_wrapped_builtin(cls, per_unit, x64):
   """Wrapped built-in cells, pattern read from F: SnAp-1 stores exactly the
   one-step pattern, P K entries per unit for RHN (S = 1) and 7 P for LSTM."""
   builtin = cls(hidden_size=N)
   cell = wrapped(builtin)
   params = cell.init(jax.random.PRNGKey(0), INPUT)
-  tangent = estimators.make("snap1", cell).init(
-      params, cell.initial_state(), jax.random.PRNGKey(0)).tangent
+  tangent = (
+    estimators.make("snap1", cell)
+    .init(params, cell.initial_state(), jax.random.PRNGKey(0))
+    .tangent
+  )
   p = INPUT + N + 1
   assert sum(a.size for a in tangent) == N * per_unit(p, builtin.num_gates)
 
@@ -241,10 +274,15 @@ def test_sparsity_layout_groups_colours_and_gather():
   of equal size stacked, a parameter reaching no row left out; rows sharing
   a parameter get different colours, the others share one; `gather` puts
   the blocks' values back in parameter order."""
-  pattern = np.array([[1, 1, 0, 0, 0, 0],
-                      [1, 0, 1, 0, 0, 0],
-                      [0, 0, 0, 1, 1, 0],
-                      [0, 0, 0, 0, 0, 0]], bool)
+  pattern = np.array(
+    [
+      [1, 1, 0, 0, 0, 0],
+      [1, 0, 1, 0, 0, 0],
+      [0, 0, 0, 1, 1, 0],
+      [0, 0, 0, 0, 0, 0],
+    ],
+    bool,
+  )
   layout = sparsity.layout(pattern)
   assert layout.nnz == 6
   shapes = sorted((b.rows.shape, b.cols.shape) for b in layout.buckets)
@@ -254,8 +292,9 @@ def test_sparsity_layout_groups_colours_and_gather():
     colours[b.rows] = b.colours
   assert colours[0] != colours[1] and colours[2] == colours[0]
   np.testing.assert_array_equal(layout.cotangents.sum(0), [1, 1, 1, 1])
-  values = np.concatenate([b.cols.reshape(-1) for b in layout.buckets]
-                          + [np.array([-1])])
+  values = np.concatenate(
+    [b.cols.reshape(-1) for b in layout.buckets] + [np.array([-1])]
+  )
   np.testing.assert_array_equal(values[layout.gather], [0, 1, 2, 3, 4, -1])
 
 
@@ -271,10 +310,12 @@ def pattern_chunk(steps, batch, offset):
   at phase b); the continuation of the previous chunk at `offset`."""
   t = np.arange(steps)[:, None] + np.arange(batch)[None, :] + offset
   symbols = PERIOD[t % 4]
-  return online.StepBatch(inputs=jax.nn.one_hot(symbols, 2),
-                          targets=jnp.asarray(PERIOD[(t + 1) % 4]),
-                          weights=jnp.ones((steps, batch)),
-                          resets=jnp.zeros((steps, batch), bool))
+  return online.StepBatch(
+    inputs=jax.nn.one_hot(symbols, 2),
+    targets=jnp.asarray(PERIOD[(t + 1) % 4]),
+    weights=jnp.ones((steps, batch)),
+    resets=jnp.zeros((steps, batch), bool),
+  )
 
 
 @pytest.mark.parametrize("trainer_name", ["online_snap1", "tbptt"])
@@ -287,14 +328,17 @@ def test_trainers_learn_on_a_custom_cell(trainer_name, x64):
   memory)."""
   cell = cho_gru()
   key = jax.random.PRNGKey(0)
-  params = {"cell": cell.init(key, 2),
-            "readout": readout.init(key, cell.hidden_size, 2)}
+  params = {
+    "cell": cell.init(key, 2),
+    "readout": readout.init(key, cell.hidden_size, 2),
+  }
   optimizer = optax.adam(5e-2)
   if trainer_name == "tbptt":
     trainer = rtrl.make_tbptt_trainer(cell, optimizer, truncation=4)
   else:
     trainer = rtrl.make_online_trainer(
-        cell, estimators.make("snap1", cell), optimizer)
+      cell, estimators.make("snap1", cell), optimizer
+    )
   state = jax.jit(trainer.init, static_argnums=2)(params, key, 4)
   losses = []
   for c in range(6):
@@ -314,22 +358,30 @@ def test_lemma1_estimators_refuse_a_custom_cell():
   an unknown name lists the generic ones; a stray hyper-parameter is named."""
   cell = cho_gru()
   for name in ("ok", "kf", "ktp"):
-    with pytest.raises(ValueError, match=rf"'{name}' needs a cell in the "
-                       r"Lemma-1 form.*'rtrl', 'uoro', 'snap1'"):
+    with pytest.raises(
+      ValueError,
+      match=rf"'{name}' needs a cell in the "
+      r"Lemma-1 form.*'rtrl', 'uoro', 'snap1'",
+    ):
       estimators.make(name, cell, rank=2)
   with pytest.raises(ValueError, match=r"must be one of \['rtrl', 'snap1'"):
     estimators.make("bogus", cell)
   with pytest.raises(ValueError, match="'rtrl' does not take rank"):
     estimators.make("rtrl", cell, rank=2)
-  assert isinstance(estimators.make("snap1", cell, pattern=None),
-                    estimators.Estimator)
+  assert isinstance(
+    estimators.make("snap1", cell, pattern=None), estimators.Estimator
+  )
 
 
-@pytest.mark.parametrize("bad_step,what", [
+@pytest.mark.parametrize(
+  "bad_step,what",
+  [
     (lambda p, h, x: jnp.concatenate([h, h]), "shape"),
     (lambda p, h, x: h.astype(jnp.float32), "dtype"),
     (lambda p, h, x: (h, h), "structure"),
-], ids=["shape", "dtype", "structure"])
+  ],
+  ids=["shape", "dtype", "structure"],
+)
 def test_step_that_changes_the_state_is_named(bad_step, what, x64):
   """Found from shapes alone (at trace time), by `check_step`, by an
   estimator's step and by BPTT, each naming `step`."""
@@ -344,9 +396,15 @@ def test_step_that_changes_the_state_is_named(bad_step, what, x64):
     jax.jit(est.step(params))(tstate, cell.initial_state(), x)
   _, chunk = make_problem(cho_gru())
   with pytest.raises(ValueError, match="step must return a state"):
-    bptt.bptt_gradient(cell, {"cell": params, "readout": readout.init(
-        jax.random.PRNGKey(0), N, OUTPUTS)},
-                       online.broadcast_state(cell.initial_state(), B), chunk)
+    bptt.bptt_gradient(
+      cell,
+      {
+        "cell": params,
+        "readout": readout.init(jax.random.PRNGKey(0), N, OUTPUTS),
+      },
+      online.broadcast_state(cell.initial_state(), B),
+      chunk,
+    )
 
 
 def test_bad_cell_arguments_are_named():
@@ -358,16 +416,19 @@ def test_bad_cell_arguments_are_named():
   with pytest.raises(ValueError, match="output is required"):
     CustomCell(peephole_lstm_step, init, (jnp.zeros(N), jnp.zeros(N)))
   with pytest.raises(ValueError, match="output must return a 1-D array"):
-    CustomCell(cho_gru_step, init, jnp.zeros(N),
-               output=lambda h: jnp.outer(h, h))
+    CustomCell(
+      cho_gru_step, init, jnp.zeros(N), output=lambda h: jnp.outer(h, h)
+    )
   with pytest.raises(ValueError, match="output must return a 1-D array"):
-    CustomCell(peephole_lstm_step, init, (jnp.zeros(N), jnp.zeros(N)),
-               output=lambda s: s)
+    CustomCell(
+      peephole_lstm_step, init, (jnp.zeros(N), jnp.zeros(N)), output=lambda s: s
+    )
   with pytest.raises(ValueError, match="initial_state must be"):
     CustomCell(cho_gru_step, init, jnp.zeros(N, jnp.int32))
   with pytest.raises(ValueError, match="params returned by init"):
-    CustomCell(cho_gru_step, lambda k, i: {"W": jnp.zeros(3, jnp.int32)},
-               jnp.zeros(N)).init(jax.random.PRNGKey(0), INPUT)
+    CustomCell(
+      cho_gru_step, lambda k, i: {"W": jnp.zeros(3, jnp.int32)}, jnp.zeros(N)
+    ).init(jax.random.PRNGKey(0), INPUT)
 
 
 def test_bad_state_pattern_and_input_size_are_named(x64):
@@ -382,9 +443,14 @@ def test_bad_state_pattern_and_input_size_are_named(x64):
     estimators.make("uoro", cell).init(params, jnp.zeros(N + 1), key)
   with pytest.raises(ValueError, match=r"pattern must have shape \(d, p\)"):
     estimators.make("snap1", cell, pattern=np.ones((N, 2), bool)).init(
-        params, cell.initial_state(), key)
-  fixed = CustomCell(lambda p, h, x: jnp.tanh(p["U"] @ h + x),
-                     lambda k, i: {"U": jnp.eye(N)}, jnp.zeros(N))
+      params, cell.initial_state(), key
+    )
+  fixed = CustomCell(
+    lambda p, h, x: jnp.tanh(p["U"] @ h + x),
+    lambda k, i: {"U": jnp.eye(N)},
+    jnp.zeros(N),
+  )
   with pytest.raises(ValueError, match="cannot tell which input_size"):
-    estimators.make("snap1", fixed).init({"U": jnp.eye(N)},
-                                          fixed.initial_state(), key)
+    estimators.make("snap1", fixed).init(
+      {"U": jnp.eye(N)}, fixed.initial_state(), key
+    )

@@ -12,15 +12,25 @@ import numpy as np
 import optax
 import pytest
 
-from rtrl import cells, estimators, online, readout
+from rtrl import cells
+from rtrl import estimators
+from rtrl import online
+from rtrl import readout
 from rtrl.readout import LOG2
 from rtrl.tasks import copy_task
 
-HIDDEN, BATCH, LR, CHUNK = 16, 4, 10 ** -2.5, 500
+HIDDEN, BATCH, LR, CHUNK = 16, 4, 10**-2.5, 500
 MAX_LENGTH = 40
-ESTIMATORS = {"rtrl": {}, "uoro": {}, "kf": {}, "kf_avg": {"rank": 8},
-              "ok": {"rank": 8}, "ok_biased": {"rank": 8},
-              "ktp": {"rank": 8}, "kf_approx": {"rank": 8}}
+ESTIMATORS = {
+  "rtrl": {},
+  "uoro": {},
+  "kf": {},
+  "kf_avg": {"rank": 8},
+  "ok": {"rank": 8},
+  "ok_biased": {"rank": 8},
+  "ktp": {"rank": 8},
+  "kf_approx": {"rank": 8},
+}
 
 
 def assert_finite(tree, what):
@@ -28,7 +38,8 @@ def assert_finite(tree, what):
     leaf = np.asarray(leaf)
     if np.issubdtype(leaf.dtype, np.inexact):
       assert np.all(np.isfinite(leaf)), (
-          f"{what}: non-finite values in {jax.tree_util.keystr(path)}")
+        f"{what}: non-finite values in {jax.tree_util.keystr(path)}"
+      )
 
 
 def run_copy_task(name, num_steps, seed=0):
@@ -39,10 +50,13 @@ def run_copy_task(name, num_steps, seed=0):
   est = estimators.make(name, cell, **ESTIMATORS[name])
   trainer = online.make_online_trainer(cell, est, optax.adam(LR))
   params_key, trainer_key, data_key = jax.random.split(
-      jax.random.PRNGKey(seed), 3)
+    jax.random.PRNGKey(seed), 3
+  )
   ck, rk = jax.random.split(params_key)
-  params = {"cell": cell.init(ck, copy_task.VOCAB_SIZE),
-            "readout": readout.init(rk, HIDDEN, copy_task.VOCAB_SIZE)}
+  params = {
+    "cell": cell.init(ck, copy_task.VOCAB_SIZE),
+    "readout": readout.init(rk, HIDDEN, copy_task.VOCAB_SIZE),
+  }
   state = trainer.init(params, trainer_key, BATCH)
   stream = copy_task.stream_init(data_key, BATCH, MAX_LENGTH)
   generate = jax.jit(copy_task.generate, static_argnums=2)
@@ -52,16 +66,18 @@ def run_copy_task(name, num_steps, seed=0):
     stream, chunk = generate(stream, length, CHUNK)
     state, metrics = trainer.run(state, chunk)
     where = f"{name}, steps {start}..{start + CHUNK}"
-    assert_finite((state.params, state.opt_state, state.tstate,
-                   state.cell_state, metrics), where)
-    loss_sum, weight_sum = jax.device_get((metrics.loss_sum.sum(),
-                                           metrics.weight_sum.sum()))
+    assert_finite(
+      (state.params, state.opt_state, state.tstate, state.cell_state, metrics),
+      where,
+    )
+    loss_sum, weight_sum = jax.device_get(
+      (metrics.loss_sum.sum(), metrics.weight_sum.sum())
+    )
     error = float(loss_sum / max(weight_sum, 1.0) / LOG2)
     assert np.isfinite(error), where
     errors.append(error)
     lengths.append(int(length))
-    length = jnp.minimum(copy_task.curriculum_update(length, error),
-                         MAX_LENGTH)
+    length = jnp.minimum(copy_task.curriculum_update(length, error), MAX_LENGTH)
   assert int(state.step) == num_steps
   return errors, lengths
 
@@ -81,5 +97,7 @@ def test_10000_online_steps_stay_finite(name):
   """10,000 float32 steps of every estimator with the curriculum (so T grows
   and the tangents see long sequences): everything stays finite."""
   errors, lengths = run_copy_task(name, 10_000)
-  print(f"{name}: final error {errors[-1]:.3f} bits/char, "
-        f"curriculum length {lengths[-1]}")
+  print(
+    f"{name}: final error {errors[-1]:.3f} bits/char, "
+    f"curriculum length {lengths[-1]}"
+  )

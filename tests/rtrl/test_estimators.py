@@ -19,17 +19,31 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 import rtrl_problems
-from rtrl import cells, estimators, online, readout
+
+from rtrl import cells
+from rtrl import estimators
+from rtrl import online
+from rtrl import readout
 from rtrl.estimators import kronecker_sum
 
 N_HIDDEN, INPUT, STEPS = 4, 3, 6
 NUM_STREAMS = 8000
 FAMILY_WISE_FAILURE = 1e-4
-CELLS = {"rnn": cells.RNN, "rhn": cells.RHN, "lstm": cells.LSTM, "gru": cells.GRU}
-UNBIASED = {"uoro": {}, "kf": {}, "kf_avg": {"rank": 2}, "ok": {"rank": 2},
-            "ktp": {"rank": 2}, "kf_approx": {"rank": 2}}
+CELLS = {
+  "rnn": cells.RNN,
+  "rhn": cells.RHN,
+  "lstm": cells.LSTM,
+  "gru": cells.GRU,
+}
+UNBIASED = {
+  "uoro": {},
+  "kf": {},
+  "kf_avg": {"rank": 2},
+  "ok": {"rank": 2},
+  "ktp": {"rank": 2},
+  "kf_approx": {"rank": 2},
+}
 ALL_APPROXIMATIONS = dict(UNBIASED, ok_biased={"rank": 2}, snap1={}, rflo={})
 
 
@@ -47,8 +61,7 @@ def make_problem(cell_name, seed=0):
   """The cell, float64 params (random biases), inputs (T, INPUT) and
   covectors (T, S, n). Call under the `x64` fixture."""
   cell = CELLS[cell_name](hidden_size=N_HIDDEN)
-  return (cell,) + rtrl_problems.make_example_problem(cell, INPUT, STEPS,
-                                                       seed)
+  return (cell,) + rtrl_problems.make_example_problem(cell, INPUT, STEPS, seed)
 
 
 def per_step_gradients(cell, est):
@@ -72,7 +85,7 @@ def per_step_gradients(cell, est):
   return run
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def exact_gradients(cell_name, seed=0):
   """Exact RTRL's `(T, P, K n)` per-step gradients on the fixed problem."""
   with jax.enable_x64(True):
@@ -81,9 +94,8 @@ def exact_gradients(cell_name, seed=0):
     return np.asarray(exact_fn(params, xs, gs, jax.random.PRNGKey(0)))
 
 
-@functools.lru_cache(maxsize=None)
-def stream_samples(cell_name, name, rank=None, num_streams=NUM_STREAMS,
-                   seed=0):
+@functools.cache
+def stream_samples(cell_name, name, rank=None, num_streams=NUM_STREAMS, seed=0):
   """`(samples (N, T, P, K n), exact (T, P, K n))` for one estimator on the
   fixed problem: N independent PRNG streams, one vmapped jitted call (the
   compile dominates; N costs little). Cached so that tests in one worker
@@ -93,8 +105,9 @@ def stream_samples(cell_name, name, rank=None, num_streams=NUM_STREAMS,
     hparams = {} if rank is None else {"rank": rank}
     est = estimators.make(name, cell, **hparams)
     keys = jax.random.split(jax.random.PRNGKey(1000 + seed), num_streams)
-    sampler = jax.jit(jax.vmap(per_step_gradients(cell, est),
-                               in_axes=(None, None, None, 0)))
+    sampler = jax.jit(
+      jax.vmap(per_step_gradients(cell, est), in_axes=(None, None, None, 0))
+    )
     samples = np.asarray(sampler(params, xs, gs, keys))
   assert samples.dtype == np.float64
   return samples, exact_gradients(cell_name, seed)
@@ -114,11 +127,12 @@ def assert_unbiased(samples, exact, what):
   worst = np.unravel_index(np.argmax(error / tolerance), error.shape)
   zscores = (mean - exact) / np.where(std > 0, std / np.sqrt(num), np.inf)
   assert np.all(error <= tolerance), (
-      f"{what}: Monte Carlo mean differs from exact RTRL beyond the "
-      f"statistical tolerance (z_crit={z:.2f}, N={num}); worst entry "
-      f"(step, row, col)={worst}: mean={mean[worst]:.6g}, "
-      f"exact={exact[worst]:.6g}, tol={tolerance[worst]:.3g}; "
-      f"max |z|={np.abs(zscores).max():.2f}")
+    f"{what}: Monte Carlo mean differs from exact RTRL beyond the "
+    f"statistical tolerance (z_crit={z:.2f}, N={num}); worst entry "
+    f"(step, row, col)={worst}: mean={mean[worst]:.6g}, "
+    f"exact={exact[worst]:.6g}, tol={tolerance[worst]:.3g}; "
+    f"max |z|={np.abs(zscores).max():.2f}"
+  )
   # The check must not be vacuous: the estimator is random after step 1.
   assert std[-1].max() > 0, f"{what}: no randomness at the last step"
 
@@ -133,10 +147,13 @@ def _unbiased_case(cell_name, name, slow):
   return pytest.param(cell_name, name, marks=marks, id=f"{cell_name}-{name}")
 
 
-UNBIASED_CASES = (
-    [_unbiased_case("rhn", name, slow=False) for name in UNBIASED]
-    + [_unbiased_case(c, name, slow=True)
-       for c in ("rnn", "lstm") for name in UNBIASED])
+UNBIASED_CASES = [
+  _unbiased_case("rhn", name, slow=False) for name in UNBIASED
+] + [
+  _unbiased_case(c, name, slow=True)
+  for c in ("rnn", "lstm")
+  for name in UNBIASED
+]
 
 
 @pytest.mark.parametrize("cell_name,name", UNBIASED_CASES)
@@ -145,8 +162,7 @@ def test_estimator_is_unbiased(cell_name, name):
   1..6, n=4, float64; rank 2 so OK, KF-AVG, KTP and KF-APPROX all truncate,
   and KTP / KF-APPROX approximate D) == exact RTRL, every entry of every step,
   within z_crit * std / sqrt(N) (Bonferroni, family-wise failure 1e-4)."""
-  samples, exact = stream_samples(cell_name, name,
-                                  UNBIASED[name].get("rank"))
+  samples, exact = stream_samples(cell_name, name, UNBIASED[name].get("rank"))
   assert_unbiased(samples, exact, f"{name} on {cell_name}")
 
 
@@ -177,16 +193,19 @@ def _exactness_problem(cell):
   kc, kr = jax.random.split(jax.random.PRNGKey(7))
   w = cell.init(kc, INPUT)["W"]
   w = w.at[-1].add(jnp.asarray(0.5 * rng.standard_normal(w.shape[1])))
-  params = {"cell": {"W": w},
-            "readout": readout.init(kr, cell.hidden_size, EXACT_OUT)}
+  params = {
+    "cell": {"W": w},
+    "readout": readout.init(kr, cell.hidden_size, EXACT_OUT),
+  }
   resets = np.zeros((EXACT_T, EXACT_B), bool)
   resets[0] = True
   resets[3, 1] = True
   chunk = online.StepBatch(
-      inputs=jnp.asarray(rng.standard_normal((EXACT_T, EXACT_B, INPUT))),
-      targets=jnp.asarray(rng.integers(0, EXACT_OUT, (EXACT_T, EXACT_B))),
-      weights=jnp.ones((EXACT_T, EXACT_B)),
-      resets=jnp.asarray(resets))
+    inputs=jnp.asarray(rng.standard_normal((EXACT_T, EXACT_B, INPUT))),
+    targets=jnp.asarray(rng.integers(0, EXACT_OUT, (EXACT_T, EXACT_B))),
+    weights=jnp.ones((EXACT_T, EXACT_B)),
+    resets=jnp.asarray(resets),
+  )
   return params, chunk
 
 
@@ -199,16 +218,20 @@ def test_ok_and_ok_biased_are_exact_at_sufficient_rank(cell_name, x64):
   rank 3 is visibly inexact on the same run (the check is not vacuous)."""
   cell = CELLS[cell_name](hidden_size=N_HIDDEN)
   params, chunk = _exactness_problem(cell)
-  ests = {"rtrl": estimators.make("rtrl", cell),
-          "ok": estimators.make("ok", cell, rank=7),
-          "ok_biased": estimators.make("ok_biased", cell, rank=7)}
+  ests = {
+    "rtrl": estimators.make("rtrl", cell),
+    "ok": estimators.make("ok", cell, rank=7),
+    "ok_biased": estimators.make("ok_biased", cell, rank=7),
+  }
   if cell_name == "rhn":
     ests["ok_biased_3"] = estimators.make("ok_biased", cell, rank=3)
 
   @jax.jit
   def all_gradients(params, chunk, key):
-    return {k: online.frozen_gradients(cell, e, params, chunk, key)[0]["W"]
-            for k, e in ests.items()}
+    return {
+      k: online.frozen_gradients(cell, e, params, chunk, key)[0]["W"]
+      for k, e in ests.items()
+    }
 
   grads = jax.device_get(all_gradients(params, chunk, jax.random.PRNGKey(3)))
   exact = grads["rtrl"]
@@ -217,11 +240,13 @@ def test_ok_and_ok_biased_are_exact_at_sufficient_rank(cell_name, x64):
     for t in range(EXACT_T):
       err = np.linalg.norm(grads[name][t] - exact[t])
       assert err <= 1e-10 * np.linalg.norm(exact[t]), (
-          f"{name} rank 7 on {cell_name}, step {t}: rel err "
-          f"{err / np.linalg.norm(exact[t]):.3g}")
+        f"{name} rank 7 on {cell_name}, step {t}: rel err "
+        f"{err / np.linalg.norm(exact[t]):.3g}"
+      )
   if "ok_biased_3" in grads:
-    final = np.linalg.norm(grads["ok_biased_3"][-1] - exact[-1]) / \
-        np.linalg.norm(exact[-1])
+    final = np.linalg.norm(
+      grads["ok_biased_3"][-1] - exact[-1]
+    ) / np.linalg.norm(exact[-1])
     assert final > 1e-6, f"rank-3 B-OK unexpectedly exact ({final:.3g})"
 
 
@@ -242,8 +267,10 @@ def test_ok_variance_below_kf_avg(rank):
   z = z_critical(2)
   mean = {k: v.mean() for k, v in errors.items()}
   se = {k: v.std(ddof=1) / np.sqrt(v.size) for k, v in errors.items()}
-  msg = (f"rank {rank}: var ok={mean['ok']:.4g}±{se['ok']:.2g}, "
-         f"kf_avg={mean['kf_avg']:.4g}±{se['kf_avg']:.2g}")
+  msg = (
+    f"rank {rank}: var ok={mean['ok']:.4g}±{se['ok']:.2g}, "
+    f"kf_avg={mean['kf_avg']:.4g}±{se['kf_avg']:.2g}"
+  )
   assert mean["ok"] + z * se["ok"] < mean["kf_avg"] - z * se["kf_avg"], msg
   assert mean["ok"] < 0.5 * mean["kf_avg"], msg
 
@@ -268,33 +295,44 @@ def test_ok2_cosine_near_one_on_untrained_rhn():
   further from rank 2 and 2-OK's cosine is lower, ~0.84 at input size 4.)"""
   cell = cells.RHN(hidden_size=COS_N)
   kc, kr, kd = jax.random.split(jax.random.PRNGKey(11), 3)
-  params = {"cell": cell.init(kc, COS_VOCAB),
-            "readout": readout.init(kr, COS_N, COS_VOCAB)}
+  params = {
+    "cell": cell.init(kc, COS_VOCAB),
+    "readout": readout.init(kr, COS_N, COS_VOCAB),
+  }
   ki, kt = jax.random.split(kd)
   shape = (COS_REPS, COS_T, 1)
   chunk = online.StepBatch(
-      inputs=jax.nn.one_hot(jax.random.randint(ki, shape, 0, COS_VOCAB),
-                            COS_VOCAB),
-      targets=jax.random.randint(kt, shape, 0, COS_VOCAB),
-      weights=jnp.ones(shape),
-      resets=jnp.zeros(shape, bool).at[:, 0].set(True))
-  ests = {"rtrl": estimators.make("rtrl", cell),
-          "ok": estimators.make("ok", cell, rank=2),
-          "kf": estimators.make("kf", cell),
-          "kf_avg": estimators.make("kf_avg", cell, rank=2)}
+    inputs=jax.nn.one_hot(
+      jax.random.randint(ki, shape, 0, COS_VOCAB), COS_VOCAB
+    ),
+    targets=jax.random.randint(kt, shape, 0, COS_VOCAB),
+    weights=jnp.ones(shape),
+    resets=jnp.zeros(shape, bool).at[:, 0].set(True),
+  )
+  ests = {
+    "rtrl": estimators.make("rtrl", cell),
+    "ok": estimators.make("ok", cell, rank=2),
+    "kf": estimators.make("kf", cell),
+    "kf_avg": estimators.make("kf_avg", cell, rank=2),
+  }
 
   @jax.jit
   def gradients(params, chunk, keys):
     def one(c, key):
-      return {k: online.frozen_gradients(cell, e, params, c, key)[0]["W"]
-              for k, e in ests.items()}
+      return {
+        k: online.frozen_gradients(cell, e, params, c, key)[0]["W"]
+        for k, e in ests.items()
+      }
+
     return jax.vmap(one)(chunk, keys)
 
-  grads = jax.device_get(gradients(params, chunk,
-                                   jax.random.split(jax.random.PRNGKey(5),
-                                                    COS_REPS)))
-  flat = {k: v.reshape(COS_REPS, COS_T, -1).astype(np.float64)
-          for k, v in grads.items()}
+  grads = jax.device_get(
+    gradients(params, chunk, jax.random.split(jax.random.PRNGKey(5), COS_REPS))
+  )
+  flat = {
+    k: v.reshape(COS_REPS, COS_T, -1).astype(np.float64)
+    for k, v in grads.items()
+  }
   true_norm = np.linalg.norm(flat["rtrl"], axis=-1)
   valid = true_norm > 1e-6 * true_norm.max()
   assert valid.sum() > 0.9 * valid.size
@@ -302,7 +340,8 @@ def test_ok2_cosine_near_one_on_untrained_rhn():
   def mean_cosine(name):
     est = flat[name]
     cos = (est * flat["rtrl"]).sum(-1) / np.maximum(
-        np.linalg.norm(est, axis=-1) * true_norm, 1e-30)
+      np.linalg.norm(est, axis=-1) * true_norm, 1e-30
+    )
     return cos[valid].mean()
 
   cos = {k: mean_cosine(k) for k in ("ok", "kf", "kf_avg")}
@@ -350,10 +389,12 @@ def _assert_tree_finite(tree, what):
 def _cancelling_tangent(name, tangent, rng):
   """A tangent whose summands cancel exactly (sum zero, factors non-zero),
   plus one summand with a zero left factor, where the layout allows."""
+
   def rand_like(a):
     return jnp.asarray(rng.standard_normal(a.shape), a.dtype)
+
   if name in ("ok", "ok_biased", "kf_avg"):
-    u, a = tangent   # u (r, P), a (S n, K, n, r): copies last
+    u, a = tangent  # u (r, P), a (S n, K, n, r): copies last
     u1, a1 = rand_like(u[0]), rand_like(a[..., 0])
     # rank 2: u_0 (x) A_0 + u_0 (x) (-A_0) == 0, linearly dependent u.
     return jnp.stack([u1, u1]), jnp.stack([a1, -a1], axis=-1)
@@ -372,12 +413,18 @@ def _cancelling_tangent(name, tangent, rng):
   raise AssertionError(name)
 
 
-DEGENERATE_CASES = ("zero factors", "D == 0", "zero input and state",
-                    "cancelling tangent", "cancelling tangent, D == 0")
+DEGENERATE_CASES = (
+  "zero factors",
+  "D == 0",
+  "zero input and state",
+  "cancelling tangent",
+  "cancelling tangent, D == 0",
+)
 
 
-@pytest.mark.parametrize("cell_name", [
-    "rhn", "lstm", pytest.param("rnn", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+  "cell_name", ["rhn", "lstm", pytest.param("rnn", marks=pytest.mark.slow)]
+)
 def test_degenerate_cases_stay_finite(cell_name):
   """float32, every approximate estimator (rank 2), 3 steps:
   * zero initial factors: the gradient before any step is exactly 0 and the
@@ -394,10 +441,10 @@ def test_degenerate_cases_stay_finite(cell_name):
   jitted function per estimator runs the five cases."""
   cell = CELLS[cell_name](hidden_size=DEGENERATE_N)
   rng = np.random.default_rng(0)
-  xs = jnp.asarray(rng.standard_normal((DEGENERATE_STEPS, INPUT)),
-                   jnp.float32)
-  g = jnp.asarray(rng.standard_normal((cell.num_state_rows, DEGENERATE_N)),
-                  jnp.float32)
+  xs = jnp.asarray(rng.standard_normal((DEGENERATE_STEPS, INPUT)), jnp.float32)
+  g = jnp.asarray(
+    rng.standard_normal((cell.num_state_rows, DEGENERATE_N)), jnp.float32
+  )
   normal = _degenerate_params(cell, 1.0)
   saturated = _degenerate_params(cell, 1e4)
   # Precondition: the saturated cell's D is exactly zero at every step.
@@ -405,8 +452,7 @@ def test_degenerate_cases_stay_finite(cell_name):
   for x in xs:
     state, jac = cell.linearized_step(saturated, state, x)
     assert np.all(np.asarray(jac.D) == 0), "D not exactly zero"
-  stack = lambda *trees: jax.tree_util.tree_map(lambda *a: jnp.stack(a),
-                                                *trees)
+  stack = lambda *trees: jax.tree_util.tree_map(lambda *a: jnp.stack(a), *trees)
   take = lambda tree, i: jax.tree_util.tree_map(lambda a: a[i], tree)
   case_params = stack(normal, saturated, normal, normal, saturated)
   case_xs = jnp.stack([xs, xs, jnp.zeros_like(xs), xs, xs])
@@ -419,11 +465,14 @@ def test_degenerate_cases_stay_finite(cell_name):
     run = jax.jit(functools.partial(_run_float32, cell, est))
     grads = []
     for i, case in enumerate(DEGENERATE_CASES):
-      case_grads, tangent = jax.device_get(run(take(case_params, i),
-                                               take(case_xs, i), g, key,
-                                               take(case_tangents, i)))
-      _assert_tree_finite((case_grads, tangent),
-                          f"{name} on {cell_name}: {case}")
+      case_grads, tangent = jax.device_get(
+        run(
+          take(case_params, i), take(case_xs, i), g, key, take(case_tangents, i)
+        )
+      )
+      _assert_tree_finite(
+        (case_grads, tangent), f"{name} on {cell_name}: {case}"
+      )
       grads.append(case_grads)
     grads = np.stack(grads)
     assert np.all(grads[0, 0] == 0), f"{name}: nonzero gradient at init"
@@ -466,8 +515,9 @@ def test_ok_rank_above_kronecker_limit_raises_at_init(name, cell_name):
   limit = min(p, cell.num_gates * cell.num_state_rows * 9) - 1
   assert limit == 6
   state = cell.initial_state()
-  estimators.make(name, cell, rank=limit).init(params, state,
-                                               jax.random.PRNGKey(0))
+  estimators.make(name, cell, rank=limit).init(
+    params, state, jax.random.PRNGKey(0)
+  )
   est = estimators.make(name, cell, rank=limit + 1)
   with pytest.raises(ValueError, match=rf"rank.*{limit}.*'{name}'"):
     est.init(params, state, jax.random.PRNGKey(0))
@@ -503,10 +553,16 @@ def test_misspelled_hparam_raises():
 
 def test_registry_knows_which_estimators_take_rank():
   """`hyperparameters` reads the registry: exactly RANKED take `rank`."""
-  assert {name for name in estimators.names()
-          if estimators.hyperparameters(name) == ("rank",)} == set(RANKED)
-  assert all(estimators.hyperparameters(name) == ()
-             for name in estimators.names() if name not in RANKED)
+  assert {
+    name
+    for name in estimators.names()
+    if estimators.hyperparameters(name) == ("rank",)
+  } == set(RANKED)
+  assert all(
+    estimators.hyperparameters(name) == ()
+    for name in estimators.names()
+    if name not in RANKED
+  )
   with pytest.raises(ValueError, match="estimator must be one of"):
     estimators.hyperparameters("bogus")
 

@@ -5,10 +5,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from rtrl_problems import rel_err
 import rtrl_problems
-from rtrl import bptt, cells, estimators, online
+from rtrl_problems import rel_err
+
+from rtrl import bptt
+from rtrl import cells
+from rtrl import estimators
+from rtrl import online
 
 N, INPUT, OUTPUTS, B, T = 5, 3, 4, 3, 20
 CELL_CLASSES = [cells.RNN, cells.RHN, cells.LSTM, cells.GRU]
@@ -21,8 +24,16 @@ RESETS = [(0, 0), (11, 0), (14, 1), (0, 2), (5, 2), (9, 2), (17, 2)]
 def make_problem(cell, seed=0):
   """float64 params (random biases) and a time-major chunk with resets."""
   return rtrl_problems.make_problem(
-      cell, input_size=INPUT, num_outputs=OUTPUTS, batch=B, steps=T,
-      resets=RESETS, seed=seed, keep_probability=0.75, random_biases=True)
+    cell,
+    input_size=INPUT,
+    num_outputs=OUTPUTS,
+    batch=B,
+    steps=T,
+    resets=RESETS,
+    seed=seed,
+    keep_probability=0.75,
+    random_biases=True,
+  )
 
 
 def hand_unrolled_loss(cell, params, chunk):
@@ -30,18 +41,21 @@ def hand_unrolled_loss(cell, params, chunk):
   `cell.step` (vmapped over the batch) and resets with a NumPy mask."""
   resets = np.asarray(chunk.resets)
   step = jax.vmap(cell.step, in_axes=(None, 0, 0))
-  fresh = jax.tree_util.tree_map(lambda a: jnp.stack([a] * B),
-                                 cell.initial_state())
+  fresh = jax.tree_util.tree_map(
+    lambda a: jnp.stack([a] * B), cell.initial_state()
+  )
   state = fresh
   total = 0.0
   for t in range(T):
     state = jax.tree_util.tree_map(
-        lambda f, s: jnp.where(resets[t][:, None], f, s), fresh, state)
+      lambda f, s: jnp.where(resets[t][:, None], f, s), fresh, state
+    )
     state = step(params["cell"], state, chunk.inputs[t])
     h = jax.vmap(cell.output)(state)
     logits = h @ params["readout"]["w"] + params["readout"]["b"]
-    nll = -jnp.take_along_axis(jax.nn.log_softmax(logits),
-                               chunk.targets[t][:, None], axis=1)[:, 0]
+    nll = -jnp.take_along_axis(
+      jax.nn.log_softmax(logits), chunk.targets[t][:, None], axis=1
+    )[:, 0]
     total = total + jnp.sum(chunk.weights[t] * nll) / B
   return total
 
@@ -59,13 +73,14 @@ def test_exact_rtrl_equals_bptt(cls, x64):
 
   @jax.jit
   def compute(params, chunk):
-    rtrl_steps, metrics = online.frozen_gradients(cell, est, params, chunk,
-                                                  jax.random.PRNGKey(1))
+    rtrl_steps, metrics = online.frozen_gradients(
+      cell, est, params, chunk, jax.random.PRNGKey(1)
+    )
     full = bptt.bptt_gradient(cell, params, state0, chunk)
     hand = jax.grad(lambda p: hand_unrolled_loss(cell, p, concrete))(params)
     no_reset = bptt.bptt_gradient(
-        cell, params, state0, chunk._replace(resets=jnp.zeros_like(
-            chunk.resets)))
+      cell, params, state0, chunk._replace(resets=jnp.zeros_like(chunk.resets))
+    )
 
     def grad_of_step(mask):  # dL_t/dθ for L_t alone, by BPTT
       masked = chunk._replace(weights=chunk.weights * mask[:, None])
@@ -76,7 +91,8 @@ def test_exact_rtrl_equals_bptt(cls, x64):
     return rtrl_steps["W"], metrics, full, hand, no_reset, per_step, loss
 
   rtrl_steps, metrics, full, hand, no_reset, per_step, loss = compute(
-      params, chunk)
+    params, chunk
+  )
   assert rtrl_steps.dtype == jnp.float64
   assert rtrl_steps.shape == (T,) + params["cell"]["W"].shape
   rtrl_sum = rtrl_steps.sum(0)
@@ -116,11 +132,14 @@ def test_tangent_is_reset_and_contract_shapes(x64):
   p_dim = w.shape[0]
   # (S n, K, n, P) with S = 1 for RHN -> (n, P, K n), jw's layout.
   tangent = np.asarray(ts1.tangent).reshape(N, -1, p_dim)
-  np.testing.assert_allclose(np.transpose(tangent, (0, 2, 1)), jw,
-                             rtol=1e-12, atol=1e-14)
+  np.testing.assert_allclose(
+    np.transpose(tangent, (0, 2, 1)), jw, rtol=1e-12, atol=1e-14
+  )
   assert not np.any(np.asarray(reset.tangent))
   np.testing.assert_array_equal(reset.key, ts1.key)
-  assert jax.tree_util.tree_structure(grads) == \
-      jax.tree_util.tree_structure(params["cell"])
-  np.testing.assert_allclose(grads["W"], np.einsum("i,ipq->pq", g, jw),
-                             rtol=1e-12, atol=1e-14)
+  assert jax.tree_util.tree_structure(grads) == jax.tree_util.tree_structure(
+    params["cell"]
+  )
+  np.testing.assert_allclose(
+    grads["W"], np.einsum("i,ipq->pq", g, jw), rtol=1e-12, atol=1e-14
+  )

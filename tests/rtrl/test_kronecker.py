@@ -8,32 +8,38 @@ import itertools
 
 import jax
 import jax.numpy as jnp
+from monte_carlo import NUM_SAMPLES
+from monte_carlo import SMALL
+from monte_carlo import assert_mean_error_matches
+from monte_carlo import assert_mean_matches
+from monte_carlo import keys as _keys
 import numpy as np
 import pytest
 
-from monte_carlo import (NUM_SAMPLES, SMALL, assert_mean_error_matches,
-                         assert_mean_matches, keys as _keys)
 from rtrl import kronecker
 from rtrl.kronecker import diagonal
 
 # The closed forms, jitted: eager dispatch compiles every small op separately.
 _optimal_variance = jax.jit(kronecker.optimal_variance, static_argnums=1)
-_diagonal_variance = jax.jit(kronecker.optimal_diagonal_variance,
-                             static_argnums=1)
+_diagonal_variance = jax.jit(
+  kronecker.optimal_diagonal_variance, static_argnums=1
+)
 _sign_trick_variance = jax.jit(kronecker.sign_trick_variance)
 
 
 @functools.partial(jax.jit, static_argnums=1)
 def _unbiased_samples(C, rank, keys):
-  left, right = jax.vmap(
-      lambda key: kronecker.unbiased_low_rank(C, rank, key))(keys)
+  left, right = jax.vmap(lambda key: kronecker.unbiased_low_rank(C, rank, key))(
+    keys
+  )
   return jnp.einsum("sik,sjk->sij", left, right)
 
 
 @jax.jit
 def _sign_trick_samples(u1, A1, u2, A2, keys):
-  u, A = jax.vmap(
-      lambda key: kronecker.sign_trick_mix(u1, A1, u2, A2, key))(keys)
+  u, A = jax.vmap(lambda key: kronecker.sign_trick_mix(u1, A1, u2, A2, key))(
+    keys
+  )
   return jnp.einsum("sa,sm->sam", u, A.reshape(A.shape[0], -1))
 
 
@@ -47,8 +53,9 @@ def _spread_spectrum_matrix(rng, m, n, singular_values):
 
 def _numerical_rank(matrices, relative_tolerance=1e-9):
   s = np.linalg.svd(np.asarray(matrices, np.float64), compute_uv=False)
-  return np.sum(s > relative_tolerance * np.maximum(s[..., :1], 1e-300),
-                axis=-1)
+  return np.sum(
+    s > relative_tolerance * np.maximum(s[..., :1], 1e-300), axis=-1
+  )
 
 
 def _kron_matrix(u, A):
@@ -65,17 +72,18 @@ def _kron_matrix(u, A):
 # everything is mixed (m = 1, non-trivial rotations); "spread" spectra keep
 # some singular values exactly.
 UNBIASED_CASES = [
-    (4, 4, 3, "gaussian"),
-    (3, 5, 2, "gaussian"),
-    (5, 7, 2, "gaussian"),
-    (7, 5, 3, "spread"),
-    (8, 6, 4, "gaussian"),
+  (4, 4, 3, "gaussian"),
+  (3, 5, 2, "gaussian"),
+  (5, 7, 2, "gaussian"),
+  (7, 5, 3, "spread"),
+  (8, 6, 4, "gaussian"),
 ]
 
 
 @pytest.mark.parametrize("m,n,rank,kind", UNBIASED_CASES)
 def test_unbiased_low_rank_is_unbiased_low_rank_and_optimal(
-    x64, m, n, rank, kind):
+  x64, m, n, rank, kind
+):
   rng = np.random.default_rng(m * 100 + n * 10 + rank)
   q = min(m, n)
   if kind == "gaussian":
@@ -107,28 +115,32 @@ def test_spread_spectrum_keeps_large_singular_values(x64):
   singular_values = [10.0, 3.0, 1.0, 0.5, 0.2]
   C = _spread_spectrum_matrix(rng, 5, 7, singular_values)
   u, _, vt = np.linalg.svd(C)
-  samples = np.asarray(
-      _unbiased_samples(jnp.asarray(C), 3, _keys(3, SMALL)))
+  samples = np.asarray(_unbiased_samples(jnp.asarray(C), 3, _keys(3, SMALL)))
   projected = np.einsum("ia,sij,jb->sab", u[:, :2], samples, vt[:2].T)
   np.testing.assert_allclose(
-      projected, np.broadcast_to(np.diag([10.0, 3.0]), projected.shape),
-      atol=1e-10)
+    projected,
+    np.broadcast_to(np.diag([10.0, 3.0]), projected.shape),
+    atol=1e-10,
+  )
   # s1 = 1.7 mixed into k = 1: variance 1.7^2 - (1 + .25 + .04).
   np.testing.assert_allclose(
-      _optimal_variance(jnp.asarray(C), 3), 1.7**2 - 1.29,
-      rtol=1e-10)
+    _optimal_variance(jnp.asarray(C), 3), 1.7**2 - 1.29, rtol=1e-10
+  )
 
 
-@pytest.mark.parametrize("m,n,inner,rank", [
-    (5, 7, 2, 2), (6, 4, 1, 3), (4, 4, 3, 3), (4, 4, 4, 4)])
+@pytest.mark.parametrize(
+  "m,n,inner,rank", [(5, 7, 2, 2), (6, 4, 1, 3), (4, 4, 3, 3), (4, 4, 4, 4)]
+)
 def test_unbiased_low_rank_is_exact_when_rank_suffices(x64, m, n, inner, rank):
   rng = np.random.default_rng(inner * 10 + rank)
   C = rng.standard_normal((m, inner)) @ rng.standard_normal((inner, n))
-  samples = np.asarray(
-      _unbiased_samples(jnp.asarray(C), rank, _keys(5, SMALL)))
+  samples = np.asarray(_unbiased_samples(jnp.asarray(C), rank, _keys(5, SMALL)))
   np.testing.assert_allclose(
-      samples, np.broadcast_to(C, samples.shape), rtol=0,
-      atol=1e-12 * max(1.0, np.linalg.norm(C)))
+    samples,
+    np.broadcast_to(C, samples.shape),
+    rtol=0,
+    atol=1e-12 * max(1.0, np.linalg.norm(C)),
+  )
   assert float(_optimal_variance(jnp.asarray(C), rank)) == 0.0
 
 
@@ -139,8 +151,12 @@ def test_unbiased_low_rank_jit_and_float32_finite():
   assert left.shape == (4, 2) and right.shape == (5, 2)
   assert left.dtype == jnp.float32
   np.testing.assert_allclose(left @ right.T, C, atol=1e-6)
-  for C in [jnp.zeros((4, 5)), jnp.full((4, 5), 1e-30), jnp.ones((4, 5)),
-            jnp.eye(4, 5)]:
+  for C in [
+    jnp.zeros((4, 5)),
+    jnp.full((4, 5), 1e-30),
+    jnp.ones((4, 5)),
+    jnp.eye(4, 5),
+  ]:
     left, right = fn(C.astype(jnp.float32), 2, jax.random.key(1))
     assert np.all(np.isfinite(left)) and np.all(np.isfinite(right))
     assert np.all(np.isfinite(_optimal_variance(C, 2)))
@@ -152,8 +168,12 @@ def test_unbiased_low_rank_jit_and_float32_finite():
 
 
 def _two_summands(rng, a=4, shape=(3, 2)):
-  return (rng.standard_normal(a), rng.standard_normal(shape),
-          rng.standard_normal(a), rng.standard_normal(shape))
+  return (
+    rng.standard_normal(a),
+    rng.standard_normal(shape),
+    rng.standard_normal(a),
+    rng.standard_normal(shape),
+  )
 
 
 def test_sign_trick_is_unbiased_with_closed_form_variance(x64):
@@ -165,9 +185,9 @@ def test_sign_trick_is_unbiased_with_closed_form_variance(x64):
   variance = float(_sign_trick_variance(u1, A1, u2, A2))
   # With one random sign the squared error is deterministic.
   np.testing.assert_allclose(squared_errors, variance, rtol=1e-10)
-  expected = (2 * np.linalg.norm(u1) * np.linalg.norm(A1)
-              * np.linalg.norm(u2) * np.linalg.norm(A2)
-              + 2 * (u1 @ u2) * np.sum(A1 * A2))
+  expected = 2 * np.linalg.norm(u1) * np.linalg.norm(A1) * np.linalg.norm(
+    u2
+  ) * np.linalg.norm(A2) + 2 * (u1 @ u2) * np.sum(A1 * A2)
   np.testing.assert_allclose(variance, expected, rtol=1e-10)
 
 
@@ -182,8 +202,9 @@ def test_ok_variance_is_below_sign_trick(x64):
     sign_var = np.mean(np.sum((sign_samples - C) ** 2, axis=(1, 2)))
     # Generic summands: strictly smaller, both measured and in closed form.
     assert ok_var < sign_var
-    assert (float(_optimal_variance(jnp.asarray(C), 1))
-            < float(_sign_trick_variance(u1, A1, u2, A2)))
+    assert float(_optimal_variance(jnp.asarray(C), 1)) < float(
+      _sign_trick_variance(u1, A1, u2, A2)
+    )
 
 
 def test_extreme_case_equal_vectors_gives_zero_variance(x64):
@@ -195,12 +216,13 @@ def test_extreme_case_equal_vectors_gives_zero_variance(x64):
   C = _kron_matrix(h, A) + _kron_matrix(h, D)
   assert float(_optimal_variance(jnp.asarray(C), 1)) == 0.0
   samples = np.asarray(_unbiased_samples(jnp.asarray(C), 1, _keys(4, SMALL)))
-  np.testing.assert_allclose(samples, np.broadcast_to(C, samples.shape),
-                             atol=1e-12)
+  np.testing.assert_allclose(
+    samples, np.broadcast_to(C, samples.shape), atol=1e-12
+  )
   # The sign trick pays ||A + D||^2 here (unit norms: no balancing effect).
   np.testing.assert_allclose(
-      _sign_trick_variance(h, A, h, D), np.sum((A + D) ** 2),
-      rtol=1e-10)
+    _sign_trick_variance(h, A, h, D), np.sum((A + D) ** 2), rtol=1e-10
+  )
   assert float(_sign_trick_variance(h, A, h, D)) > 0.1
 
 
@@ -218,15 +240,18 @@ def test_extreme_case_orthogonal_summands_ok_equals_sign_trick(x64):
   ok_samples = np.asarray(_unbiased_samples(jnp.asarray(C), 1, _keys(10)))
   sign_samples = np.asarray(_sign_trick_samples(u1, A1, u2, A2, _keys(11)))
   np.testing.assert_allclose(
-      np.sum((ok_samples - C) ** 2, axis=(1, 2)), ok_variance, rtol=1e-9)
+    np.sum((ok_samples - C) ** 2, axis=(1, 2)), ok_variance, rtol=1e-9
+  )
   np.testing.assert_allclose(
-      np.sum((sign_samples - C) ** 2, axis=(1, 2)), sign_variance, rtol=1e-9)
+    np.sum((sign_samples - C) ** 2, axis=(1, 2)), sign_variance, rtol=1e-9
+  )
 
 
 def test_sign_trick_zero_norms_are_finite():
   zeros_u, zeros_A = jnp.zeros(3), jnp.zeros((2, 2))
-  u, A = kronecker.sign_trick_mix(zeros_u, zeros_A, zeros_u, zeros_A,
-                                  jax.random.key(0))
+  u, A = kronecker.sign_trick_mix(
+    zeros_u, zeros_A, zeros_u, zeros_A, jax.random.key(0)
+  )
   assert np.all(np.isfinite(u)) and np.all(np.isfinite(A))
   np.testing.assert_array_equal(np.outer(u, A), 0)
   h, D = jnp.ones(3), jnp.eye(2)
@@ -242,19 +267,20 @@ def test_sign_trick_zero_norms_are_finite():
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("m,n,rank", [(4, 4, 3), (5, 7, 2), (7, 3, 1),
-                                      (6, 6, 6)])
+@pytest.mark.parametrize(
+  "m,n,rank", [(4, 4, 3), (5, 7, 2), (7, 3, 1), (6, 6, 6)]
+)
 def test_biased_low_rank_is_truncated_svd(x64, m, n, rank):
   C = np.random.default_rng(m + n + rank).standard_normal((m, n))
   left, right = kronecker.biased_low_rank(jnp.asarray(C), rank)
   assert left.shape == (m, rank) and right.shape == (n, rank)
   u, s, vt = np.linalg.svd(C, full_matrices=False)
   truncated = (u[:, :rank] * s[:rank]) @ vt[:rank]
-  np.testing.assert_allclose(np.asarray(left @ right.T), truncated,
-                             atol=1e-12)
+  np.testing.assert_allclose(np.asarray(left @ right.T), truncated, atol=1e-12)
   # Equal factor norms per column (sqrt of the singular value on each side).
-  np.testing.assert_allclose(np.linalg.norm(left, axis=0),
-                             np.linalg.norm(right, axis=0), rtol=1e-12)
+  np.testing.assert_allclose(
+    np.linalg.norm(left, axis=0), np.linalg.norm(right, axis=0), rtol=1e-12
+  )
 
 
 # ---------------------------------------------------------------------------
@@ -262,40 +288,50 @@ def test_biased_low_rank_is_truncated_svd(x64, m, n, rank):
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("d,rank", [
-    ([0.2, 10.0, 0.5, 3.0, 1.0], 3),   # unsorted, keeps 10 and 3
-    ([4.0, 1.0, 1.0, 1.0], 3),         # q = rank + 1 with ties
-    ([2.0, 1.0, 1.0], 2),              # tie at the boundary of m
+@pytest.mark.parametrize(
+  "d,rank",
+  [
+    ([0.2, 10.0, 0.5, 3.0, 1.0], 3),  # unsorted, keeps 10 and 3
+    ([4.0, 1.0, 1.0, 1.0], 3),  # q = rank + 1 with ties
+    ([2.0, 1.0, 1.0], 2),  # tie at the boundary of m
     ([0.3, 0.3, 0.3, 0.3, 0.3, 0.3], 4),
-])
+  ],
+)
 def test_diagonal_mixing_exact_expectation_over_all_signs(x64, d, rank):
   """Averages over all 2^q sign vectors: E[F F^T] = diag(d) exactly."""
   d = np.asarray(d)
   q = d.size
   order = np.argsort(-d, kind="stable")
   signs = jnp.asarray(list(itertools.product([-1.0, 1.0], repeat=q)))
-  factors = jax.jit(jax.vmap(
+  factors = jax.jit(
+    jax.vmap(
       lambda s: diagonal.diagonal_mixing_with_signs(jnp.asarray(d), rank, s)
-  ))(signs)
+    )
+  )(signs)
   products = np.asarray(jnp.einsum("sik,sjk->sij", factors, factors))
   np.testing.assert_allclose(products.mean(axis=0), np.diag(d), atol=1e-12)
   variance = float(_diagonal_variance(jnp.asarray(d), rank))
   np.testing.assert_allclose(
-      np.sum((products - np.diag(d)) ** 2, axis=(1, 2)), variance, rtol=1e-10)
+    np.sum((products - np.diag(d)) ** 2, axis=(1, 2)), variance, rtol=1e-10
+  )
   assert _numerical_rank(products).max() <= rank
   # Theorem 6's closed form, computed independently here.
   sorted_d = d[order]
-  m = min(i for i in range(1, q + 1)
-          if (rank - i + 1) * sorted_d[i - 1] <= sorted_d[i - 1:].sum())
-  mixed = sorted_d[m - 1:]
+  m = min(
+    i
+    for i in range(1, q + 1)
+    if (rank - i + 1) * sorted_d[i - 1] <= sorted_d[i - 1 :].sum()
+  )
+  mixed = sorted_d[m - 1 :]
   k, s1, s2 = rank - m + 1, mixed.sum(), (mixed**2).sum()
   np.testing.assert_allclose(variance, s1**2 / k - s2, rtol=1e-12)
 
 
 def test_diagonal_mixing_keeps_large_entries_deterministically(x64):
   d = jnp.asarray([0.2, 10.0, 0.5, 3.0, 1.0])
-  left, right = jax.jit(jax.vmap(
-      lambda key: kronecker.optimal_diagonal_mixing(d, 3, key)))(_keys(15))
+  left, right = jax.jit(
+    jax.vmap(lambda key: kronecker.optimal_diagonal_mixing(d, 3, key))
+  )(_keys(15))
   products = np.asarray(jnp.einsum("sik,sjk->sij", left, right))
   for kept in (1, 3):
     np.testing.assert_allclose(products[:, kept, kept], d[kept], rtol=1e-12)
@@ -309,12 +345,12 @@ def test_diagonal_mixing_keeps_large_entries_deterministically(x64):
 
 def test_diagonal_mixing_degenerate_inputs_no_nan():
   cases = [
-      jnp.zeros(5),
-      jnp.asarray([3.0, 0.0, 0.0, 0.0, 0.0]),
-      jnp.asarray([1.0, 1.0, 1.0, 1.0, 1.0]),
-      jnp.asarray([2.0, 2.0, 0.0, 1e-30, 0.0]),
-      jnp.asarray([1e-38, 1e-38, 1e-39, 0.0, 0.0]),
-      jnp.asarray([5.0, 4.0, 0.0, 0.0, 0.0]),
+    jnp.zeros(5),
+    jnp.asarray([3.0, 0.0, 0.0, 0.0, 0.0]),
+    jnp.asarray([1.0, 1.0, 1.0, 1.0, 1.0]),
+    jnp.asarray([2.0, 2.0, 0.0, 1e-30, 0.0]),
+    jnp.asarray([1e-38, 1e-38, 1e-39, 0.0, 0.0]),
+    jnp.asarray([5.0, 4.0, 0.0, 0.0, 0.0]),
   ]
   mix = jax.jit(kronecker.optimal_diagonal_mixing, static_argnums=1)
   for rank in (1, 2, 4, 6):
@@ -326,20 +362,23 @@ def test_diagonal_mixing_degenerate_inputs_no_nan():
       assert np.isfinite(variance) and variance >= 0
       if rank >= 5 or int(jnp.sum(d > 0)) <= rank:
         # Exactly representable: the output is diag(d), deterministically.
-        np.testing.assert_allclose(left @ right.T, jnp.diag(d), rtol=1e-6,
-                                   atol=1e-30)
+        np.testing.assert_allclose(
+          left @ right.T, jnp.diag(d), rtol=1e-6, atol=1e-30
+        )
 
 
 def test_diagonal_mixing_jit_vmap_over_vectors_and_keys(x64):
   rng = np.random.default_rng(8)
   d_batch = jnp.asarray(rng.random((6, 7)))
   keys = jax.random.split(jax.random.key(0), 6)
-  fn = jax.jit(jax.vmap(
-      lambda d, key: kronecker.optimal_diagonal_mixing(d, 2, key)))
+  fn = jax.jit(
+    jax.vmap(lambda d, key: kronecker.optimal_diagonal_mixing(d, 2, key))
+  )
   left, right = fn(d_batch, keys)
   assert left.shape == (6, 7, 2)
-  variances = jax.jit(jax.vmap(
-      lambda d: kronecker.optimal_diagonal_variance(d, 2)))(d_batch)
+  variances = jax.jit(
+    jax.vmap(lambda d: kronecker.optimal_diagonal_variance(d, 2))
+  )(d_batch)
   for i in range(6):
     error = left[i] @ right[i].T - jnp.diag(d_batch[i])
     np.testing.assert_allclose(jnp.sum(error**2), variances[i], rtol=1e-10)
@@ -362,8 +401,9 @@ def test_projection_constructions_have_prescribed_diagonal(x64, q, rank):
   # Ties and exact zeros / ones.
   targets.append(np.full(q, rank / q))
   num_mixed = q - rank + 1
-  targets.append(np.concatenate([np.ones(rank - 1),
-                                 np.full(num_mixed, 1 / num_mixed)]))
+  targets.append(
+    np.concatenate([np.ones(rank - 1), np.full(num_mixed, 1 / num_mixed)])
+  )
   targets = np.stack(targets)
   builders = [lambda p: diagonal.projection_with_diagonal_givens(p, rank)]
   if q == rank + 1:
@@ -371,10 +411,11 @@ def test_projection_constructions_have_prescribed_diagonal(x64, q, rank):
   for build in builders:
     z = np.asarray(jax.jit(jax.vmap(build))(jnp.asarray(targets)))
     assert z.shape == (len(targets), q, rank)
-    np.testing.assert_allclose(np.einsum("bqi,bqj->bij", z, z),
-                               np.broadcast_to(np.eye(rank), (len(targets),
-                                                              rank, rank)),
-                               atol=1e-12)
+    np.testing.assert_allclose(
+      np.einsum("bqi,bqj->bij", z, z),
+      np.broadcast_to(np.eye(rank), (len(targets), rank, rank)),
+      atol=1e-12,
+    )
     np.testing.assert_allclose(np.sum(z**2, axis=2), targets, atol=1e-12)
 
 
@@ -386,9 +427,11 @@ def test_projection_constructions_have_prescribed_diagonal(x64, q, rank):
 def test_bad_input_raises_clear_errors():
   C = jnp.ones((3, 5))
   key = jax.random.key(0)
-  for fn in (lambda r: kronecker.unbiased_low_rank(C, r, key),
-             lambda r: kronecker.biased_low_rank(C, r),
-             lambda r: kronecker.optimal_variance(C, r)):
+  for fn in (
+    lambda r: kronecker.unbiased_low_rank(C, r, key),
+    lambda r: kronecker.biased_low_rank(C, r),
+    lambda r: kronecker.optimal_variance(C, r),
+  ):
     with pytest.raises(ValueError, match=r"rank must be >= 1"):
       fn(0)
     with pytest.raises(ValueError, match=r"rank must be <= min\(m, n\) = 3"):
@@ -410,5 +453,6 @@ def test_bad_input_raises_clear_errors():
   with pytest.raises(ValueError, match=r"r \+ 1 >= 2 summands"):
     kronecker.kronecker_sum_reduce(jnp.ones((1, 4)), jnp.ones((1, 6)), key)
   with pytest.raises(ValueError, match=r"u1, u2 of one shape"):
-    kronecker.sign_trick_mix(jnp.ones(3), jnp.ones((2, 2)), jnp.ones(4),
-                             jnp.ones((2, 2)), key)
+    kronecker.sign_trick_mix(
+      jnp.ones(3), jnp.ones((2, 2)), jnp.ones(4), jnp.ones((2, 2)), key
+    )

@@ -10,12 +10,16 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from monte_carlo import NUM_SAMPLES
+from monte_carlo import SMALL
+from monte_carlo import assert_mean_error_matches
+from monte_carlo import assert_mean_matches
+from monte_carlo import keys
 import numpy as np
 import pytest
 
-from monte_carlo import (NUM_SAMPLES, SMALL, assert_mean_error_matches,
-                         assert_mean_matches, keys)
-from rtrl import kronecker, linalg
+from rtrl import kronecker
+from rtrl import linalg
 
 # The closed form, jitted: eager dispatch compiles every small op separately.
 _optimal_variance = jax.jit(kronecker.optimal_variance, static_argnums=1)
@@ -40,7 +44,7 @@ def _small_svd_route(kernel_svd):
 def _reduce_samples(us, As, sample_keys, biased=False, kernel_svd=None):
   with _small_svd_route(kernel_svd):
     us_new, As_new = jax.vmap(
-        lambda key: kronecker.kronecker_sum_reduce(us, As, key, biased=biased)
+      lambda key: kronecker.kronecker_sum_reduce(us, As, key, biased=biased)
     )(sample_keys)
   return us_new, As_new, jnp.einsum("ska,skm->sam", us_new, As_new)
 
@@ -56,9 +60,10 @@ def test_each_route_reaches_the_compiled_reduction(kernels):
   """The two routes compile to different programs: the kernel's custom
   call in one, not in the other."""
   us, As = jnp.ones((4, 5)), jnp.ones((4, 9))
-  lowered = {route: _reduce_samples.lower(us, As, keys(0, 2),
-                                          kernel_svd=route).as_text()
-             for route in (True, False)}
+  lowered = {
+    route: _reduce_samples.lower(us, As, keys(0, 2), kernel_svd=route).as_text()
+    for route in (True, False)
+  }
   assert "rtrl_small_svd" in lowered[True]
   assert "rtrl_small_svd" not in lowered[False]
 
@@ -70,15 +75,14 @@ def _unfolded(us, As):
 # Shapes (r + 1, a) = (4, 5) and (4, 9) recur below so that the compiled
 # sampler is shared between tests.
 @pytest.mark.parametrize("rank,a,M", [(1, 3, 6), (3, 5, 9), (3, 2, 8)])
-def test_kronecker_sum_reduce_unbiased_and_optimal(x64, rank, a, M,
-                                                  kernel_svd):
+def test_kronecker_sum_reduce_unbiased_and_optimal(x64, rank, a, M, kernel_svd):
   rng = np.random.default_rng(rank * 7 + a)
   us = jnp.asarray(rng.standard_normal((rank + 1, a)))
   As = jnp.asarray(rng.standard_normal((rank + 1, M)))
   G = _unfolded(us, As)
   us_new, As_new, samples = map(
-      np.asarray, _reduce_samples(us, As, keys(rank + 20),
-                                  kernel_svd=kernel_svd))
+    np.asarray, _reduce_samples(us, As, keys(rank + 20), kernel_svd=kernel_svd)
+  )
   assert us_new.shape == (NUM_SAMPLES, rank, a)
   assert As_new.shape == (NUM_SAMPLES, rank, M)
   assert_mean_matches(samples, G, scale=np.linalg.norm(G))
@@ -91,12 +95,14 @@ def test_kronecker_sum_reduce_unbiased_and_optimal(x64, rank, a, M,
   if a > rank:
     assert variance > 0
   # Norm balancing: ||u'_j|| = ||A'_j||.
-  np.testing.assert_allclose(np.linalg.norm(us_new, axis=-1),
-                             np.linalg.norm(As_new, axis=-1), rtol=1e-9)
+  np.testing.assert_allclose(
+    np.linalg.norm(us_new, axis=-1), np.linalg.norm(As_new, axis=-1), rtol=1e-9
+  )
 
 
-def test_kronecker_sum_reduce_exact_when_kronecker_rank_suffices(x64,
-                                                                 kernel_svd):
+def test_kronecker_sum_reduce_exact_when_kronecker_rank_suffices(
+  x64, kernel_svd
+):
   rng = np.random.default_rng(5)
   rank = 3
   sample_keys = keys(12, SMALL)
@@ -115,12 +121,18 @@ def test_kronecker_sum_reduce_exact_when_kronecker_rank_suffices(x64,
   for biased in (False, True):
     for u, A in [(us, As), (us2, As2), (us3, As3)]:
       G = _unfolded(u, A)
-      *_, samples = _reduce_samples(jnp.asarray(u), jnp.asarray(A),
-                                    sample_keys, biased=biased,
-                                    kernel_svd=kernel_svd)
+      *_, samples = _reduce_samples(
+        jnp.asarray(u),
+        jnp.asarray(A),
+        sample_keys,
+        biased=biased,
+        kernel_svd=kernel_svd,
+      )
       np.testing.assert_allclose(
-          np.asarray(samples), np.broadcast_to(G, samples.shape),
-          atol=1e-12 * max(1.0, np.linalg.norm(G)))
+        np.asarray(samples),
+        np.broadcast_to(G, samples.shape),
+        atol=1e-12 * max(1.0, np.linalg.norm(G)),
+      )
 
 
 def test_kronecker_sum_reduce_biased_is_eckart_young(x64):
@@ -128,53 +140,69 @@ def test_kronecker_sum_reduce_biased_is_eckart_young(x64):
   us = jnp.asarray(rng.standard_normal((4, 5)))
   As = jnp.asarray(rng.standard_normal((4, 9)))
   G = _unfolded(us, As)
-  us_new, As_new, samples = _reduce_samples(us, As, keys(0, SMALL),
-                                            biased=True)
+  us_new, As_new, samples = _reduce_samples(us, As, keys(0, SMALL), biased=True)
   u, s, vt = np.linalg.svd(G, full_matrices=False)
   truncated = (u[:, :3] * s[:3]) @ vt[:3]
   np.testing.assert_allclose(np.asarray(samples[0]), truncated, atol=1e-12)
   np.testing.assert_allclose(np.asarray(samples[1]), truncated, atol=1e-12)
-  np.testing.assert_allclose(np.linalg.norm(us_new, axis=-1),
-                             np.linalg.norm(As_new, axis=-1), rtol=1e-9)
+  np.testing.assert_allclose(
+    np.linalg.norm(us_new, axis=-1), np.linalg.norm(As_new, axis=-1), rtol=1e-9
+  )
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
-def test_kronecker_sum_reduce_degenerate_inputs_no_nan(x64, dtype,
-                                                       kernel_svd):
+def test_kronecker_sum_reduce_degenerate_inputs_no_nan(x64, dtype, kernel_svd):
   rng = np.random.default_rng(7)
   sample_keys = keys(13, SMALL)
   u1 = rng.standard_normal(5)
   A1 = rng.standard_normal(9)
   zero_u, zero_a = np.zeros(5), np.zeros(9)
   cases = {
-      # First RTRL step: everything stored is zero, and F = h (x) D too.
-      "all_zero": (np.zeros((4, 5)), np.zeros((4, 9)), True),
-      # Exact cancellation: u2 = -u1, A2 = A1.
-      "cancel": (np.stack([u1, -u1, zero_u, zero_u]),
-                 np.stack([A1, A1, zero_a, zero_a]), True),
-      # Stored factors zero, only the new summand h (x) D is non-zero.
-      "one_term": (np.stack([zero_u, zero_u, zero_u, u1]),
-                   np.stack([zero_a, zero_a, zero_a, A1]), False),
-      "tiny": (1e-30 * rng.standard_normal((4, 5)),
-               1e-30 * rng.standard_normal((4, 9)), False),
-      "ties": (np.eye(4, 5), np.eye(4, 9), False),
+    # First RTRL step: everything stored is zero, and F = h (x) D too.
+    "all_zero": (np.zeros((4, 5)), np.zeros((4, 9)), True),
+    # Exact cancellation: u2 = -u1, A2 = A1.
+    "cancel": (
+      np.stack([u1, -u1, zero_u, zero_u]),
+      np.stack([A1, A1, zero_a, zero_a]),
+      True,
+    ),
+    # Stored factors zero, only the new summand h (x) D is non-zero.
+    "one_term": (
+      np.stack([zero_u, zero_u, zero_u, u1]),
+      np.stack([zero_a, zero_a, zero_a, A1]),
+      False,
+    ),
+    "tiny": (
+      1e-30 * rng.standard_normal((4, 5)),
+      1e-30 * rng.standard_normal((4, 9)),
+      False,
+    ),
+    "ties": (np.eye(4, 5), np.eye(4, 9), False),
   }
   for name, (us, As, is_zero) in cases.items():
     for biased in (False, True):
       us_new, As_new, samples = _reduce_samples(
-          jnp.asarray(us, dtype), jnp.asarray(As, dtype), sample_keys,
-          biased=biased, kernel_svd=kernel_svd)
+        jnp.asarray(us, dtype),
+        jnp.asarray(As, dtype),
+        sample_keys,
+        biased=biased,
+        kernel_svd=kernel_svd,
+      )
       for array in (us_new, As_new, samples):
         assert array.dtype == dtype
         assert np.all(np.isfinite(np.asarray(array))), (name, biased)
       if is_zero:
-        np.testing.assert_allclose(np.asarray(samples), 0, atol=1e-6,
-                                   err_msg=name)
+        np.testing.assert_allclose(
+          np.asarray(samples), 0, atol=1e-6, err_msg=name
+        )
       if name == "one_term":
         np.testing.assert_allclose(
-            np.asarray(samples),
-            np.broadcast_to(np.outer(u1, A1), samples.shape),
-            rtol=1e-5, atol=1e-5, err_msg=name)
+          np.asarray(samples),
+          np.broadcast_to(np.outer(u1, A1), samples.shape),
+          rtol=1e-5,
+          atol=1e-5,
+          err_msg=name,
+        )
 
 
 def test_kronecker_sum_reduce_ties_are_unbiased(x64):
@@ -186,5 +214,5 @@ def test_kronecker_sum_reduce_ties_are_unbiased(x64):
   assert_mean_matches(np.asarray(samples), G, scale=1.0)
   # s1 = 4, k = 3, s2 = 4: s1^2 / k - s2 = 4/3.
   np.testing.assert_allclose(
-      np.sum((np.asarray(samples) - G) ** 2, axis=(1, 2)), 16 / 3 - 4,
-      rtol=1e-9)
+    np.sum((np.asarray(samples) - G) ** 2, axis=(1, 2)), 16 / 3 - 4, rtol=1e-9
+  )

@@ -24,16 +24,17 @@ def test_matches_numpy_qr_in_float64(x64):
   _check(rows, basis, coords, atol=1e-12)
   _, r_ref = np.linalg.qr(rows.T)
   # QR is unique up to the signs of R's rows; ours has a positive diagonal.
-  np.testing.assert_allclose(np.asarray(coords), np.sign(np.diag(r_ref))[:, None] * r_ref,
-                             atol=1e-12)
+  np.testing.assert_allclose(
+    np.asarray(coords), np.sign(np.diag(r_ref))[:, None] * r_ref, atol=1e-12
+  )
 
 
 def test_dependent_zero_and_badly_scaled_rows_float32():
   rng = np.random.default_rng(1)
   rows = rng.normal(size=(6, 64)).astype(np.float32)
-  rows[2] = rows[0] - 2 * rows[1]   # dependent
-  rows[4] = 0                       # zero
-  rows[5] *= 1e-4                   # badly scaled but independent
+  rows[2] = rows[0] - 2 * rows[1]  # dependent
+  rows[4] = 0  # zero
+  rows[5] *= 1e-4  # badly scaled but independent
   basis, coords = jax.jit(linalg.thin_qr_rows)(jnp.asarray(rows))
   assert np.all(np.isfinite(np.asarray(basis)))
   kept = _check(rows, basis, coords, atol=5e-6)
@@ -54,16 +55,18 @@ def test_wide_input_is_rejected():
 def test_gram_qr_rows_orthonormal_and_reconstructs_float64(x64, refine):
   rng = np.random.default_rng(2)
   rows = rng.normal(size=(6, 40)) * np.exp(rng.uniform(-3, 3, (6, 1)))
-  rows[3] = rows[0] - 2 * rows[1]   # dependent
-  rows[4] = 0                       # zero
+  rows[3] = rows[0] - 2 * rows[1]  # dependent
+  rows[4] = 0  # zero
   transform, coords = linalg.gram_qr_rows(jnp.asarray(rows), refine)
   basis = np.asarray(transform) @ rows
-  np.testing.assert_allclose(np.asarray(coords).T @ basis, rows,
-                             atol=1e-12 * np.abs(rows).max())
+  np.testing.assert_allclose(
+    np.asarray(coords).T @ basis, rows, atol=1e-12 * np.abs(rows).max()
+  )
   kept = np.linalg.norm(basis, axis=1) > 0.5
   assert kept.sum() == 4 and np.allclose(basis[~kept], 0, atol=1e-6)
-  np.testing.assert_allclose(basis[kept] @ basis[kept].T, np.eye(4),
-                             atol=1e-12 if refine else 1e-9)
+  np.testing.assert_allclose(
+    basis[kept] @ basis[kept].T, np.eye(4), atol=1e-12 if refine else 1e-9
+  )
 
 
 @pytest.mark.parametrize("refine", [True, False])
@@ -77,8 +80,12 @@ def test_gram_qr_together_is_each_gram_qr_exactly(x64, refine):
   right[2] = 0
   right = jnp.asarray(right)
   together = linalg.gram_qr_together(
-      [linalg.gram_of_rows(left), linalg.gram_of_rows(right)], refine)
-  alone = [linalg.gram_qr_rows(left, refine), linalg.gram_qr_rows(right, refine)]
+    [linalg.gram_of_rows(left), linalg.gram_of_rows(right)], refine
+  )
+  alone = [
+    linalg.gram_qr_rows(left, refine),
+    linalg.gram_qr_rows(right, refine),
+  ]
   for (t, c), (t_ref, c_ref) in zip(together, alone):
     np.testing.assert_array_equal(np.asarray(t), np.asarray(t_ref))
     np.testing.assert_array_equal(np.asarray(c), np.asarray(c_ref))
@@ -86,18 +93,24 @@ def test_gram_qr_together_is_each_gram_qr_exactly(x64, refine):
 
 def test_gram_qr_together_rejects_different_sizes():
   with pytest.raises(ValueError, match=r"one square shape \(c, c\)"):
-    linalg.gram_qr_together([linalg.gram_of_rows(jnp.ones((3, 8))),
-                             linalg.gram_of_rows(jnp.ones((4, 8)))], False)
+    linalg.gram_qr_together(
+      [
+        linalg.gram_of_rows(jnp.ones((3, 8))),
+        linalg.gram_of_rows(jnp.ones((4, 8))),
+      ],
+      False,
+    )
 
 
 def test_gram_qr_rows_zero_and_short_rows_float32():
   transform, coords = jax.jit(linalg.gram_qr_rows)(jnp.zeros((4, 3)))
   assert np.all(np.asarray(transform) == 0) and np.all(np.asarray(coords) == 0)
   rows = jnp.asarray(np.random.default_rng(3).normal(size=(4, 3)), jnp.float32)
-  transform, coords = linalg.gram_qr_rows(rows)       # M < c: rank 3
+  transform, coords = linalg.gram_qr_rows(rows)  # M < c: rank 3
   assert np.all(np.isfinite(np.asarray(transform)))
-  np.testing.assert_allclose(np.asarray(coords.T @ (transform @ rows)),
-                             np.asarray(rows), atol=1e-5)
+  np.testing.assert_allclose(
+    np.asarray(coords.T @ (transform @ rows)), np.asarray(rows), atol=1e-5
+  )
 
 
 def test_matmul_precision_default_and_names():
@@ -139,16 +152,21 @@ def test_computed_once_returns_its_input_exactly(shape, dtype, x64):
   returned as they are), under jit and vmap too."""
   x = jax.random.normal(jax.random.PRNGKey(0), shape, dtype) * 1e3
   np.testing.assert_array_equal(jax.jit(linalg.computed_once)(x), x)
-  np.testing.assert_array_equal(jax.vmap(linalg.computed_once)(x[None]),
-                                x[None])
+  np.testing.assert_array_equal(
+    jax.vmap(linalg.computed_once)(x[None]), x[None]
+  )
 
 
 def test_computed_once_is_a_dot_in_the_compiled_step():
   """The point of it: the compiled function holds a dot where the identity
   is applied (XLA keeps it, so the producer is written out once)."""
   x = jnp.ones((16, 128, 4))
-  text = jax.jit(lambda a: jnp.tanh(linalg.computed_once(jax.nn.sigmoid(a)))
-                 ).lower(x).compile().as_text()
+  text = (
+    jax.jit(lambda a: jnp.tanh(linalg.computed_once(jax.nn.sigmoid(a))))
+    .lower(x)
+    .compile()
+    .as_text()
+  )
   assert "dot(" in text
 
 
@@ -159,15 +177,20 @@ def test_matmul_unrolled_is_the_product(k, x64):
   a = jax.random.normal(jax.random.PRNGKey(0), (4, 300, k))
   b = jax.random.normal(jax.random.PRNGKey(1), (4, k, 5))
   expected = np.einsum("bmk,bkj->bmj", np.asarray(a), np.asarray(b))
-  np.testing.assert_allclose(jax.jit(jax.vmap(linalg.matmul_unrolled))(a, b),
-                             expected, rtol=1e-13, atol=1e-13)
-  np.testing.assert_allclose(linalg.matmul_unrolled(a[0], b[0]), expected[0],
-                             rtol=1e-13, atol=1e-13)
+  np.testing.assert_allclose(
+    jax.jit(jax.vmap(linalg.matmul_unrolled))(a, b),
+    expected,
+    rtol=1e-13,
+    atol=1e-13,
+  )
+  np.testing.assert_allclose(
+    linalg.matmul_unrolled(a[0], b[0]), expected[0], rtol=1e-13, atol=1e-13
+  )
 
 
-@pytest.mark.parametrize("a_shape, b_shape", [((5, 3), (4, 2)),
-                                              ((5, 0), (0, 2)),
-                                              ((5,), (5, 2))])
+@pytest.mark.parametrize(
+  "a_shape, b_shape", [((5, 3), (4, 2)), ((5, 0), (0, 2)), ((5,), (5, 2))]
+)
 def test_matmul_unrolled_rejects_bad_shapes(a_shape, b_shape):
   with pytest.raises(ValueError, match=r"a \(M, k\) and b \(k, m\)"):
     linalg.matmul_unrolled(jnp.ones(a_shape), jnp.ones(b_shape))

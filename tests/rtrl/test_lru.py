@@ -9,11 +9,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+import rtrl_problems
+from rtrl_problems import rel_err
 
 import rtrl
-import rtrl_problems
-from rtrl import cells, estimators, readout
-from rtrl_problems import rel_err
+from rtrl import cells
+from rtrl import estimators
+from rtrl import readout
 
 M, INPUT, OUTPUTS, T, B = 5, 3, 4, 12, 3
 RESETS = [(5, 1), (9, None)]
@@ -33,13 +35,16 @@ def test_step_is_the_complex_recurrence(x64):
   x = rng.standard_normal(INPUT)
   p = {k: np.asarray(v) for k, v in params.items()}
   lam = np.exp(-np.exp(p["nu_log"]) + 1j * np.exp(p["theta_log"]))
-  expected = lam * h + np.exp(p["gamma_log"]) * ((p["B_re"] + 1j * p["B_im"])
-                                                 @ x)
-  new = cell.step(params, (jnp.asarray(h.real), jnp.asarray(h.imag)),
-                  jnp.asarray(x))
+  expected = lam * h + np.exp(p["gamma_log"]) * (
+    (p["B_re"] + 1j * p["B_im"]) @ x
+  )
+  new = cell.step(
+    params, (jnp.asarray(h.real), jnp.asarray(h.imag)), jnp.asarray(x)
+  )
   np.testing.assert_allclose(new[0] + 1j * new[1], expected, rtol=1e-13)
-  np.testing.assert_array_equal(cell.output(new),
-                                np.concatenate([new[0], new[1]]))
+  np.testing.assert_array_equal(
+    cell.output(new), np.concatenate([new[0], new[1]])
+  )
 
 
 def test_ring_initialisation(x64):
@@ -50,14 +55,15 @@ def test_ring_initialisation(x64):
   params = cell.init(jax.random.PRNGKey(2), INPUT)
   modulus = np.exp(-np.exp(np.asarray(params["nu_log"])))
   assert modulus.min() >= r_min - 1e-12 and modulus.max() <= r_max + 1e-12
-  uniform = np.sort((modulus ** 2 - r_min ** 2) / (r_max ** 2 - r_min ** 2))
+  uniform = np.sort((modulus**2 - r_min**2) / (r_max**2 - r_min**2))
   ecdf = np.arange(1, uniform.size + 1) / uniform.size
   ks = np.abs(ecdf - uniform).max()
   assert ks < math.sqrt(-0.5 * math.log(1e-3 / 2) / uniform.size)
   phases = np.exp(np.asarray(params["theta_log"]))
   assert phases.min() > 0 and phases.max() <= phase + 1e-12
-  np.testing.assert_allclose(np.exp(np.asarray(params["gamma_log"])),
-                             np.sqrt(1 - modulus ** 2), rtol=1e-10)
+  np.testing.assert_allclose(
+    np.exp(np.asarray(params["gamma_log"])), np.sqrt(1 - modulus**2), rtol=1e-10
+  )
 
 
 @pytest.mark.parametrize("name", ["rtrl", "snap1"])
@@ -69,11 +75,12 @@ def test_exact_rtrl_equals_bptt(name, x64):
   cell = cells.LRU(M, r_min=0.8, r_max=0.99)
   params, chunk = make_problem(cell)
   total, full = rtrl_problems.summed_online_and_bptt(
-      cell, estimators.make(name, cell), params, chunk)
+    cell, estimators.make(name, cell), params, chunk
+  )
   assert set(total) == set(full) == set(cells.lru.PARAM_NAMES)
   for key in full:
     assert rel_err(total[key], full[key]) < 1e-12, key
-    assert np.abs(full[key]).max() > 1e-3, key   # not a vacuous match
+    assert np.abs(full[key]).max() > 1e-3, key  # not a vacuous match
 
 
 def test_memory_is_of_the_order_of_the_recurrence_parameters(x64):
@@ -81,20 +88,23 @@ def test_memory_is_of_the_order_of_the_recurrence_parameters(x64):
   the unit's row of B; `m (input + 2)` complex numbers, no `m^2` term."""
   cell = cells.LRU(64)
   params = cell.init(jax.random.PRNGKey(0), INPUT)
-  tstate = estimators.make("rtrl", cell).init(params, cell.initial_state(),
-                                              jax.random.PRNGKey(1))
+  tstate = estimators.make("rtrl", cell).init(
+    params, cell.initial_state(), jax.random.PRNGKey(1)
+  )
   sizes = [a.size for a in jax.tree_util.tree_leaves(tstate.tangent)]
   assert sum(sizes) == 64 * (INPUT + 2)
-  assert all(jnp.iscomplexobj(a)
-             for a in jax.tree_util.tree_leaves(tstate.tangent))
+  assert all(
+    jnp.iscomplexobj(a) for a in jax.tree_util.tree_leaves(tstate.tangent)
+  )
 
 
 def test_uoro_runs_by_autodiff_and_others_refuse():
   cell = cells.LRU(M)
   params, chunk = make_problem(cell)
   est = estimators.make("uoro", cell)
-  steps, _ = rtrl.frozen_gradients(cell, est, params, chunk,
-                                   jax.random.PRNGKey(0))
+  steps, _ = rtrl.frozen_gradients(
+    cell, est, params, chunk, jax.random.PRNGKey(0)
+  )
   assert all(np.isfinite(a).all() for a in jax.tree_util.tree_leaves(steps))
   for name in ("ok", "kf", "rflo"):
     with pytest.raises(ValueError, match="does not serve an LRU"):
@@ -113,16 +123,21 @@ def test_online_training_learns_a_delayed_echo():
   est = estimators.make("rtrl", cell)
   trainer = rtrl.make_online_trainer(cell, est, optax.adam(3e-3))
   key = jax.random.PRNGKey(0)
-  params = {"cell": cell.init(key, classes),
-            "readout": readout.init(jax.random.fold_in(key, 1),
-                                    cell.hidden_size, classes)}
-  symbols = jax.random.randint(jax.random.PRNGKey(3), (steps + delay, batch),
-                               0, classes)
+  params = {
+    "cell": cell.init(key, classes),
+    "readout": readout.init(
+      jax.random.fold_in(key, 1), cell.hidden_size, classes
+    ),
+  }
+  symbols = jax.random.randint(
+    jax.random.PRNGKey(3), (steps + delay, batch), 0, classes
+  )
   chunk = rtrl.StepBatch(
-      inputs=jax.nn.one_hot(symbols[delay:], classes),
-      targets=symbols[:-delay],
-      weights=jnp.ones((steps, batch)),
-      resets=jnp.zeros((steps, batch), bool))
+    inputs=jax.nn.one_hot(symbols[delay:], classes),
+    targets=symbols[:-delay],
+    weights=jnp.ones((steps, batch)),
+    resets=jnp.zeros((steps, batch), bool),
+  )
   state, metrics = trainer.run(trainer.init(params, key, batch), chunk)
   losses = np.asarray(metrics.loss_sum / metrics.weight_sum)
   assert losses[:50].mean() > 1.0
@@ -130,11 +145,15 @@ def test_online_training_learns_a_delayed_echo():
   del state
 
 
-@pytest.mark.parametrize("kwargs, match", [
+@pytest.mark.parametrize(
+  "kwargs, match",
+  [
     (dict(state_size=0), "state_size"),
     (dict(state_size=4, r_min=0.5, r_max=0.4), "r_min and r_max"),
     (dict(state_size=4, r_max=1.0), "r_min and r_max"),
-    (dict(state_size=4, max_phase=0.0), "max_phase")])
+    (dict(state_size=4, max_phase=0.0), "max_phase"),
+  ],
+)
 def test_bad_construction_is_named(kwargs, match):
   with pytest.raises(ValueError, match=match):
     cells.LRU(**kwargs)

@@ -7,9 +7,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-
 import rtrl_problems
-from rtrl import bptt, cells, estimators, online
+
+from rtrl import bptt
+from rtrl import cells
+from rtrl import estimators
+from rtrl import online
 
 N, INPUT, OUTPUTS, B, T = 4, 3, 4, 3, 7
 
@@ -17,20 +20,29 @@ N, INPUT, OUTPUTS, B, T = 4, 3, 4, 3, 7
 def make_problem(cell, seed=0):
   """float64 params and a time-major chunk with per-example resets."""
   return rtrl_problems.make_problem(
-      cell, input_size=INPUT, num_outputs=OUTPUTS, batch=B, steps=T,
-      resets=[(0, None), (3, 0), (5, 1)], seed=seed, keep_probability=0.8)
+    cell,
+    input_size=INPUT,
+    num_outputs=OUTPUTS,
+    batch=B,
+    steps=T,
+    resets=[(0, None), (3, 0), (5, 1)],
+    seed=seed,
+    keep_probability=0.8,
+  )
 
 
 def take(chunk, t=None, b=None):
   """Step `t` and/or example `b` (kept as a batch of one) of a chunk."""
+
   def sel(a):
     if t is not None:
       a = a[t]
       if b is not None:
-        a = a[b:b + 1]
+        a = a[b : b + 1]
     elif b is not None:
-      a = a[:, b:b + 1]
+      a = a[:, b : b + 1]
     return a
+
   return jax.tree_util.tree_map(sel, chunk)
 
 
@@ -47,10 +59,12 @@ def test_scan_run_equals_python_loop_of_steps(cls, x64):
   params, optimiser state, cell state, tangents, step counter and metrics."""
   cell = cls(hidden_size=N)
   trainer = online.make_online_trainer(
-      cell, estimators.make("rtrl", cell), optax.adam(3e-2))
+    cell, estimators.make("rtrl", cell), optax.adam(3e-2)
+  )
   params, chunk = make_problem(cell)
-  state0 = jax.jit(trainer.init, static_argnums=2)(params,
-                                                   jax.random.PRNGKey(0), B)
+  state0 = jax.jit(trainer.init, static_argnums=2)(
+    params, jax.random.PRNGKey(0), B
+  )
   scanned, scan_metrics = trainer.run(state0, chunk)
 
   step = jax.jit(trainer.step)
@@ -61,14 +75,16 @@ def test_scan_run_equals_python_loop_of_steps(cls, x64):
   assert int(scanned.step) == int(state.step) == T
   assert scanned.params["cell"]["W"].dtype == jnp.float64
   assert_trees_close(scanned.params, state.params, rtol=1e-11, atol=1e-13)
-  assert_trees_close(scanned.opt_state, state.opt_state, rtol=1e-11,
-                     atol=1e-13)
-  assert_trees_close(scanned.cell_state, state.cell_state, rtol=1e-11,
-                     atol=1e-13)
-  assert_trees_close(scanned.tstate.tangent, state.tstate.tangent,
-                     rtol=1e-11, atol=1e-13)
-  np.testing.assert_allclose(scan_metrics.loss_sum,
-                             [m.loss_sum for m in loop_metrics], rtol=1e-11)
+  assert_trees_close(scanned.opt_state, state.opt_state, rtol=1e-11, atol=1e-13)
+  assert_trees_close(
+    scanned.cell_state, state.cell_state, rtol=1e-11, atol=1e-13
+  )
+  assert_trees_close(
+    scanned.tstate.tangent, state.tstate.tangent, rtol=1e-11, atol=1e-13
+  )
+  np.testing.assert_allclose(
+    scan_metrics.loss_sum, [m.loss_sum for m in loop_metrics], rtol=1e-11
+  )
   np.testing.assert_allclose(scan_metrics.weight_sum, chunk.weights.sum(1))
   # The parameters really moved (the comparison is not vacuous).
   assert np.abs(scanned.params["cell"]["W"] - params["cell"]["W"]).max() > 1e-3
@@ -84,14 +100,14 @@ def test_batch_equals_per_example_runs(x64):
   est = estimators.make("rtrl", cell)
   params, chunk = make_problem(cell)
   key = jax.random.PRNGKey(0)
-  frozen = jax.jit(lambda c: online.frozen_gradients(cell, est, params, c,
-                                                     key))
+  frozen = jax.jit(lambda c: online.frozen_gradients(cell, est, params, c, key))
   grads, metrics = frozen(chunk)
   singles = [frozen(take(chunk, b=b)) for b in range(B)]
   mean_single = sum(g["W"] for g, _ in singles) / B
   np.testing.assert_allclose(grads["W"], mean_single, rtol=1e-11, atol=1e-14)
-  np.testing.assert_allclose(metrics.loss_sum,
-                             sum(m.loss_sum for _, m in singles), rtol=1e-12)
+  np.testing.assert_allclose(
+    metrics.loss_sum, sum(m.loss_sum for _, m in singles), rtol=1e-12
+  )
 
   lr = 0.1
   sgd = online.make_online_trainer(cell, est, optax.sgd(lr))
@@ -100,12 +116,14 @@ def test_batch_equals_per_example_runs(x64):
   batch_state, _ = sgd_step(sgd_init(params, key, B), first)
   deltas = []
   for b in range(B):
-    one = jax.tree_util.tree_map(lambda a: a[b:b + 1], first)
+    one = jax.tree_util.tree_map(lambda a: a[b : b + 1], first)
     s, _ = sgd_step(sgd_init(params, key, 1), one)
-    deltas.append(jax.tree_util.tree_map(lambda new, old: new - old,
-                                         s.params, params))
-  batch_delta = jax.tree_util.tree_map(lambda new, old: new - old,
-                                       batch_state.params, params)
+    deltas.append(
+      jax.tree_util.tree_map(lambda new, old: new - old, s.params, params)
+    )
+  batch_delta = jax.tree_util.tree_map(
+    lambda new, old: new - old, batch_state.params, params
+  )
   mean_delta = jax.tree_util.tree_map(lambda *d: sum(d) / B, *deltas)
   assert_trees_close(batch_delta, mean_delta, rtol=1e-10, atol=1e-14)
   assert np.abs(batch_delta["cell"]["W"]).max() > 1e-4
@@ -116,12 +134,17 @@ def test_batch_equals_per_example_runs(x64):
   for b in range(B):
     single_final, _ = still.run(still_init(params, key, 1), take(chunk, b=b))
     assert_trees_close(
-        jax.tree_util.tree_map(lambda a: a[b], batch_final.cell_state),
-        jax.tree_util.tree_map(lambda a: a[0], single_final.cell_state),
-        rtol=1e-12, atol=1e-14)
-    np.testing.assert_allclose(batch_final.tstate.tangent[b],
-                               single_final.tstate.tangent[0], rtol=1e-11,
-                               atol=1e-14)
+      jax.tree_util.tree_map(lambda a: a[b], batch_final.cell_state),
+      jax.tree_util.tree_map(lambda a: a[0], single_final.cell_state),
+      rtol=1e-12,
+      atol=1e-14,
+    )
+    np.testing.assert_allclose(
+      batch_final.tstate.tangent[b],
+      single_final.tstate.tangent[0],
+      rtol=1e-11,
+      atol=1e-14,
+    )
 
 
 def test_accumulate_steps_updates_every_k_with_mean_exact_gradient(x64):
@@ -133,18 +156,24 @@ def test_accumulate_steps_updates_every_k_with_mean_exact_gradient(x64):
   cell = cells.RHN(hidden_size=N)
   params, chunk = make_problem(cell)
   trainer = online.make_online_trainer(
-      cell, estimators.make("rtrl", cell), optax.sgd(lr), accumulate_steps=k)
+    cell, estimators.make("rtrl", cell), optax.sgd(lr), accumulate_steps=k
+  )
   step = jax.jit(trainer.step)
-  state = jax.jit(trainer.init, static_argnums=2)(params,
-                                                  jax.random.PRNGKey(0), B)
+  state = jax.jit(trainer.init, static_argnums=2)(
+    params, jax.random.PRNGKey(0), B
+  )
   history = []
   for t in range(2 * k):
     state, _ = step(state, take(chunk, t))
     history.append(state.params)
 
   def same(a, b):
-    return all(np.array_equal(x, y) for x, y in zip(
-        jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
+    return all(
+      np.array_equal(x, y)
+      for x, y in zip(
+        jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+      )
+    )
 
   assert same(history[0], params) and same(history[1], params)
   assert not same(history[2], params)
@@ -154,9 +183,11 @@ def test_accumulate_steps_updates_every_k_with_mean_exact_gradient(x64):
   state0 = online.broadcast_state(cell.initial_state(), B)
   first_k = jax.tree_util.tree_map(lambda a: a[:k], chunk)
   reference = jax.jit(lambda c: bptt.bptt_gradient(cell, params, state0, c))(
-      first_k)
-  expected = jax.tree_util.tree_map(lambda p, g: p - lr / k * g, params,
-                                    reference)
+    first_k
+  )
+  expected = jax.tree_util.tree_map(
+    lambda p, g: p - lr / k * g, params, reference
+  )
   # float64 end to end: an accumulator kept in float32 (optax.MultiSteps'
   # default accumulator_dtype) shows up here as ~1e-9 errors.
   assert_trees_close(history[2], expected, rtol=1e-10, atol=1e-13)

@@ -20,7 +20,7 @@ def tf1_reference(gradients, learning_rate, b1=0.9, b2=0.999, eps=1e-8):
   for t, g in enumerate(gradients, start=1):
     m = b1 * m + (1 - b1) * g
     v = b2 * v + (1 - b2) * g * g
-    step = learning_rate * np.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+    step = learning_rate * np.sqrt(1 - b2**t) / (1 - b1**t)
     updates.append(-step * m / (np.sqrt(v) + eps))
   return updates
 
@@ -45,8 +45,7 @@ def test_tf1_adam_equals_tf1_update_rule(x64):
     np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)
   # optax's form differs exactly where the gradients are near epsilon.
   optax_updates = run(optax.adam(1e-3), gradients)
-  assert max(np.max(np.abs(a - b)) for a, b in
-             zip(optax_updates, got)) > 1e-6
+  assert max(np.max(np.abs(a - b)) for a, b in zip(optax_updates, got)) > 1e-6
 
 
 def test_without_epsilon_tf1_and_optax_agree(x64):
@@ -64,5 +63,6 @@ def test_traced_learning_rate_under_jit():
     params = jnp.ones(3)
     update, _ = transform.update(params, transform.init(params))
     return update
+
   np.testing.assert_allclose(jax.jit(step)(0.5), step(0.5), rtol=1e-6)
   assert float(jax.jit(step)(0.5)[0]) == pytest.approx(-0.5, rel=1e-5)

@@ -38,12 +38,12 @@ from __future__ import annotations
 
 import functools
 
+from hypothesis_profiles import property_tests
 import jax
 import jax.numpy as jnp
+import kronecker_cases as cases
 import numpy as np
 
-from hypothesis_profiles import property_tests
-import kronecker_cases as cases
 from rtrl import kronecker
 
 # --------------------------------------------------------------------------
@@ -57,19 +57,27 @@ NUM_KEYS = 4
 def _low_rank_samples(C, rank, signs, keys):
   """`L R^T` at each row of `signs` and at each key, and the closed forms."""
   left, right = jax.vmap(
-      lambda s: kronecker.unbiased_low_rank_with_signs(C, rank, s))(signs)
+    lambda s: kronecker.unbiased_low_rank_with_signs(C, rank, s)
+  )(signs)
   keyed_left, keyed_right = jax.vmap(
-      lambda key: kronecker.unbiased_low_rank(C, rank, key))(keys)
+    lambda key: kronecker.unbiased_low_rank(C, rank, key)
+  )(keys)
   biased_left, biased_right = kronecker.biased_low_rank(C, rank)
   factors = (left, right, keyed_left, keyed_right, biased_left, biased_right)
-  products = (jnp.einsum("pir,pjr->pij", left, right),
-              jnp.einsum("pir,pjr->pij", keyed_left, keyed_right),
-              biased_left @ biased_right.T)
+  products = (
+    jnp.einsum("pir,pjr->pij", left, right),
+    jnp.einsum("pir,pjr->pij", keyed_left, keyed_right),
+    biased_left @ biased_right.T,
+  )
   return factors, products, kronecker.optimal_variance(C, rank)
 
 
-@property_tests(cases.matrix_cases(fast=True), cases.matrix_cases(),
-                max_examples=25, thorough_examples=150)
+@property_tests(
+  cases.matrix_cases(fast=True),
+  cases.matrix_cases(),
+  max_examples=25,
+  thorough_examples=150,
+)
 def check_unbiased_low_rank(case):
   """Exact expectation over all 2**q signs; per-sample rank and error."""
   C, rank = case
@@ -79,8 +87,10 @@ def check_unbiased_low_rank(case):
   keys = jax.random.split(jax.random.PRNGKey(0), NUM_KEYS)
   with jax.enable_x64(True):
     factors, (product, keyed, biased), variance = jax.device_get(
-        _low_rank_samples(jnp.asarray(C), rank,
-                          jnp.asarray(cases.sign_patterns(q)), keys))
+      _low_rank_samples(
+        jnp.asarray(C), rank, jnp.asarray(cases.sign_patterns(q)), keys
+      )
+    )
   # Rank <= rank: the factors have `rank` columns.
   assert factors[0].shape == (2**q, m, rank)
   assert factors[1].shape == (2**q, n, rank)
@@ -95,10 +105,14 @@ def check_unbiased_low_rank(case):
   tolerance = cases.variance_tolerance(C)
   expected = cases.reference_variance(singular, rank)
   assert abs(float(variance) - expected) <= tolerance, (variance, expected)
-  squared_errors = np.sum((np.concatenate([product, keyed]) - C) ** 2,
-                          axis=(1, 2))
+  squared_errors = np.sum(
+    (np.concatenate([product, keyed]) - C) ** 2, axis=(1, 2)
+  )
   assert np.max(np.abs(squared_errors - expected)) <= tolerance, (
-      squared_errors, expected, tolerance)
+    squared_errors,
+    expected,
+    tolerance,
+  )
   # Eckart-Young: the truncated SVD, never worse than an unbiased sample.
   tail = float(np.sum(singular[rank:] ** 2))
   biased_error = float(np.sum((biased - C) ** 2))
@@ -109,9 +123,10 @@ def check_unbiased_low_rank(case):
     assert np.max(np.abs(product - C)) <= 1e-10 * spectral
 
 
-(test_unbiased_low_rank_exact_expectation_rank_and_error,
- test_unbiased_low_rank_exact_expectation_rank_and_error_thorough) = (
-     check_unbiased_low_rank)
+(
+  test_unbiased_low_rank_exact_expectation_rank_and_error,
+  test_unbiased_low_rank_exact_expectation_rank_and_error_thorough,
+) = check_unbiased_low_rank
 
 
 # --------------------------------------------------------------------------
@@ -122,14 +137,22 @@ def check_unbiased_low_rank(case):
 @functools.partial(jax.jit, static_argnums=1)
 def _diagonal_samples(d, rank, keys):
   """Mixings at each key; the closed form for d and for d sorted."""
-  factors = jax.vmap(lambda key: kronecker.optimal_diagonal_mixing(
-      d, rank, key))(keys)
-  return (factors, kronecker.optimal_diagonal_variance(d, rank),
-          kronecker.optimal_diagonal_variance(jnp.sort(d), rank))
+  factors = jax.vmap(
+    lambda key: kronecker.optimal_diagonal_mixing(d, rank, key)
+  )(keys)
+  return (
+    factors,
+    kronecker.optimal_diagonal_variance(d, rank),
+    kronecker.optimal_diagonal_variance(jnp.sort(d), rank),
+  )
 
 
-@property_tests(cases.diagonal_cases(fast=True), cases.diagonal_cases(),
-                max_examples=20, thorough_examples=200)
+@property_tests(
+  cases.diagonal_cases(fast=True),
+  cases.diagonal_cases(),
+  max_examples=20,
+  thorough_examples=200,
+)
 def check_optimal_diagonal_mixing(case):
   """Symmetric factor, exact diagonal, closed-form error, any order."""
   d, rank = case
@@ -137,7 +160,8 @@ def check_optimal_diagonal_mixing(case):
   keys = jax.random.split(jax.random.PRNGKey(1), 8)
   with jax.enable_x64(True):
     (left, right), variance, sorted_variance = jax.device_get(
-        _diagonal_samples(jnp.asarray(d), rank, keys))
+      _diagonal_samples(jnp.asarray(d), rank, keys)
+    )
   assert left.shape == (8, q, rank)
   assert np.all(np.isfinite(left)) and np.array_equal(left, right)
   nuclear = d.sum()
@@ -150,12 +174,15 @@ def check_optimal_diagonal_mixing(case):
   assert np.max(diagonal_error) <= 100 * q * cases.eps() * max(nuclear, 0.0)
   squared_errors = np.sum((product - np.diag(d)) ** 2, axis=(1, 2))
   assert np.max(np.abs(squared_errors - expected)) <= tolerance, (
-      squared_errors, expected)
+    squared_errors,
+    expected,
+  )
 
 
-(test_optimal_diagonal_mixing_properties,
- test_optimal_diagonal_mixing_properties_thorough) = (
-     check_optimal_diagonal_mixing)
+(
+  test_optimal_diagonal_mixing_properties,
+  test_optimal_diagonal_mixing_properties_thorough,
+) = check_optimal_diagonal_mixing
 
 
 # --------------------------------------------------------------------------
@@ -163,7 +190,7 @@ def check_optimal_diagonal_mixing(case):
 # --------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _key_per_sign_class(q: int) -> np.ndarray:
   """One PRNG key per sign pattern modulo a global flip, (2**(q-1), 2).
 
@@ -179,8 +206,11 @@ def _key_per_sign_class(q: int) -> np.ndarray:
   patterns = cases.sign_patterns(q)
   with jax.enable_x64(True):
     keys = jax.random.split(jax.random.PRNGKey(2), 16 * 2**q)
-    _, (class_products, products, _), _ = jax.device_get(_low_rank_samples(
-        jnp.asarray(reference), q - 1, jnp.asarray(patterns), keys))
+    _, (class_products, products, _), _ = jax.device_get(
+      _low_rank_samples(
+        jnp.asarray(reference), q - 1, jnp.asarray(patterns), keys
+      )
+    )
   distance = np.abs(products[:, None] - class_products[None]).max(axis=(2, 3))
   pattern_of_key = np.argmin(distance, axis=1)
   assert np.all(distance[np.arange(len(keys)), pattern_of_key] < 1e-12)
@@ -195,15 +225,18 @@ def _key_per_sign_class(q: int) -> np.ndarray:
 @jax.jit
 def _reduce_samples(us, As, keys):
   """Unbiased reductions at each key, and the biased one."""
-  unbiased = jax.vmap(lambda key: kronecker.kronecker_sum_reduce(
-      us, As, key))(keys)
-  return unbiased, kronecker.kronecker_sum_reduce(us, As, keys[0],
-                                                  biased=True)
+  unbiased = jax.vmap(lambda key: kronecker.kronecker_sum_reduce(us, As, key))(
+    keys
+  )
+  return unbiased, kronecker.kronecker_sum_reduce(us, As, keys[0], biased=True)
 
 
-@property_tests(cases.kronecker_sum_cases(fast=True),
-                cases.kronecker_sum_cases(),
-                max_examples=12, thorough_examples=100)
+@property_tests(
+  cases.kronecker_sum_cases(fast=True),
+  cases.kronecker_sum_cases(),
+  max_examples=12,
+  thorough_examples=100,
+)
 def check_kronecker_sum_reduce(case):
   """Exact expectation over the signs, per-sample error = closed form."""
   us, As = case
@@ -217,7 +250,8 @@ def check_kronecker_sum_reduce(case):
   keys = _key_per_sign_class(terms)
   with jax.enable_x64(True):
     (new_us, new_As), (biased_us, biased_As) = jax.device_get(
-        _reduce_samples(us, As, keys))
+      _reduce_samples(us, As, keys)
+    )
   assert new_us.shape == (len(keys), rank, dim_u)
   assert new_As.shape == (len(keys), rank, dim_a)
   for array in (new_us, new_As, biased_us, biased_As):
@@ -228,16 +262,20 @@ def check_kronecker_sum_reduce(case):
   squared_errors = np.sum((samples - G) ** 2, axis=(1, 2))
   expected = cases.reference_variance(singular, rank)
   assert np.max(np.abs(squared_errors - expected)) <= tolerance, (
-      squared_errors, expected, tolerance)
+    squared_errors,
+    expected,
+    tolerance,
+  )
   assert biased_us.shape == (rank, dim_u) and biased_As.shape == (rank, dim_a)
   biased_error = np.sum((biased_us.T @ biased_As - G) ** 2)
   tail = np.sum(singular[rank:] ** 2)
   assert abs(biased_error - tail) <= tolerance, (biased_error, tail)
 
 
-(test_kronecker_sum_reduce_exact_expectation_and_error,
- test_kronecker_sum_reduce_exact_expectation_and_error_thorough) = (
-     check_kronecker_sum_reduce)
+(
+  test_kronecker_sum_reduce_exact_expectation_and_error,
+  test_kronecker_sum_reduce_exact_expectation_and_error_thorough,
+) = check_kronecker_sum_reduce
 
 
 # --------------------------------------------------------------------------
@@ -247,32 +285,37 @@ def check_kronecker_sum_reduce(case):
 
 @jax.jit
 def _sign_trick_samples(u1, A1, u2, A2, keys):
-  mixed = jax.vmap(kronecker.sign_trick_mix,
-                   in_axes=(None, None, None, None, 0))(u1, A1, u2, A2, keys)
+  mixed = jax.vmap(
+    kronecker.sign_trick_mix, in_axes=(None, None, None, None, 0)
+  )(u1, A1, u2, A2, keys)
   return mixed, kronecker.sign_trick_variance(u1, A1, u2, A2)
 
 
-@property_tests(cases.sign_trick_cases(fast=True),
-                cases.sign_trick_cases(),
-                max_examples=15, thorough_examples=200)
+@property_tests(
+  cases.sign_trick_cases(fast=True),
+  cases.sign_trick_cases(),
+  max_examples=15,
+  thorough_examples=200,
+)
 def check_sign_trick_mix(case):
   """Both outcomes average to the sum; error = sign_trick_variance."""
   u1, A1, u2, A2 = case
   G = np.einsum("i,jk->ijk", u1, A1) + np.einsum("i,jk->ijk", u2, A2)
-  scale = (np.linalg.norm(u1) * np.linalg.norm(A1)
-           + np.linalg.norm(u2) * np.linalg.norm(A2))
+  scale = np.linalg.norm(u1) * np.linalg.norm(A1) + np.linalg.norm(
+    u2
+  ) * np.linalg.norm(A2)
   keys = jax.random.split(jax.random.PRNGKey(3), 32)
   with jax.enable_x64(True):
-    (u, A), variance = jax.device_get(_sign_trick_samples(u1, A1, u2, A2,
-                                                          keys))
+    (u, A), variance = jax.device_get(_sign_trick_samples(u1, A1, u2, A2, keys))
   assert u.shape == (32,) + u1.shape and A.shape == (32,) + A1.shape
   assert np.all(np.isfinite(u)) and np.all(np.isfinite(A))
   samples = np.einsum("pi,pjk->pijk", u, A)
   # Rounding is relative to the computed terms, which can be far larger than
   # the summands: with u1 = 0 the balance factor p1 is 1 and the noise term
   # p2 u2 (x) A1 is unbounded relative to G (see sign_trick_variance).
-  magnitude = scale + np.max(np.linalg.norm(u, axis=1)
-                             * np.linalg.norm(A.reshape(len(A), -1), axis=1))
+  magnitude = scale + np.max(
+    np.linalg.norm(u, axis=1) * np.linalg.norm(A.reshape(len(A), -1), axis=1)
+  )
   tolerance = 100 * G.size * cases.eps() * magnitude
   # The outcome takes one of two values (sign +-1): the 32 keys draw both
   # (unless the cross term is 0 and both are equal) with prob. 1 - 2**-31.
@@ -284,9 +327,10 @@ def check_sign_trick_mix(case):
   assert np.max(np.abs(squared_errors - variance)) <= 10 * tolerance * magnitude
 
 
-(test_sign_trick_mix_exact_expectation_and_error,
- test_sign_trick_mix_exact_expectation_and_error_thorough) = (
-     check_sign_trick_mix)
+(
+  test_sign_trick_mix_exact_expectation_and_error,
+  test_sign_trick_mix_exact_expectation_and_error_thorough,
+) = check_sign_trick_mix
 
 
 # --------------------------------------------------------------------------
@@ -308,12 +352,15 @@ def _assert_close_variance(got, expected, tolerance):
   assert not np.isnan(got)
   if expected < 1e37:
     floor = 10 * np.finfo(np.float32).tiny
-    assert abs(got - expected) <= tolerance + floor, (got, expected,
-                                                      tolerance)
+    assert abs(got - expected) <= tolerance + floor, (got, expected, tolerance)
 
 
-@property_tests(cases.float32_cases(fast=True), cases.float32_cases(),
-                max_examples=16, thorough_examples=200)
+@property_tests(
+  cases.float32_cases(fast=True),
+  cases.float32_cases(),
+  max_examples=16,
+  thorough_examples=200,
+)
 def check_float32(case):
   """No NaN/Inf in float32 at scales 1e-30..1e30 (all-zero inputs too);
   per-sample errors equal the float64 closed forms to float32 rounding."""
@@ -325,43 +372,57 @@ def check_float32(case):
     m, n = C.shape
     q = min(m, n)
     keys = jax.random.split(jax.random.PRNGKey(0), NUM_KEYS)
-    factors, products, variance = jax.device_get(_low_rank_samples(
-        jnp.asarray(C, jnp.float32), rank,
-        jnp.asarray(cases.sign_patterns(q), jnp.float32), keys))
+    factors, products, variance = jax.device_get(
+      _low_rank_samples(
+        jnp.asarray(C, jnp.float32),
+        rank,
+        jnp.asarray(cases.sign_patterns(q), jnp.float32),
+        keys,
+      )
+    )
     _assert_finite_float32(*factors)
     singular = np.linalg.svd(C, compute_uv=False)
     expected = cases.reference_variance(singular, rank)
-    tolerance = 100 * (m + n) * q * eps * singular.sum()**2
+    tolerance = 100 * (m + n) * q * eps * singular.sum() ** 2
     _assert_close_variance(variance, expected, tolerance)
     left, right = (np.float64(f) for f in factors[:2])
     samples = np.einsum("pir,pjr->pij", left, right)
     squared_errors = np.sum((samples - C) ** 2, axis=(1, 2))
     assert np.max(np.abs(squared_errors - expected)) <= tolerance, (
-        squared_errors, expected, tolerance)
+      squared_errors,
+      expected,
+      tolerance,
+    )
     mean_error = np.max(np.abs(samples.mean(axis=0) - C))
     assert mean_error <= 100 * q * eps * singular.sum(), mean_error
   elif kind == "diagonal":
     d, rank = data
     q = d.shape[0]
     keys = jax.random.split(jax.random.PRNGKey(1), 8)
-    (left, right), variance, _ = jax.device_get(_diagonal_samples(
-        jnp.asarray(d, jnp.float32), rank, keys))
+    (left, right), variance, _ = jax.device_get(
+      _diagonal_samples(jnp.asarray(d, jnp.float32), rank, keys)
+    )
     _assert_finite_float32(left, right)
     expected = cases.reference_variance(d, rank)
-    tolerance = 100 * 2 * q * q * eps * d.sum()**2
+    tolerance = 100 * 2 * q * q * eps * d.sum() ** 2
     _assert_close_variance(variance, expected, tolerance)
     product = np.einsum("pir,pjr->pij", np.float64(left), np.float64(left))
     squared_errors = np.sum((product - np.diag(d)) ** 2, axis=(1, 2))
     assert np.max(np.abs(squared_errors - expected)) <= tolerance, (
-        squared_errors, expected, tolerance)
+      squared_errors,
+      expected,
+      tolerance,
+    )
   elif kind == "reduce":
     us, As = data
     terms, dim_u = us.shape
     dim_a = As.shape[1]
     keys = jax.random.split(jax.random.PRNGKey(4), NUM_KEYS)
     (new_us, new_As), (biased_us, biased_As) = jax.device_get(
-        _reduce_samples(jnp.asarray(us, jnp.float32),
-                        jnp.asarray(As, jnp.float32), keys))
+      _reduce_samples(
+        jnp.asarray(us, jnp.float32), jnp.asarray(As, jnp.float32), keys
+      )
+    )
     _assert_finite_float32(new_us, new_As, biased_us, biased_As)
     G = us.T @ As
     singular = np.linalg.svd(G, compute_uv=False)
@@ -371,31 +432,43 @@ def check_float32(case):
     squared_errors = np.sum((samples - G) ** 2, axis=(1, 2))
     expected = cases.reference_variance(singular, terms - 1)
     assert np.max(np.abs(squared_errors - expected)) <= tolerance, (
-        squared_errors, expected, tolerance)
+      squared_errors,
+      expected,
+      tolerance,
+    )
     biased = np.float64(biased_us).T @ np.float64(biased_As)
-    tail = np.sum(singular[terms - 1:] ** 2)
+    tail = np.sum(singular[terms - 1 :] ** 2)
     assert abs(np.sum((biased - G) ** 2) - tail) <= tolerance
   else:
     u1, A1, u2, A2 = data
     keys = jax.random.split(jax.random.PRNGKey(3), 8)
-    (u, A), variance = jax.device_get(_sign_trick_samples(
-        *(jnp.asarray(x, jnp.float32) for x in data), keys))
+    (u, A), variance = jax.device_get(
+      _sign_trick_samples(*(jnp.asarray(x, jnp.float32) for x in data), keys)
+    )
     _assert_finite_float32(u, A)
     G = np.einsum("i,jk->ijk", u1, A1) + np.einsum("i,jk->ijk", u2, A2)
     samples = np.einsum("pi,pjk->pijk", np.float64(u), np.float64(A))
-    magnitude = (np.linalg.norm(u1) * np.linalg.norm(A1)
-                 + np.linalg.norm(u2) * np.linalg.norm(A2)
-                 + np.max(np.linalg.norm(np.float64(u), axis=1)
-                          * np.linalg.norm(np.float64(A).reshape(8, -1),
-                                           axis=1)))
+    magnitude = (
+      np.linalg.norm(u1) * np.linalg.norm(A1)
+      + np.linalg.norm(u2) * np.linalg.norm(A2)
+      + np.max(
+        np.linalg.norm(np.float64(u), axis=1)
+        * np.linalg.norm(np.float64(A).reshape(8, -1), axis=1)
+      )
+    )
     with jax.enable_x64(True):
       expected = float(kronecker.sign_trick_variance(u1, A1, u2, A2))
     tolerance = 1000 * G.size * eps * magnitude**2
     _assert_close_variance(variance, expected, tolerance)
     squared_errors = np.sum((samples - G) ** 2, axis=(1, 2, 3))
     assert np.max(np.abs(squared_errors - expected)) <= tolerance, (
-        squared_errors, expected, tolerance)
+      squared_errors,
+      expected,
+      tolerance,
+    )
 
 
-(test_float32_finite_and_accurate_at_every_scale,
- test_float32_finite_and_accurate_at_every_scale_thorough) = check_float32
+(
+  test_float32_finite_and_accurate_at_every_scale,
+  test_float32_finite_and_accurate_at_every_scale_thorough,
+) = check_float32

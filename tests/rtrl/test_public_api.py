@@ -4,9 +4,9 @@ is documented in the package docstring, and the docstring's example trains."""
 import jax
 import jax.numpy as jnp
 import optax
+import rtrl_problems
 
 import rtrl
-import rtrl_problems
 
 
 def test_flat_names_are_the_modules_objects():
@@ -31,11 +31,13 @@ def test_every_public_name_is_documented_and_no_private_one_exported():
 def test_docstring_example_trains_both_trainers(x64):
   cell = rtrl.cells.make("rhn", hidden_size=4)
   params, chunk = rtrl_problems.make_problem(
-      cell, input_size=3, num_outputs=4, batch=2, steps=4,
-      resets=[(0, None)])
+    cell, input_size=3, num_outputs=4, batch=2, steps=4, resets=[(0, None)]
+  )
   estimator = rtrl.estimators.make("ok", cell, rank=2)
-  for trainer in (rtrl.make_online_trainer(cell, estimator, optax.adam(1e-3)),
-                  rtrl.make_tbptt_trainer(cell, optax.adam(1e-3), 2)):
+  for trainer in (
+    rtrl.make_online_trainer(cell, estimator, optax.adam(1e-3)),
+    rtrl.make_tbptt_trainer(cell, optax.adam(1e-3), 2),
+  ):
     state = trainer.init(params, jax.random.PRNGKey(0), 2)
     state, metrics = trainer.run(state, chunk)
     assert isinstance(metrics, rtrl.StepMetrics)

@@ -10,21 +10,40 @@ import jax
 import numpy as np
 import optax
 import pytest
-
 import rtrl_problems
-from rtrl import cells, estimators, heads, online, stack
+
+from rtrl import cells
+from rtrl import estimators
+from rtrl import heads
+from rtrl import online
+from rtrl import stack
 
 N, INPUT, OUTPUTS, B, T = 4, 3, 4, 3, 9
-FOLDING = {"rtrl": {}, "uoro": {}, "kf": {}, "kf_approx": {"rank": 2},
-           "kf_avg": {"rank": 2}, "ok": {"rank": 2}, "ok_biased": {"rank": 2},
-           "ktp": {"rank": 2}, "snap1": {}, "rflo": {}}
+FOLDING = {
+  "rtrl": {},
+  "uoro": {},
+  "kf": {},
+  "kf_approx": {"rank": 2},
+  "kf_avg": {"rank": 2},
+  "ok": {"rank": 2},
+  "ok_biased": {"rank": 2},
+  "ktp": {"rank": 2},
+  "snap1": {},
+  "rflo": {},
+}
 
 
 def _problem(cell, seed=0):
   return rtrl_problems.make_problem(
-      cell, input_size=INPUT, num_outputs=OUTPUTS, batch=B, steps=T,
-      resets=[(0, None), (3, 0), (5, 1), (6, 0), (8, 2)], seed=seed,
-      keep_probability=0.8)
+    cell,
+    input_size=INPUT,
+    num_outputs=OUTPUTS,
+    batch=B,
+    steps=T,
+    resets=[(0, None), (3, 0), (5, 1), (6, 0), (8, 2)],
+    seed=seed,
+    keep_probability=0.8,
+  )
 
 
 def _unfolded(estimator):
@@ -33,17 +52,20 @@ def _unfolded(estimator):
 
 def test_every_lemma1_estimator_folds_its_reset():
   cell = cells.RHN(N)
-  assert {name for name in estimators.names()
-          if estimators.make(name, cell, **FOLDING.get(name, {})).folds_reset
-          } == set(FOLDING)
+  assert {
+    name
+    for name in estimators.names()
+    if estimators.make(name, cell, **FOLDING.get(name, {})).folds_reset
+  } == set(FOLDING)
   assert not estimators.make("rtrl", cells.LRU(N)).folds_reset
 
 
 # Every estimator on the RHN; the two-row LSTM and the GRU in the slow set.
-CASES = ([("rhn", name) for name in sorted(FOLDING)]
-         + [pytest.param(cell, name, marks=pytest.mark.slow)
-            for cell in ("lstm", "gru")
-            for name in ("rtrl", "ok", "ktp", "uoro", "snap1")])
+CASES = [("rhn", name) for name in sorted(FOLDING)] + [
+  pytest.param(cell, name, marks=pytest.mark.slow)
+  for cell in ("lstm", "gru")
+  for name in ("rtrl", "ok", "ktp", "uoro", "snap1")
+]
 
 
 @pytest.mark.parametrize("cell_name, name", CASES)
@@ -55,11 +77,13 @@ def test_folded_reset_trains_exactly_as_reset_first(cell_name, name, x64):
   for est in (estimator, _unfolded(estimator)):
     trainer = online.make_online_trainer(cell, est, optax.adam(1e-2))
     state, metrics = trainer.run(
-        trainer.init(params, jax.random.PRNGKey(1), B), chunk)
+      trainer.init(params, jax.random.PRNGKey(1), B), chunk
+    )
     results.append((state.params, state.tstate, metrics))
   folded, reference = results
-  for a, b in zip(jax.tree_util.tree_leaves(folded),
-                  jax.tree_util.tree_leaves(reference)):
+  for a, b in zip(
+    jax.tree_util.tree_leaves(folded), jax.tree_util.tree_leaves(reference)
+  ):
     np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
 
 
@@ -68,17 +92,25 @@ def test_folded_reset_in_a_stack(name, x64):
   """Two RHN layers, each by the estimator, with resets: the same again."""
   cell = cells.RHN(N)
   kwargs = FOLDING[name]
-  layers = tuple(stack.Layer(cell, estimators.make(name, cell, **kwargs),
-                             heads.identity()) for _ in range(2))
+  layers = tuple(
+    stack.Layer(cell, estimators.make(name, cell, **kwargs), heads.identity())
+    for _ in range(2)
+  )
   _, chunk = _problem(cell)
   params = stack.init_params(layers, jax.random.PRNGKey(0), INPUT, OUTPUTS)
   results = []
-  for variant in (layers, tuple(layer._replace(
-      estimator=_unfolded(layer.estimator)) for layer in layers)):
+  for variant in (
+    layers,
+    tuple(
+      layer._replace(estimator=_unfolded(layer.estimator)) for layer in layers
+    ),
+  ):
     trainer = stack.make_stacked_online_trainer(variant, optax.adam(1e-2))
     state, metrics = trainer.run(
-        trainer.init(params, jax.random.PRNGKey(1), B), chunk)
+      trainer.init(params, jax.random.PRNGKey(1), B), chunk
+    )
     results.append((state.params, state.tstate, metrics))
-  for a, b in zip(jax.tree_util.tree_leaves(results[0]),
-                  jax.tree_util.tree_leaves(results[1])):
+  for a, b in zip(
+    jax.tree_util.tree_leaves(results[0]), jax.tree_util.tree_leaves(results[1])
+  ):
     np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)

@@ -8,9 +8,12 @@ import numpy as np
 import pytest
 
 from experiments.online.setup import init_params
-from rtrl import cells, estimators
+from rtrl import cells
+from rtrl import estimators
 
-_PATH = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "bench_rtrl.py"
+_PATH = (
+  pathlib.Path(__file__).resolve().parents[2] / "scripts" / "bench_rtrl.py"
+)
 _SPEC = importlib.util.spec_from_file_location("bench_rtrl", _PATH)
 bench = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(bench)  # Puts scripts/ on sys.path.
@@ -18,16 +21,19 @@ from _bench_lib import fit_exponent  # noqa: E402  pylint: disable=g-import-not-
 
 
 @pytest.mark.parametrize("cell_name", ["rnn", "rhn", "lstm"])
-@pytest.mark.parametrize("name", ["rtrl", "uoro", "kf", "kf_avg", "kf_approx",
-                                  "ok", "ok_biased", "ktp"])
+@pytest.mark.parametrize(
+  "name",
+  ["rtrl", "uoro", "kf", "kf_avg", "kf_approx", "ok", "ok_biased", "ktp"],
+)
 def test_memory_counter_matches_analytic_size(cell_name, name):
   for n, rank in ((7, 3),):
     cell = cells.make(cell_name, n)
     params = init_params(cell, jax.random.PRNGKey(0), 4, 4)
     rank = rank if name in bench.RANKED else None
     estimator = estimators.make(name, cell, **({"rank": rank} if rank else {}))
-    assert bench.tangent_floats(estimator, cell, params["cell"]) == \
-        bench.analytic_tangent_floats(name, rank, cell, 4)
+    assert bench.tangent_floats(
+      estimator, cell, params["cell"]
+    ) == bench.analytic_tangent_floats(name, rank, cell, 4)
 
 
 def test_memory_exponents_follow_table_1_at_large_n():
@@ -36,8 +42,10 @@ def test_memory_exponents_follow_table_1_at_large_n():
   for name, (_, mem_exponent) in bench.PAPER.items():
     if name == "tbptt":
       continue
-    floats = [bench.analytic_tangent_floats(name, 4, cells.make("rhn", n), 4)
-              for n in cell_sizes]
+    floats = [
+      bench.analytic_tangent_floats(name, 4, cells.make("rhn", n), 4)
+      for n in cell_sizes
+    ]
     assert abs(fit_exponent(cell_sizes, floats) - mem_exponent) < 0.05
 
 
@@ -60,9 +68,26 @@ def test_tbptt_residuals_grow_linearly_with_truncation():
 @pytest.mark.slow
 def test_smoke_tiny_run(tmp_path, capsys):
   out = tmp_path / "bench.json"
-  bench.main(["--sizes", "4", "--ranks", "1", "--estimators", "kf_avg,ok,tbptt",
-              "--steps", "2", "--repeats", "1", "--truncation", "2",
-              "--breakdown_sizes", "4", "--json", str(out)])
+  bench.main(
+    [
+      "--sizes",
+      "4",
+      "--ranks",
+      "1",
+      "--estimators",
+      "kf_avg,ok,tbptt",
+      "--steps",
+      "2",
+      "--repeats",
+      "1",
+      "--truncation",
+      "2",
+      "--breakdown_sizes",
+      "4",
+      "--json",
+      str(out),
+    ]
+  )
   printed = capsys.readouterr().out
   assert "OK at n=4" in printed and "GFLOP/s" in printed
   assert "roofline floor" in printed and "GB/s" in printed
@@ -73,12 +98,18 @@ def test_smoke_tiny_run(tmp_path, capsys):
 def test_roofline_floor_is_the_larger_of_flops_and_tangent_traffic():
   """UORO's step is bound by moving its tangent, OK's at n = 128 by its
   GEMMs; TBPTT has no tangent to move."""
-  from _bench_costs import flop_floor, memory_floor_bytes  # pylint: disable=g-import-not-at-top
+  from _bench_costs import flop_floor  # pylint: disable=g-import-not-at-top
+  from _bench_costs import memory_floor_bytes  # pylint: disable=g-import-not-at-top
   from _bench_report import roofline_seconds  # pylint: disable=g-import-not-at-top
+
   cell = cells.RHN(128)
+
   def floor(name, rank=None):
-    return {"floor_flops": flop_floor(name, rank, cell, 50, 16),
-            "floor_bytes": memory_floor_bytes(name, rank, cell, 50, 16)}
+    return {
+      "floor_flops": flop_floor(name, rank, cell, 50, 16),
+      "floor_bytes": memory_floor_bytes(name, rank, cell, 50, 16),
+    }
+
   gflops, gbps = 200.0, 10.0
   uoro, ok = floor("uoro"), floor("ok", 16)
   assert uoro["floor_bytes"] == 2 * 4 * 16 * (128 + 179 * 256)
@@ -94,17 +125,36 @@ def test_bad_estimator_name_is_rejected():
 
 def test_generic_twins_follow_their_estimators():
   from _bench_costs import methods  # pylint: disable=import-outside-toplevel
+
   assert methods(["uoro", "ok", "snap1"], [2], generic=True) == [
-      ("uoro", None), ("generic-uoro", None), ("ok", 2), ("snap1", None),
-      ("generic-snap1", None)]
+    ("uoro", None),
+    ("generic-uoro", None),
+    ("ok", 2),
+    ("snap1", None),
+    ("generic-snap1", None),
+  ]
   assert methods(["uoro"], [2]) == [("uoro", None)]
 
 
 @pytest.mark.slow
 def test_smoke_generic_run(capsys):
-  bench.main(["--sizes", "4", "--estimators", "uoro,snap1", "--generic",
-              "--cell", "gru", "--steps", "2", "--repeats", "1",
-              "--breakdown_sizes", "none"])
+  bench.main(
+    [
+      "--sizes",
+      "4",
+      "--estimators",
+      "uoro,snap1",
+      "--generic",
+      "--cell",
+      "gru",
+      "--steps",
+      "2",
+      "--repeats",
+      "1",
+      "--breakdown_sizes",
+      "none",
+    ]
+  )
   printed = capsys.readouterr().out
   assert "generic-snap1" in printed
   assert "generic (CustomCell, autodiff) / analytic full step" in printed

@@ -15,15 +15,15 @@ import pathlib
 import subprocess
 import sys
 
+from conftest import dataset_dir_or_skip
+from helpers import REPO_ROOT
+from helpers import load_config
 import numpy as np
 import pytest
 
-from conftest import dataset_dir_or_skip
 from experiments.classifier import experiment
 from experiments.classifier import tasks
 from experiments.data import mnist
-from helpers import REPO_ROOT
-from helpers import load_config
 
 TEST_ACCURACY_AFTER_ONE_EPOCH = 0.95  # Full epoch (the issue's bar).
 SUBSET_SIZE = 10_000
@@ -31,14 +31,14 @@ SUBSET_TEST_ACCURACY = 0.90  # One epoch on the first 10k training images.
 
 # name -> (preset, overrides): the runs the tests compare.
 RUNS = {
-    "rls": ("rls", {}),  # Identity output, MSE (eq. 57).
-    "rls_momentum": ("rls", {"momentum": 0.5}),  # The paper's "RLS+M".
-    # Twice the paper's η, on the output layer too (the paper keeps η^L = 1
-    # there; with it, η = 2 on the hidden layer only is level with Adam).
-    "rls_eta2": ("rls", {"gradient_scale": 2.0, "output_gradient_scale": 2.0}),
-    "rls_hybrid": ("rls_hybrid", {}),  # Softmax CE, Adam on the output.
-    "adam_mse": ("adam_mse", {}),
-    "adam_cross_entropy": ("adam_ce", {}),
+  "rls": ("rls", {}),  # Identity output, MSE (eq. 57).
+  "rls_momentum": ("rls", {"momentum": 0.5}),  # The paper's "RLS+M".
+  # Twice the paper's η, on the output layer too (the paper keeps η^L = 1
+  # there; with it, η = 2 on the hidden layer only is level with Adam).
+  "rls_eta2": ("rls", {"gradient_scale": 2.0, "output_gradient_scale": 2.0}),
+  "rls_hybrid": ("rls_hybrid", {}),  # Softmax CE, Adam on the output.
+  "adam_mse": ("adam_mse", {}),
+  "adam_cross_entropy": ("adam_ce", {}),
 }
 
 
@@ -54,16 +54,31 @@ def make_runner(tmp_path_factory, train_limit: int):
       # one step on it, right before the end-of-epoch evaluation, moves
       # RLS's training loss from 0.0906 to 0.1028 (Adam: 0.1032 to 0.1026):
       # these runs leave it out, the full-epoch runs (96 images) keep it.
-      config = load_config("mnist", preset, epochs=1, seed=0,
-                           train_limit=train_limit,
-                           keep_partial_batch=not train_limit, **overrides)
+      config = load_config(
+        "mnist",
+        preset,
+        epochs=1,
+        seed=0,
+        train_limit=train_limit,
+        keep_partial_batch=not train_limit,
+        **overrides,
+      )
       workdir = tmp_path_factory.mktemp(f"{name}_{train_limit}")
-      cache[name] = experiment.train(tasks.MNIST, config, str(workdir),
-                                     data)[-1]
-      print(f"\n{name} (train_limit={train_limit}): " + ", ".join(
-          f"{k}={cache[name][k]:.4f}" for k in
-          ("test_accuracy", "train_eval_loss", "train_loss",
-           "steps_per_second")))
+      cache[name] = experiment.train(tasks.MNIST, config, str(workdir), data)[
+        -1
+      ]
+      print(
+        f"\n{name} (train_limit={train_limit}): "
+        + ", ".join(
+          f"{k}={cache[name][k]:.4f}"
+          for k in (
+            "test_accuracy",
+            "train_eval_loss",
+            "train_loss",
+            "steps_per_second",
+          )
+        )
+      )
     return cache[name]
 
   return run
@@ -84,8 +99,10 @@ def one_epoch_10k(tmp_path_factory):
 def compare_training_loss(run, rls_name, adam_name):
   rls_loss = run(rls_name)["train_eval_loss"]
   adam_loss = run(adam_name)["train_eval_loss"]
-  print(f"\ntraining loss after one epoch: {rls_name} {rls_loss:.4f}, "
-        f"{adam_name} {adam_loss:.4f}")
+  print(
+    f"\ntraining loss after one epoch: {rls_name} {rls_loss:.4f}, "
+    f"{adam_name} {adam_loss:.4f}"
+  )
   assert rls_loss <= adam_loss, (rls_name, rls_loss, adam_name, adam_loss)
 
 
@@ -100,10 +117,13 @@ def test_10k_subset_epoch_reaches_90_percent(one_epoch_10k, name):
   assert accuracy >= SUBSET_TEST_ACCURACY, (name, accuracy)
 
 
-@pytest.mark.parametrize("rls_name, adam_name", [
-    ("rls", "adam_mse"), ("rls_hybrid", "adam_cross_entropy")])
-def test_10k_subset_rls_training_loss_at_or_below_adam(one_epoch_10k,
-                                                       rls_name, adam_name):
+@pytest.mark.parametrize(
+  "rls_name, adam_name",
+  [("rls", "adam_mse"), ("rls_hybrid", "adam_cross_entropy")],
+)
+def test_10k_subset_rls_training_loss_at_or_below_adam(
+  one_epoch_10k, rls_name, adam_name
+):
   compare_training_loss(one_epoch_10k, rls_name, adam_name)
 
 
@@ -143,9 +163,16 @@ def test_p_keeps_only_the_mean_input_directions():
   """
   mnist_dir = dataset_dir_or_skip("mnist")
   mechanism = _load_script("rls_mechanism")
-  config = load_config("mnist", "rls", epochs=1, seed=0, eval_train_set=True,
-                       train_limit=SUBSET_SIZE, data_dir=str(mnist_dir),
-                       keep_partial_batch=False)
+  config = load_config(
+    "mnist",
+    "rls",
+    epochs=1,
+    seed=0,
+    eval_train_set=True,
+    train_limit=SUBSET_SIZE,
+    data_dir=str(mnist_dir),
+    keep_partial_batch=False,
+  )
   (row,) = mechanism.run(config, epochs=1)
   assert row["below_0.5"] <= 5 and row["below_0.99"] <= 100, row
   assert row["median"] > 0.999, row
@@ -195,16 +222,24 @@ def tiny_mnist_dir(tmp_path_factory) -> pathlib.Path:
 
 
 def tiny_config(preset, data_dir, **overrides):
-  return load_config("mnist", preset, data_dir=str(data_dir), hidden_size=16,
-                     batch_size=64, eval_chunk_size=128, **overrides)
+  return load_config(
+    "mnist",
+    preset,
+    data_dir=str(data_dir),
+    hidden_size=16,
+    batch_size=64,
+    eval_chunk_size=128,
+    **overrides,
+  )
 
 
 def test_resumed_run_equals_uninterrupted_run(tiny_mnist_dir, tmp_path):
   # The hybrid with momentum and L1 has every kind of optimiser state
   # (multi_transform's masked states, P, the momentum trace, Adam's moments).
   def run(epochs, folder):
-    config = tiny_config("rls_hybrid", tiny_mnist_dir, epochs=epochs,
-                         momentum=0.5, l1=1e-5)
+    config = tiny_config(
+      "rls_hybrid", tiny_mnist_dir, epochs=epochs, momentum=0.5, l1=1e-5
+    )
     return experiment.train(tasks.MNIST, config, str(tmp_path / folder))
 
   whole = run(2, "whole")
@@ -219,21 +254,42 @@ def test_resumed_run_equals_uninterrupted_run(tiny_mnist_dir, tmp_path):
 def test_command_line_writes_the_workdir(tiny_mnist_dir, tmp_path):
   workdir = tmp_path / "run"
   result = subprocess.run(
-      [sys.executable, "-m", "experiments.mnist",
-       "--config=configs/mnist.py:rls", f"--workdir={workdir}",
-       "--config.epochs=2", f"--config.data_dir={tiny_mnist_dir}",
-       "--config.hidden_size=16", "--config.momentum=0.5"],
-      cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=False)
+    [
+      sys.executable,
+      "-m",
+      "experiments.mnist",
+      "--config=configs/mnist.py:rls",
+      f"--workdir={workdir}",
+      "--config.epochs=2",
+      f"--config.data_dir={tiny_mnist_dir}",
+      "--config.hidden_size=16",
+      "--config.momentum=0.5",
+    ],
+    cwd=REPO_ROOT,
+    capture_output=True,
+    text=True,
+    timeout=300,
+    check=False,
+  )
   assert result.returncode == 0, result.stderr[-3000:]
   # 640 images / batch 128 = 5 steps per epoch; one progress line per epoch.
   assert "step 10/10 | epoch=2" in result.stdout and "ETA" in result.stdout
   config = json.loads((workdir / "config.json").read_text())
   assert config["optimizer"] == "rls" and config["momentum"] == 0.5
-  records = [json.loads(line) for line in
-             (workdir / "metrics.jsonl").read_text().splitlines()]
+  records = [
+    json.loads(line)
+    for line in (workdir / "metrics.jsonl").read_text().splitlines()
+  ]
   assert [r["epoch"] for r in records] == [1, 2]
-  assert {"epoch", "step", "train_loss", "test_loss", "test_accuracy",
-          "train_loss_curve", "steps_per_second"} <= set(records[0])
+  assert {
+    "epoch",
+    "step",
+    "train_loss",
+    "test_loss",
+    "test_accuracy",
+    "train_loss_curve",
+    "steps_per_second",
+  } <= set(records[0])
   assert all(np.isfinite(r["train_loss"]) for r in records)
   assert list(workdir.glob("checkpoint_*.msgpack"))
   assert (workdir / "curves.png").stat().st_size > 0

@@ -13,10 +13,10 @@ import pickle
 import tarfile
 import urllib.request
 
+from conftest import dataset_dir_or_skip
 import numpy as np
 import pytest
 
-from conftest import dataset_dir_or_skip
 from experiments.data import cifar10
 from experiments.data import files
 
@@ -28,8 +28,9 @@ def random_batch(rng, n):
   return images, rng.integers(0, 10, n)
 
 
-def write_set(folder: pathlib.Path, train_batches=(1, 2, 3, 4, 5), n=3,
-              seed=0) -> dict:
+def write_set(
+  folder: pathlib.Path, train_batches=(1, 2, 3, 4, 5), n=3, seed=0
+) -> dict:
   """Writes tiny batches; returns {name: (images, labels)}."""
   folder.mkdir(parents=True, exist_ok=True)
   rng = np.random.default_rng(seed)
@@ -47,7 +48,7 @@ def test_real_subset_shapes_labels_and_report(caplog):
   assert data["train_images"].shape == (4000, 32, 32, 3)
   assert data["test_images"].shape == (1000, 32, 32, 3)
   assert data["train_images"].dtype == np.float32
-  assert 0.0 <= data["train_images"].min() and data["train_images"].max() <= 1
+  assert data["train_images"].min() >= 0.0 and data["train_images"].max() <= 1
   for split in ("train", "test"):
     labels = data[f"{split}_labels"]
     assert labels.dtype == np.int32
@@ -65,12 +66,11 @@ def test_full_set_in_standard_format_round_trips(tmp_path, caplog):
   written = write_set(tmp_path / cifar10.FOLDER)
   with caplog.at_level(logging.INFO):
     data = cifar10.load_cifar10(tmp_path)  # The parent folder works too.
-  expected = np.concatenate([written[f"data_batch_{i}"][0]
-                             for i in range(1, 6)])
-  np.testing.assert_array_equal(np.round(data["train_images"] * 255),
-                                expected)
-  np.testing.assert_array_equal(
-      data["test_labels"], written["test_batch"][1])
+  expected = np.concatenate(
+    [written[f"data_batch_{i}"][0] for i in range(1, 6)]
+  )
+  np.testing.assert_array_equal(np.round(data["train_images"] * 255), expected)
+  np.testing.assert_array_equal(data["test_labels"], written["test_batch"][1])
   assert cifar10.find_batches(tmp_path).is_complete
   assert "data_batch_5 (3)" in caplog.text
 
@@ -108,14 +108,18 @@ def test_no_training_batch_is_an_error(tmp_path):
     cifar10.load_cifar10(tmp_path)
 
 
-@pytest.mark.parametrize("contents", [
+@pytest.mark.parametrize(
+  "contents",
+  [
     b"this is not a pickle",
-    pickle.dumps({b"data": np.zeros((2, 3072), np.uint8),
-                  b"labels": [0, 1]}, protocol=2)[:-40],  # Truncated.
+    pickle.dumps(
+      {b"data": np.zeros((2, 3072), np.uint8), b"labels": [0, 1]}, protocol=2
+    )[:-40],  # Truncated.
     pickle.dumps({b"data": np.zeros((2, 100), np.uint8), b"labels": [0, 1]}),
     pickle.dumps({b"labels": [0]}),
     pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0, 10]}),
-])
+  ],
+)
 def test_corrupt_pickle_names_the_file(tmp_path, contents):
   write_set(tmp_path)
   (tmp_path / "data_batch_2").write_bytes(contents)
@@ -126,7 +130,6 @@ def test_corrupt_pickle_names_the_file(tmp_path, contents):
 def test_pickle_cannot_run_code(tmp_path):
 
   class Evil:
-
     def __reduce__(self):
       return (os.system, ("echo pwned",))
 
@@ -139,8 +142,9 @@ def test_data_dir_from_environment(tmp_path, monkeypatch):
   written = write_set(tmp_path / "cifar10" / cifar10.FOLDER, n=2)
   monkeypatch.setenv("DATA_DIR", str(tmp_path))
   data = cifar10.load_cifar10()
-  np.testing.assert_array_equal(data["train_labels"][:2],
-                                written["data_batch_1"][1])
+  np.testing.assert_array_equal(
+    data["train_labels"][:2], written["data_batch_1"][1]
+  )
 
 
 def _fake_archive(tmp_path) -> bytes:

@@ -36,7 +36,7 @@ def test_cache_root_one_for_all_datasets(tmp_path, monkeypatch):
 
 def test_data_folder_is_data_dir_else_data_dir_env(tmp_path, monkeypatch):
   assert files.data_folder(None, "cifar10") is None
-  assert files.data_folder("", "cifar10") is None   # a config's default
+  assert files.data_folder("", "cifar10") is None  # a config's default
   monkeypatch.setenv("DATA_DIR", str(tmp_path))
   assert files.data_folder("", "cifar10") == tmp_path / "cifar10"
   assert files.data_folder(tmp_path / "x", "cifar10") == tmp_path / "x"
@@ -52,8 +52,9 @@ def test_download_verified_writes_the_file(tmp_path):
 def test_md5_mismatch_is_a_clear_error_and_leaves_nothing(tmp_path):
   url = served(tmp_path)
   target = tmp_path / "cache" / "archive.tar.gz"
-  with pytest.raises(FileNotFoundError,
-                     match=f"{url}: md5 {PAYLOAD_MD5} != expected 0+"):
+  with pytest.raises(
+    FileNotFoundError, match=f"{url}: md5 {PAYLOAD_MD5} != expected 0+"
+  ):
     files.download_verified(url, "0" * 32, target)
   assert not list(target.parent.iterdir())  # no archive, no .part
 
@@ -76,13 +77,15 @@ def test_cached_archive_downloads_once_and_checks_the_cached_md5(tmp_path):
   path.write_bytes(b"corrupt")
   with pytest.raises(FileNotFoundError, match="TEST: .*wrong md5"):
     files.cached_archive(url, PAYLOAD_MD5, cache, False, "TEST")
-  with pytest.raises(FileNotFoundError,
-                     match=f"TEST: could not download {url}.*Put the archive "
-                     f"at {path} yourself"):
+  with pytest.raises(
+    FileNotFoundError,
+    match=f"TEST: could not download {url}.*Put the archive at {path} yourself",
+  ):
     files.cached_archive(url, PAYLOAD_MD5, cache, True, "TEST")
 
 
 def test_no_archive_and_no_download_says_what_to_do(tmp_path):
   with pytest.raises(FileNotFoundError, match="downloads are off.*data_dir"):
-    files.cached_archive("https://example.org/a.tar.gz", PAYLOAD_MD5,
-                         tmp_path, False, "TEST")
+    files.cached_archive(
+      "https://example.org/a.tar.gz", PAYLOAD_MD5, tmp_path, False, "TEST"
+    )

@@ -11,21 +11,27 @@ import io
 import pathlib
 import tarfile
 
+from conftest import dataset_dir_or_skip
 import numpy as np
 import pytest
 
-from conftest import dataset_dir_or_skip
 from experiments.data import imdb
 
 pytestmark = pytest.mark.usefixtures("no_data_dir_env")
 
 REVIEWS = {
-    ("train", "pos"): ["A great film.<br /><br />Great acting!",
-                       "I loved it, great fun", "Don't miss it: great"],
-    ("train", "neg"): ["A bad film; bad acting.", "Boring and bad",
-                       "I didn't love it"],
-    ("test", "pos"): ["great great zebra zebra zebra"],
-    ("test", "neg"): ["bad zebra zebra zebra"],
+  ("train", "pos"): [
+    "A great film.<br /><br />Great acting!",
+    "I loved it, great fun",
+    "Don't miss it: great",
+  ],
+  ("train", "neg"): [
+    "A bad film; bad acting.",
+    "Boring and bad",
+    "I didn't love it",
+  ],
+  ("test", "pos"): ["great great zebra zebra zebra"],
+  ("test", "neg"): ["bad zebra zebra zebra"],
 }
 
 
@@ -71,10 +77,16 @@ def test_real_tokenizer_round_trip(real_imdb):
   _, corpus = real_imdb
   words = corpus["words"]
   lengths = corpus["train_lengths"][:50]
-  ranks = corpus["train_ranks"][:lengths.sum()]
+  ranks = corpus["train_ranks"][: lengths.sum()]
   vocab_size = len(words) + 2  # Every word in the vocabulary: no OOV.
-  ids = imdb.encode(ranks, lengths, vocab_size, int(lengths.max()),
-                    int(corpus["num_train_words"]), pad="post")
+  ids = imdb.encode(
+    ranks,
+    lengths,
+    vocab_size,
+    int(lengths.max()),
+    int(corpus["num_train_words"]),
+    pad="post",
+  )
   for row, n in zip(ids, lengths):
     tokens = imdb.decode(row, words)
     assert len(tokens) == n
@@ -85,12 +97,18 @@ def test_real_vocabulary_is_from_train_only(real_imdb):
   _, corpus = real_imdb
   num_train_words = int(corpus["num_train_words"])
   lengths = corpus["test_lengths"][:2000]
-  ranks = corpus["test_ranks"][:lengths.sum()]
+  ranks = corpus["test_ranks"][: lengths.sum()]
   test_only = ranks >= num_train_words
   assert test_only.any()  # The test set has words never seen in training.
   # Even a vocabulary of every word in the corpus maps them to OOV.
-  ids = imdb.encode(ranks, lengths, len(corpus["words"]) + 2,
-                    int(lengths.max()), num_train_words, pad="post")
+  ids = imdb.encode(
+    ranks,
+    lengths,
+    len(corpus["words"]) + 2,
+    int(lengths.max()),
+    num_train_words,
+    pad="post",
+  )
   flat = ids[np.arange(ids.shape[1]) < lengths[:, None]]
   np.testing.assert_array_equal(flat == imdb.OOV_ID, test_only)
   assert flat.max() < num_train_words + imdb.NUM_SPECIAL
@@ -98,7 +116,13 @@ def test_real_vocabulary_is_from_train_only(real_imdb):
 
 def test_tokenizer_rules():
   assert imdb.tokenize("Don't<br />STOP--now! It's 10/10.") == [
-      "don't", "stop", "now", "it's", "10", "10"]
+    "don't",
+    "stop",
+    "now",
+    "it's",
+    "10",
+    "10",
+  ]
   assert imdb.tokenize("'quoted' words") == ["quoted", "words"]
   text = "A film<br/>that's \"great\", isn't it?"
   assert imdb.tokenize(" ".join(imdb.tokenize(text))) == imdb.tokenize(text)
@@ -113,8 +137,9 @@ def test_fixture_forms_give_the_same_result(tmp_path, form):
   else:
     write_folder(tmp_path)
     source = tmp_path
-  data = imdb.load_imdb(source, vocab_size=6, max_length=4,
-                        cache_dir=tmp_path / "cache")
+  data = imdb.load_imdb(
+    source, vocab_size=6, max_length=4, cache_dir=tmp_path / "cache"
+  )
   # Train counts: great 4, bad 3, it 3, a 2, acting 2, film 2, i 2, ...:
   # ids 2..5 = great, bad, it, a (ties alphabetical).
   assert list(data["words"]) == ["great", "bad", "it", "a"]
@@ -124,8 +149,9 @@ def test_fixture_forms_give_the_same_result(tmp_path, form):
   # "zebra" occurs only in the test set: out of vocabulary however large the
   # vocabulary is.
   np.testing.assert_array_equal(data["test_tokens"][0], [3, 1, 1, 1])
-  big = imdb.load_imdb(source, vocab_size=1000, max_length=6,
-                       cache_dir=tmp_path / "cache")
+  big = imdb.load_imdb(
+    source, vocab_size=1000, max_length=6, cache_dir=tmp_path / "cache"
+  )
   assert "zebra" not in set(big["words"])
   np.testing.assert_array_equal(big["test_tokens"][1], [0, 2, 2, 1, 1, 1])
 
@@ -141,16 +167,18 @@ def test_truncate_and_pad_options():
 
 def test_second_load_comes_from_the_cache(tmp_path, monkeypatch):
   source = write_folder(tmp_path)
-  first = imdb.load_imdb(source, vocab_size=8, max_length=5,
-                         cache_dir=tmp_path / "cache")
+  first = imdb.load_imdb(
+    source, vocab_size=8, max_length=5, cache_dir=tmp_path / "cache"
+  )
   assert len(list((tmp_path / "cache").glob("imdb_tokens_*.npz"))) == 1
 
   def no_reading(*args):
     raise AssertionError("read the reviews again instead of the cache")
 
   monkeypatch.setattr(imdb, "read_reviews", no_reading)
-  second = imdb.load_imdb(source, vocab_size=8, max_length=5,
-                          cache_dir=tmp_path / "cache")
+  second = imdb.load_imdb(
+    source, vocab_size=8, max_length=5, cache_dir=tmp_path / "cache"
+  )
   for key in first:
     np.testing.assert_array_equal(first[key], second[key])
 
@@ -158,14 +186,18 @@ def test_second_load_comes_from_the_cache(tmp_path, monkeypatch):
 @pytest.mark.parametrize("max_length", [0, -3])
 def test_sequence_length_below_one_is_an_error(tmp_path, max_length):
   with pytest.raises(ValueError, match="max_length"):
-    imdb.load_imdb(write_folder(tmp_path), max_length=max_length,
-                   cache_dir=tmp_path / "cache")
+    imdb.load_imdb(
+      write_folder(tmp_path),
+      max_length=max_length,
+      cache_dir=tmp_path / "cache",
+    )
 
 
 def test_vocab_size_too_small_is_an_error(tmp_path):
   with pytest.raises(ValueError, match="vocab_size"):
-    imdb.load_imdb(write_folder(tmp_path), vocab_size=2,
-                   cache_dir=tmp_path / "cache")
+    imdb.load_imdb(
+      write_folder(tmp_path), vocab_size=2, cache_dir=tmp_path / "cache"
+    )
 
 
 def test_empty_review_folder_is_an_error(tmp_path):

@@ -11,10 +11,10 @@ import pathlib
 import urllib.error
 import urllib.request
 
+from conftest import dataset_dir_or_skip
 import numpy as np
 import pytest
 
-from conftest import dataset_dir_or_skip
 from experiments.data import mnist
 
 pytestmark = pytest.mark.usefixtures("no_data_dir_env")
@@ -25,15 +25,16 @@ NUM_TRAIN, NUM_TEST = 6, 4
 def fake_mnist(seed: int = 0) -> dict[str, np.ndarray]:
   rng = np.random.default_rng(seed)
   return {
-      "train_images": rng.integers(0, 256, (NUM_TRAIN, 28, 28), np.uint8),
-      "train_labels": rng.integers(0, 10, (NUM_TRAIN,), np.uint8),
-      "test_images": rng.integers(0, 256, (NUM_TEST, 28, 28), np.uint8),
-      "test_labels": rng.integers(0, 10, (NUM_TEST,), np.uint8),
+    "train_images": rng.integers(0, 256, (NUM_TRAIN, 28, 28), np.uint8),
+    "train_labels": rng.integers(0, 10, (NUM_TRAIN,), np.uint8),
+    "test_images": rng.integers(0, 256, (NUM_TEST, 28, 28), np.uint8),
+    "test_labels": rng.integers(0, 10, (NUM_TEST,), np.uint8),
   }
 
 
-def write_fake_mnist(folder: pathlib.Path, arrays=None, gz: bool = True,
-                     dotted: bool = False) -> dict[str, np.ndarray]:
+def write_fake_mnist(
+  folder: pathlib.Path, arrays=None, gz: bool = True, dotted: bool = False
+) -> dict[str, np.ndarray]:
   """Writes the four files with the standard names; returns the arrays."""
   arrays = arrays or fake_mnist()
   folder.mkdir(parents=True, exist_ok=True)
@@ -48,10 +49,12 @@ def check_loaded(loaded, arrays):
     images = loaded[f"{part}_images"]
     assert images.shape == (n, 784) and images.dtype == np.float32
     np.testing.assert_allclose(
-        images, arrays[f"{part}_images"].reshape(n, 784) / 255.0, rtol=1e-6)
+      images, arrays[f"{part}_images"].reshape(n, 784) / 255.0, rtol=1e-6
+    )
     assert loaded[f"{part}_labels"].dtype == np.int32
-    np.testing.assert_array_equal(loaded[f"{part}_labels"],
-                                  arrays[f"{part}_labels"])
+    np.testing.assert_array_equal(
+      loaded[f"{part}_labels"], arrays[f"{part}_labels"]
+    )
 
 
 @pytest.mark.parametrize("gz", [True, False])
@@ -67,8 +70,9 @@ def test_data_dir_from_environment(tmp_path, monkeypatch):
   check_loaded(mnist.load_mnist(), arrays)
 
 
-@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int16, np.int32,
-                                   np.float32, np.float64])
+@pytest.mark.parametrize(
+  "dtype", [np.uint8, np.int8, np.int16, np.int32, np.float32, np.float64]
+)
 def test_idx_round_trip_every_type(dtype):
   array = (np.arange(24) - 5).astype(dtype).reshape(2, 3, 4)
   parsed = mnist.parse_idx(mnist.encode_idx(array))
@@ -81,13 +85,16 @@ def test_idx_is_big_endian():
   np.testing.assert_array_equal(mnist.parse_idx(data), [258, -2])
 
 
-@pytest.mark.parametrize("data, message", [
+@pytest.mark.parametrize(
+  "data, message",
+  [
     (b"<html>", "not an IDX file"),
     (bytes([0, 0, 0x42, 1, 0, 0, 0, 1, 7]), "unknown IDX type code 0x42"),
     (bytes([0, 0, 8, 3, 0, 0]), "truncated header"),
     (bytes([0, 0, 8, 1, 0, 0, 0, 5, 1, 2]), "corrupt or truncated"),
     (bytes([0, 0, 8, 1, 0, 0, 0, 1, 1, 2]), "corrupt or truncated"),
-])
+  ],
+)
 def test_corrupt_idx_is_an_error(data, message):
   with pytest.raises(mnist.IdxFormatError, match=message):
     mnist.parse_idx(data, "x.idx")
@@ -97,8 +104,9 @@ def test_truncated_file_error_names_the_file(tmp_path):
   write_fake_mnist(tmp_path)
   path = tmp_path / "train-images-idx3-ubyte.gz"
   path.write_bytes(gzip.compress(gzip.decompress(path.read_bytes())[:-10]))
-  with pytest.raises(mnist.IdxFormatError,
-                     match="train-images-idx3-ubyte.gz.*truncated"):
+  with pytest.raises(
+    mnist.IdxFormatError, match="train-images-idx3-ubyte.gz.*truncated"
+  ):
     mnist.load_mnist(tmp_path)
 
 
@@ -148,7 +156,6 @@ def test_no_source_error_names_cache_and_files(tmp_path):
 
 
 class FakeResponse(io.BytesIO):
-
   def __enter__(self):
     return self
 
@@ -171,16 +178,23 @@ def fake_server(monkeypatch, files: dict[str, bytes], requested: list):
 
 
 def gz_archives(arrays) -> dict[str, bytes]:
-  return {base + ".gz": gzip.compress(mnist.encode_idx(arrays[split]))
-          for split, (base, _) in mnist.FILES.items()}
+  return {
+    base + ".gz": gzip.compress(mnist.encode_idx(arrays[split]))
+    for split, (base, _) in mnist.FILES.items()
+  }
 
 
 def test_download_into_cache_checks_md5(tmp_path, monkeypatch):
   arrays = fake_mnist()
   archives = gz_archives(arrays)
-  monkeypatch.setattr(mnist, "FILES", {
+  monkeypatch.setattr(
+    mnist,
+    "FILES",
+    {
       split: (base, hashlib.md5(archives[base + ".gz"]).hexdigest())
-      for split, (base, _) in mnist.FILES.items()})
+      for split, (base, _) in mnist.FILES.items()
+    },
+  )
   requested = []
   fake_server(monkeypatch, archives, requested)
   cache = tmp_path / "cache"
@@ -216,7 +230,7 @@ def test_real_mnist_files():
   assert data["test_images"].shape == (10000, 784)
   assert data["train_labels"].shape == (60000,)
   assert data["test_labels"].shape == (10000,)
-  assert 0.0 == data["train_images"].min() and data["train_images"].max() == 1.0
+  assert data["train_images"].min() == 0.0 and data["train_images"].max() == 1.0
   # Digit counts of the canonical files.
   assert np.bincount(data["train_labels"])[1] == 6742
   assert np.bincount(data["test_labels"])[0] == 980

@@ -11,16 +11,16 @@ import re
 import shutil
 import tarfile
 
+from conftest import dataset_dir_or_skip
 import numpy as np
 import pytest
 
-from conftest import dataset_dir_or_skip
 from experiments import data
 from rtrl.tasks import ptb
 
 pytestmark = pytest.mark.usefixtures("no_data_dir_env")
 
-TEXT = "a b _ c\n d e\n "   # valid symbols, not a canonical file
+TEXT = "a b _ c\n d e\n "  # valid symbols, not a canonical file
 
 
 def write_split(folder: pathlib.Path, split: str, text: str) -> pathlib.Path:
@@ -44,8 +44,9 @@ def test_real_files_counts_vocabulary_and_round_trip():
       text = (folder / data.ptb.FILE_NAMES[split]).read_text()
       decoded = ptb.decode(ids)
       # Same symbols line by line, and encode inverts decode exactly.
-      assert decoded.split("\n") == [" ".join(line.split())
-                                     for line in text.split("\n")]
+      assert decoded.split("\n") == [
+        " ".join(line.split()) for line in text.split("\n")
+      ]
       np.testing.assert_array_equal(ptb.encode(decoded), ids)
   assert ptb.VOCAB_SIZE == 50 and len(seen) == 50
   assert ptb.VOCAB[ptb.EOL_ID] == "\n"
@@ -58,17 +59,24 @@ def test_official_layout_counts_on_the_real_files():
     standard = data.load_ptb_split(split, str(folder))
     official = data.load_ptb_split(split, str(folder), layout="official")
     assert official.shape == (data.ptb.NUM_SYMBOLS_OFFICIAL[split],), split
-    lines = [line for line in (folder / data.ptb.FILE_NAMES[split])
-             .read_text().split("\n") if line.split()]
+    lines = [
+      line
+      for line in (folder / data.ptb.FILE_NAMES[split]).read_text().split("\n")
+      if line.split()
+    ]
     empty = data.ptb.NUM_SYMBOLS[split] - sum(
-        len(line.split()) + 1 for line in lines)
+      len(line.split()) + 1 for line in lines
+    )
     assert official.size == standard.size - empty + 2 * len(lines)
 
 
 def test_missing_file_names_files_and_where(tmp_path):
   write_split(tmp_path, "train", TEXT)
-  with pytest.raises(FileNotFoundError, match=r"ptb\.char\.valid\.txt.*"
-                     r"ptb\.char\.test\.txt") as info:
+  with pytest.raises(
+    FileNotFoundError,
+    match=r"ptb\.char\.valid\.txt.*"
+    r"ptb\.char\.test\.txt",
+  ) as info:
     data.load_ptb_split("train", str(tmp_path))
   assert "config.data_dir" in str(info.value)
   assert "DATA_DIR" in str(info.value)
@@ -81,16 +89,19 @@ def test_no_files_anywhere_and_no_download(tmp_path, monkeypatch):
 
 
 def test_data_dir_env_without_the_files_is_an_error_not_a_download(
-    tmp_path, monkeypatch):
+  tmp_path, monkeypatch
+):
   monkeypatch.setenv("DATA_DIR", str(tmp_path / "nothing"))
 
   def no_download(*args):
     raise AssertionError(f"downloaded {args} although DATA_DIR is set")
 
   monkeypatch.setattr(data.ptb, "download", no_download)
-  with pytest.raises(FileNotFoundError,
-                     match=re.escape(f"in {tmp_path / 'nothing' / 'ptb'} ")
-                     + r".*ptb\.char\.train\.txt"):
+  with pytest.raises(
+    FileNotFoundError,
+    match=re.escape(f"in {tmp_path / 'nothing' / 'ptb'} ")
+    + r".*ptb\.char\.train\.txt",
+  ):
     data.ptb.find_data_dir(None)
 
 
@@ -106,15 +117,19 @@ def test_corrupt_file_fails_md5(tmp_path):
   with pytest.raises(ValueError, match=r"ptb\.char\.valid\.txt.*md5"):
     data.load_ptb_split("valid", str(tmp_path))
   # The same bytes load when the check is off (still valid symbols).
-  assert data.load_ptb_split("valid", str(tmp_path),
-                             verify_md5=False).size == \
-      data.ptb.NUM_SYMBOLS["valid"]
+  assert (
+    data.load_ptb_split("valid", str(tmp_path), verify_md5=False).size
+    == data.ptb.NUM_SYMBOLS["valid"]
+  )
 
 
 def test_out_of_vocabulary_symbol_names_file_line_symbol(tmp_path):
   path = write_split(tmp_path, "valid", "a b\nc D e\n")
-  with pytest.raises(ValueError, match=r"ptb\.char\.valid\.txt, line 2: "
-                     r"symbol 'D'"):
+  with pytest.raises(
+    ValueError,
+    match=r"ptb\.char\.valid\.txt, line 2: "
+    r"symbol 'D'",
+  ):
     data.ptb.read_file(path)
 
 
@@ -132,8 +147,10 @@ def make_archive(path: pathlib.Path, files: dict) -> str:
 
 
 def test_download_checks_md5_and_writes_nothing_on_mismatch(tmp_path):
-  sources = {name: write_split(tmp_path / "src", split, TEXT)
-             for split, name in data.ptb.FILE_NAMES.items()}
+  sources = {
+    name: write_split(tmp_path / "src", split, TEXT)
+    for split, name in data.ptb.FILE_NAMES.items()
+  }
   url = make_archive(tmp_path / "fake.tar", sources)
   with pytest.raises(ValueError, match=r"ptb\.char\.train\.txt.*md5"):
     data.ptb.download(tmp_path / "cache", url)
@@ -143,9 +160,10 @@ def test_download_checks_md5_and_writes_nothing_on_mismatch(tmp_path):
 
 def test_download_into_cache_and_found_there(tmp_path, monkeypatch):
   folder = dataset_dir_or_skip("ptb")
-  url = make_archive(tmp_path / "simple-examples.tar",
-                     {name: folder / name
-                      for name in data.ptb.FILE_NAMES.values()})
+  url = make_archive(
+    tmp_path / "simple-examples.tar",
+    {name: folder / name for name in data.ptb.FILE_NAMES.values()},
+  )
   monkeypatch.setenv(data.files.CACHE_ENV, str(tmp_path / "cache"))
   monkeypatch.setattr(data.ptb, "ARCHIVE_URL", url)
   found = data.ptb.find_data_dir(None)

@@ -1,15 +1,18 @@
 """Bad input gets a ValueError whose message names the offending argument."""
 
+from helpers import copy_config
 import jax
 import jax.numpy as jnp
 import optax
 import pytest
 
-from experiments.online import copy_experiment
 from experiments.loop import workdir as workdir_lib
-from rtrl import bptt, cells, estimators, online
+from experiments.online import copy_experiment
+from rtrl import bptt
+from rtrl import cells
+from rtrl import estimators
+from rtrl import online
 from rtrl.tasks import copy_task
-from helpers import copy_config
 
 
 @pytest.fixture(scope="module")
@@ -41,13 +44,17 @@ def test_wrong_input_size_to_estimator_and_trainer(rhn):
   with pytest.raises(ValueError, match=r"x must have shape \(2,\)"):
     est.step(params)(tstate, cell.initial_state(), jnp.zeros((5,)))
   trainer = online.make_online_trainer(cell, est, optax.sgd(0.1))
-  full = {"cell": params, "readout": {"w": jnp.zeros((3, 4)),
-                                      "b": jnp.zeros((4,))}}
+  full = {
+    "cell": params,
+    "readout": {"w": jnp.zeros((3, 4)), "b": jnp.zeros((4,))},
+  }
   state = trainer.init(full, jax.random.PRNGKey(0), 2)
-  chunk = online.StepBatch(inputs=jnp.zeros((1, 2, 5)),
-                           targets=jnp.zeros((1, 2), jnp.int32),
-                           weights=jnp.ones((1, 2)),
-                           resets=jnp.zeros((1, 2), bool))
+  chunk = online.StepBatch(
+    inputs=jnp.zeros((1, 2, 5)),
+    targets=jnp.zeros((1, 2), jnp.int32),
+    weights=jnp.ones((1, 2)),
+    resets=jnp.zeros((1, 2), bool),
+  )
   with pytest.raises(ValueError, match=r"x must have shape \(2,\)"):
     trainer.run(state, chunk)
 
@@ -105,20 +112,25 @@ def test_non_positive_input_size(size):
 def test_non_positive_truncation(truncation):
   """TBPTT rejects a non-positive horizon, naming truncation."""
   with pytest.raises(ValueError, match="truncation"):
-    bptt.make_tbptt_trainer(cells.RHN(hidden_size=2), optax.sgd(0.1),
-                            truncation)
+    bptt.make_tbptt_trainer(
+      cells.RHN(hidden_size=2), optax.sgd(0.1), truncation
+    )
 
 
 def test_chunk_not_multiple_of_truncation():
   """A TBPTT chunk whose length is not a multiple of the horizon is
   rejected, naming truncation."""
   cell = cells.RHN(hidden_size=2)
-  params = {"cell": cell.init(jax.random.PRNGKey(0), 1),
-            "readout": {"w": jnp.zeros((2, 2)), "b": jnp.zeros((2,))}}
-  chunk = online.StepBatch(inputs=jnp.zeros((5, 1, 1)),
-                           targets=jnp.zeros((5, 1), jnp.int32),
-                           weights=jnp.ones((5, 1)),
-                           resets=jnp.zeros((5, 1), bool))
+  params = {
+    "cell": cell.init(jax.random.PRNGKey(0), 1),
+    "readout": {"w": jnp.zeros((2, 2)), "b": jnp.zeros((2,))},
+  }
+  chunk = online.StepBatch(
+    inputs=jnp.zeros((5, 1, 1)),
+    targets=jnp.zeros((5, 1), jnp.int32),
+    weights=jnp.ones((5, 1)),
+    resets=jnp.zeros((5, 1), bool),
+  )
   state0 = online.broadcast_state(cell.initial_state(), 1)
   with pytest.raises(ValueError, match="truncation"):
     bptt.tbptt_gradients(cell, params, state0, chunk, 2)
@@ -129,8 +141,12 @@ def test_non_positive_accumulate_steps(rhn, steps):
   """The online trainer rejects accumulate_steps < 1, naming it."""
   cell, _ = rhn
   with pytest.raises(ValueError, match="accumulate_steps"):
-    online.make_online_trainer(cell, estimators.make("rtrl", cell),
-                               optax.sgd(0.1), accumulate_steps=steps)
+    online.make_online_trainer(
+      cell,
+      estimators.make("rtrl", cell),
+      optax.sgd(0.1),
+      accumulate_steps=steps,
+    )
 
 
 @pytest.mark.parametrize("max_length", [0, -1])
@@ -147,9 +163,16 @@ def test_encode_rejects_non_binary(bits):
     copy_task.encode(bits)
 
 
-@pytest.mark.parametrize("field,value", [
-    ("hidden_size", 0), ("batch_size", -1), ("num_steps", 0),
-    ("chunk_steps", 0), ("max_length", 0)])
+@pytest.mark.parametrize(
+  "field,value",
+  [
+    ("hidden_size", 0),
+    ("batch_size", -1),
+    ("num_steps", 0),
+    ("chunk_steps", 0),
+    ("max_length", 0),
+  ],
+)
 def test_copy_experiment_rejects_non_positive_config(tmp_path, field, value):
   """`experiments.copy_task.train` rejects non-positive sizes, naming the
   config field, before doing any work."""
@@ -166,11 +189,14 @@ def test_copy_experiment_rejects_non_positive_truncation(tmp_path, truncation):
     copy_experiment.train(config, str(tmp_path))
 
 
-@pytest.mark.parametrize("field,value,match", [
+@pytest.mark.parametrize(
+  "field,value,match",
+  [
     ("cell", "elman", "cell must be one of"),
     ("estimator", "bogus", "estimator must be one of"),
     ("accumulate_steps", 0, "accumulate_steps"),
-])
+  ],
+)
 def test_copy_experiment_rejects_bad_names(tmp_path, field, value, match):
   """Unknown cell / estimator names and accumulate_steps=0 in the config are
   ValueErrors naming the field."""
@@ -181,9 +207,16 @@ def test_copy_experiment_rejects_bad_names(tmp_path, field, value, match):
 def test_num_steps_not_multiple_of_chunk_steps(tmp_path):
   """num_steps=15 with chunk_steps=10 either is rejected (a ValueError naming
   num_steps / chunk_steps) or trains exactly 15 steps: never silently more."""
-  config = copy_config(estimator="tbptt", truncation=5, hidden_size=2,
-                       batch_size=1, num_steps=15, chunk_steps=10,
-                       log_every=10, checkpoint_every=10)
+  config = copy_config(
+    estimator="tbptt",
+    truncation=5,
+    hidden_size=2,
+    batch_size=1,
+    num_steps=15,
+    chunk_steps=10,
+    log_every=10,
+    checkpoint_every=10,
+  )
   try:
     copy_experiment.train(config, str(tmp_path))
   except ValueError as e:

@@ -23,10 +23,17 @@ def probe(tmp_path, **fields) -> list:
     return state + 1, {"state": state}
 
   experiment = runner.Experiment(
-      name="probe", init=lambda key: jnp.zeros(()), train_chunk=train_chunk,
-      chunk_steps=1, summarize=lambda window: {})
-  config = run_config.add_run_fields(ml_collections.ConfigDict(dict(
-      seed=0, num_steps=2, log_every=1, checkpoint_every=2, **fields)))
+    name="probe",
+    init=lambda key: jnp.zeros(()),
+    train_chunk=train_chunk,
+    chunk_steps=1,
+    summarize=lambda window: {},
+  )
+  config = run_config.add_run_fields(
+    ml_collections.ConfigDict(
+      dict(seed=0, num_steps=2, log_every=1, checkpoint_every=2, **fields)
+    )
+  )
   runner.run(config, str(tmp_path), experiment, log=lambda message: None)
   return seen
 

@@ -6,23 +6,32 @@ from __future__ import annotations
 
 import json
 
+from helpers import copy_config
 import jax
 import ml_collections
 import numpy as np
 import pytest
 
-from experiments.online import copy_experiment
-from experiments.loop import run_axes
 from experiments.loop import checkpoints
+from experiments.loop import run_axes
 from experiments.loop import workdir as workdir_lib
-from helpers import copy_config
+from experiments.online import copy_experiment
 
 # KF-AVG, not OK: r-OK's update is discontinuous in its inputs (see
 # test_sharding.py), so a vmapped run, whose batched kernels may round
 # differently, follows an equally distributed but different path.
-TINY = dict(estimator="kf_avg", rank=2, cell="rhn", hidden_size=4, batch_size=2,
-            seed=7, num_steps=100, chunk_steps=50, log_every=50,
-            checkpoint_every=50)
+TINY = dict(
+  estimator="kf_avg",
+  rank=2,
+  cell="rhn",
+  hidden_size=4,
+  batch_size=2,
+  seed=7,
+  num_steps=100,
+  chunk_steps=50,
+  log_every=50,
+  checkpoint_every=50,
+)
 
 
 def final_state(workdir):
@@ -31,15 +40,20 @@ def final_state(workdir):
 
 
 def test_run_grid_order_and_validation():
-  config = ml_collections.ConfigDict(dict(seed=3, num_seeds=2,
-                                          learning_rate=0.1,
-                                          learning_rates=(1.0, 2.0)))
+  config = ml_collections.ConfigDict(
+    dict(seed=3, num_seeds=2, learning_rate=0.1, learning_rates=(1.0, 2.0))
+  )
   assert run_axes.run_grid(config, ("learning_rate",)) == [
-      {"seed": 3, "learning_rate": 1.0}, {"seed": 4, "learning_rate": 1.0},
-      {"seed": 3, "learning_rate": 2.0}, {"seed": 4, "learning_rate": 2.0}]
+    {"seed": 3, "learning_rate": 1.0},
+    {"seed": 4, "learning_rate": 1.0},
+    {"seed": 3, "learning_rate": 2.0},
+    {"seed": 4, "learning_rate": 2.0},
+  ]
   config.learning_rates = ()
   assert run_axes.run_grid(config, ("learning_rate",)) == [
-      {"seed": 3, "learning_rate": 0.1}, {"seed": 4, "learning_rate": 0.1}]
+    {"seed": 3, "learning_rate": 0.1},
+    {"seed": 4, "learning_rate": 0.1},
+  ]
   config.num_seeds = 0
   with pytest.raises(ValueError, match="num_seeds"):
     run_axes.run_grid(config, ())
@@ -54,8 +68,10 @@ def test_vmapped_runs_equal_single_runs(tmp_path, x64):
   optimiser state, tangents, stream and curriculum, and its metrics, equal
   the single run with that seed and learning rate (float64, 1e-10)."""
   stacked_dir = tmp_path / "stacked"
-  copy_experiment.train(copy_config(num_seeds=2, learning_rates=(0.02, 0.005),
-                                    **TINY), str(stacked_dir))
+  copy_experiment.train(
+    copy_config(num_seeds=2, learning_rates=(0.02, 0.005), **TINY),
+    str(stacked_dir),
+  )
   saved = json.loads((stacked_dir / "config.json").read_text())
   assert [r["seed"] for r in saved["runs"]] == [7, 8, 7, 8]
   stacked_state = final_state(stacked_dir)
@@ -65,17 +81,22 @@ def test_vmapped_runs_equal_single_runs(tmp_path, x64):
   for r in (1, 2):  # Seed offset 1 at the first rate, 0 at the second.
     run = saved["runs"][r]
     single_dir = tmp_path / f"single{r}"
-    copy_experiment.train(copy_config(**{**TINY, "seed": run["seed"]},
-                                      learning_rate=run["learning_rate"]),
-                          str(single_dir))
+    copy_experiment.train(
+      copy_config(
+        **{**TINY, "seed": run["seed"]}, learning_rate=run["learning_rate"]
+      ),
+      str(single_dir),
+    )
     single_state = final_state(single_dir)
-    got = jax.tree_util.tree_map(lambda a, r=r: np.asarray(a)[r],
-                                 stacked_state)
+    got = jax.tree_util.tree_map(lambda a, r=r: np.asarray(a)[r], stacked_state)
     jax.tree_util.tree_map(
-        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12),
-        got, single_state)
+      lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12),
+      got,
+      single_state,
+    )
     single_records = workdir_lib.read_metrics(str(single_dir))
     for stacked, single in zip(stacked_records, single_records):
       assert stacked["curriculum_length"][r] == single["curriculum_length"]
-      np.testing.assert_allclose(stacked["loss_bits"][r],
-                                 single["loss_bits"], rtol=1e-10)
+      np.testing.assert_allclose(
+        stacked["loss_bits"][r], single["loss_bits"], rtol=1e-10
+      )

@@ -8,42 +8,65 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import random
 import signal
 import subprocess
 import sys
 import time
 
+from helpers import REPO_ROOT
 import numpy as np
 import pytest
 
 from experiments.loop import checkpoints
 from experiments.loop import workdir as workdir_lib
-from helpers import REPO_ROOT
 
 # Tiny and fast: 4-unit RHN, exact RTRL, batch 2, 50-step chunks.
-BASE_FLAGS = dict(estimator="rtrl", cell="rhn", hidden_size=4, batch_size=2,
-                  learning_rate=1e-2, seed=5, chunk_steps=50, log_every=50,
-                  checkpoint_every=100, num_steps=300)
+BASE_FLAGS = dict(
+  estimator="rtrl",
+  cell="rhn",
+  hidden_size=4,
+  batch_size=2,
+  learning_rate=1e-2,
+  seed=5,
+  chunk_steps=50,
+  log_every=50,
+  checkpoint_every=100,
+  num_steps=300,
+)
 TIMING_FIELDS = ("steps_per_second", "examples_per_second")
 
 
 def command(workdir, **overrides) -> list[str]:
   flags = {**BASE_FLAGS, **overrides}
-  return ([sys.executable, "-m", "experiments.copy_task", "--config",
-           "configs/copy_task.py", "--workdir", str(workdir)]
-          + [f"--config.{k}={v}" for k, v in flags.items()])
+  return [
+    sys.executable,
+    "-m",
+    "experiments.copy_task",
+    "--config",
+    "configs/copy_task.py",
+    "--workdir",
+    str(workdir),
+  ] + [f"--config.{k}={v}" for k, v in flags.items()]
 
 
 def run_cli(workdir, **overrides) -> subprocess.CompletedProcess:
-  return subprocess.run(command(workdir, **overrides), cwd=REPO_ROOT,
-                        capture_output=True, text=True, timeout=300,
-                        env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  return subprocess.run(
+    command(workdir, **overrides),
+    cwd=REPO_ROOT,
+    capture_output=True,
+    text=True,
+    timeout=300,
+    env={**os.environ, "JAX_PLATFORMS": "cpu"},
+  )
 
 
 def learning_metrics(workdir) -> list[dict]:
-  return [{k: v for k, v in r.items() if k not in TIMING_FIELDS}
-          for r in workdir_lib.read_metrics(str(workdir))]
+  return [
+    {k: v for k, v in r.items() if k not in TIMING_FIELDS}
+    for r in workdir_lib.read_metrics(str(workdir))
+  ]
 
 
 def assert_same_metrics(got, want):
@@ -76,8 +99,7 @@ def test_changed_config_is_refused_and_config_json_kept(tmp_path):
   assert result.returncode == 2
   assert "hidden_size: 4 -> 6" in result.stderr
   assert "learning_rate: 0.01 -> 0.1" in result.stderr
-  assert "allow_config_change" in result.stderr and "--workdir" in \
-      result.stderr
+  assert "allow_config_change" in result.stderr and "--workdir" in result.stderr
   assert "Traceback" not in result.stderr
   assert config_path.read_bytes() == saved
 
@@ -103,7 +125,8 @@ def test_run_saved_before_matmul_precision_existed_resumes(tmp_path):
 
 @pytest.mark.parametrize("field", sorted(workdir_lib.ADDED_FIELD_DEFAULTS))
 def test_run_saved_before_a_field_was_added_resumes_at_its_default(
-    tmp_path, field):
+  tmp_path, field
+):
   """A field added later (the official presets' `optimizer`, `init_stddev`,
   `cell_clip_norm`, `text_layout`) at the value that reproduces the old
   runs is no change; any other value is."""
@@ -119,18 +142,23 @@ def test_run_saved_before_a_field_was_added_resumes_at_its_default(
 
 
 def test_allowed_config_change_keeps_old_config_and_fails_clearly_on_shapes(
-    tmp_path):
+  tmp_path,
+):
   assert run_cli(tmp_path, num_steps=100).returncode == 0
   # A change that keeps shapes resumes with the new value.
-  result = run_cli(tmp_path, num_steps=150, learning_rate=0.02,
-                   allow_config_change=True)
+  result = run_cli(
+    tmp_path, num_steps=150, learning_rate=0.02, allow_config_change=True
+  )
   assert result.returncode == 0, result.stderr
   assert "learning_rate: 0.01 -> 0.02" in result.stdout
-  assert json.loads((tmp_path / "config.previous.json").read_text())[
-      "learning_rate"] == 0.01
+  assert (
+    json.loads((tmp_path / "config.previous.json").read_text())["learning_rate"]
+    == 0.01
+  )
   # A change of shapes cannot resume: a clear error, no JAX traceback.
-  result = run_cli(tmp_path, num_steps=200, hidden_size=6,
-                   allow_config_change=True)
+  result = run_cli(
+    tmp_path, num_steps=200, hidden_size=6, allow_config_change=True
+  )
   assert result.returncode == 2
   assert "shape" in result.stderr and "different config" in result.stderr
   assert "Traceback" not in result.stderr
@@ -177,11 +205,16 @@ def uninterrupted_long(tmp_path_factory):
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_signal_checkpoints_and_rerun_matches_uninterrupted(
-    tmp_path, uninterrupted_long, signum):
+  tmp_path, uninterrupted_long, signum
+):
   process = subprocess.Popen(
-      command(tmp_path, **LONG_RUN), cwd=REPO_ROOT, stdout=subprocess.PIPE,
-      stderr=subprocess.PIPE, text=True,
-      env={**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"})
+    command(tmp_path, **LONG_RUN),
+    cwd=REPO_ROOT,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+    env={**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"},
+  )
   # Wait until training runs (the first progress line), then a random delay.
   first_line = process.stdout.readline()
   while first_line and not first_line.startswith("step "):
@@ -204,19 +237,19 @@ def test_signal_checkpoints_and_rerun_matches_uninterrupted(
   assert_same_metrics(learning_metrics(tmp_path), uninterrupted_long)
 
 
-def test_nan_stops_the_run_naming_the_step_and_keeps_last_checkpoint(
-    tmp_path):
+def test_nan_stops_the_run_naming_the_step_and_keeps_last_checkpoint(tmp_path):
   assert run_cli(tmp_path, num_steps=100).returncode == 0
   good = checkpoints.checkpoint_path(str(tmp_path), 100)
-  good_bytes = open(good, "rb").read()
+  good_bytes = pathlib.Path(good).read_bytes()
   # An infinite learning rate makes the parameters, then the loss, NaN.
-  result = run_cli(tmp_path, num_steps=300, learning_rate="inf",
-                   allow_config_change=True)
+  result = run_cli(
+    tmp_path, num_steps=300, learning_rate="inf", allow_config_change=True
+  )
   assert result.returncode == 3
   assert "Non-finite" in result.stderr and "step 150" in result.stderr
   assert "Traceback" not in result.stderr
   assert checkpoints.latest_checkpoint_step(str(tmp_path)) == 100
-  assert open(good, "rb").read() == good_bytes
+  assert pathlib.Path(good).read_bytes() == good_bytes
   checkpoints.read_checkpoint_file(good)  # Still valid.
 
 
@@ -226,12 +259,22 @@ def test_skip_nonfinite_updates_leaves_parameters_unchanged():
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import ml_collections  # pylint: disable=g-import-not-at-top
+
   from experiments.online import setup as online_setup  # pylint: disable=g-import-not-at-top
   from rtrl.tasks import copy_task  # pylint: disable=g-import-not-at-top
 
-  config = ml_collections.ConfigDict(dict(
-      estimator="rtrl", cell="rhn", hidden_size=4, rank=1, truncation=1,
-      learning_rate=1e-2, clip_norm=0.0, skip_nonfinite_updates=True))
+  config = ml_collections.ConfigDict(
+    dict(
+      estimator="rtrl",
+      cell="rhn",
+      hidden_size=4,
+      rank=1,
+      truncation=1,
+      learning_rate=1e-2,
+      clip_norm=0.0,
+      skip_nonfinite_updates=True,
+    )
+  )
   cell = online_setup.make_cell(config)
   trainer = online_setup.make_trainer(config, cell)
   params = online_setup.init_params(cell, jax.random.PRNGKey(0), 4, 4)
@@ -242,12 +285,14 @@ def test_skip_nonfinite_updates_leaves_parameters_unchanged():
 
   states = []
   for t in range(6):
-    state, _ = trainer.step(state, jax.tree_util.tree_map(lambda a: a[t],
-                                                          chunk))
+    state, _ = trainer.step(
+      state, jax.tree_util.tree_map(lambda a: a[t], chunk)
+    )
     states.append(state.params)
   same = jax.tree_util.tree_map(np.array_equal, states[2], states[3])
   assert all(jax.tree_util.tree_leaves(same))
   changed = jax.tree_util.tree_map(np.array_equal, states[1], states[2])
   assert not all(jax.tree_util.tree_leaves(changed))
-  assert all(np.isfinite(leaf).all()
-             for leaf in jax.tree_util.tree_leaves(states[-1]))
+  assert all(
+    np.isfinite(leaf).all() for leaf in jax.tree_util.tree_leaves(states[-1])
+  )

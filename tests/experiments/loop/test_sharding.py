@@ -24,30 +24,48 @@ import socket
 import subprocess
 import sys
 
+from conftest import shared_data_root
+from helpers import REPO_ROOT
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
 
-from conftest import shared_data_root
 from experiments.loop import checkpoints
 from experiments.loop import workdir as workdir_lib
-from helpers import REPO_ROOT
 
-SCRIPT = REPO_ROOT / "tests" / "experiments" / "loop" / "sharding_scripts" / "compare_sharded.py"
+SCRIPT = (
+  REPO_ROOT
+  / "tests"
+  / "experiments"
+  / "loop"
+  / "sharding_scripts"
+  / "compare_sharded.py"
+)
 
 
 def run_script(*args) -> list[dict]:
-  env = {**os.environ, "JAX_PLATFORMS": "cpu",
-         "DATA_DIR": str(shared_data_root()),
-         "PYTHONPATH": str(REPO_ROOT)}
-  result = subprocess.run([sys.executable, str(SCRIPT), *args],
-                          cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=900, env=env)
+  env = {
+    **os.environ,
+    "JAX_PLATFORMS": "cpu",
+    "DATA_DIR": str(shared_data_root()),
+    "PYTHONPATH": str(REPO_ROOT),
+  }
+  result = subprocess.run(
+    [sys.executable, str(SCRIPT), *args],
+    cwd=REPO_ROOT,
+    capture_output=True,
+    text=True,
+    timeout=900,
+    env=env,
+  )
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-  return [json.loads(line) for line in result.stdout.splitlines()
-          if line.startswith("{")]
+  return [
+    json.loads(line)
+    for line in result.stdout.splitlines()
+    if line.startswith("{")
+  ]
 
 
 def check_equal(cases):
@@ -73,8 +91,9 @@ def test_sharded_exact_rtrl_and_uoro_equal_single_device():
 
 def test_devices_that_do_not_divide_give_clear_errors():
   errors = {r["bad_mesh"]: r["error"] for r in run_script("bad_meshes")}
-  assert "config.batch_size (3)" in errors["batch"] and "'data'" in \
-      errors["batch"]
+  assert (
+    "config.batch_size (3)" in errors["batch"] and "'data'" in errors["batch"]
+  )
   assert "3 runs" in errors["runs"] and "'runs'" in errors["runs"]
   assert "config.mesh_shape (3, 1)" in errors["shape"]
   assert "config.num_devices=8" in errors["too_many"]
@@ -86,23 +105,34 @@ def test_ok_is_chaotic_under_one_ulp(x64):
   100 steps, while 2-KF-AVG's stay within rounding."""
   from experiments.online import setup as online_setup  # pylint: disable=g-import-not-at-top
   from rtrl.tasks import copy_task  # pylint: disable=g-import-not-at-top
+
   moved = {}
   for estimator in ("ok", "kf_avg"):
-    config = ml_collections.ConfigDict(dict(
-        estimator=estimator, rank=2, cell="rhn", hidden_size=4,
-        learning_rate=1e-2, clip_norm=0.0, truncation=1))
+    config = ml_collections.ConfigDict(
+      dict(
+        estimator=estimator,
+        rank=2,
+        cell="rhn",
+        hidden_size=4,
+        learning_rate=1e-2,
+        clip_norm=0.0,
+        truncation=1,
+      )
+    )
     cell = online_setup.make_cell(config)
     trainer = online_setup.make_trainer(config, cell)
     params = online_setup.init_params(cell, jax.random.PRNGKey(0), 4, 4)
     stream = copy_task.stream_init(jax.random.PRNGKey(2), 4, 8)
     _, chunk = copy_task.generate(stream, jnp.asarray(3), 100)
-    run = jax.jit(lambda state, chunk: jax.lax.scan(trainer.step, state,
-                                                    chunk)[0])
+    run = jax.jit(
+      lambda state, chunk: jax.lax.scan(trainer.step, state, chunk)[0]
+    )
     nudged = jax.tree_util.tree_map(lambda w: w * (1 + 2e-16), params)
     a = run(trainer.init(params, jax.random.PRNGKey(1), 4), chunk)
     b = run(trainer.init(nudged, jax.random.PRNGKey(1), 4), chunk)
-    moved[estimator] = float(jnp.max(jnp.abs(a.params["cell"]["W"]
-                                             - b.params["cell"]["W"])))
+    moved[estimator] = float(
+      jnp.max(jnp.abs(a.params["cell"]["W"] - b.params["cell"]["W"]))
+    )
   assert moved["kf_avg"] < 1e-12
   assert moved["ok"] > 1e-3
 
@@ -113,23 +143,41 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-COPY_FLAGS = dict(estimator="kf_avg", rank=2, hidden_size=4, batch_size=4,
-                  num_steps=100, chunk_steps=50, log_every=50,
-                  checkpoint_every=100, learning_rate=1e-2)
+COPY_FLAGS = dict(
+  estimator="kf_avg",
+  rank=2,
+  hidden_size=4,
+  batch_size=4,
+  num_steps=100,
+  chunk_steps=50,
+  log_every=50,
+  checkpoint_every=100,
+  learning_rate=1e-2,
+)
 
 
 def _copy_command(workdir, **flags):
-  return ([sys.executable, "-m", "experiments.copy_task", "--config",
-           str(REPO_ROOT / "configs" / "copy_task.py"), "--workdir",
-           str(workdir)]
-          + [f"--config.{k}={v}" for k, v in {**COPY_FLAGS, **flags}.items()])
+  return [
+    sys.executable,
+    "-m",
+    "experiments.copy_task",
+    "--config",
+    str(REPO_ROOT / "configs" / "copy_task.py"),
+    "--workdir",
+    str(workdir),
+  ] + [f"--config.{k}={v}" for k, v in {**COPY_FLAGS, **flags}.items()]
 
 
 def test_two_processes_match_one_and_only_process_0_writes(tmp_path):
   env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(REPO_ROOT)}
-  single = subprocess.run(_copy_command(tmp_path / "single"), cwd=REPO_ROOT,
-                          env=env, capture_output=True, text=True,
-                          timeout=600)
+  single = subprocess.run(
+    _copy_command(tmp_path / "single"),
+    cwd=REPO_ROOT,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
   assert single.returncode == 0, single.stderr[-3000:]
 
   port = _free_port()
@@ -139,12 +187,22 @@ def test_two_processes_match_one_and_only_process_0_writes(tmp_path):
     # land in its own folder.
     cwd = tmp_path / f"process{rank}"
     cwd.mkdir()
-    processes.append(subprocess.Popen(
-        _copy_command("multi", distributed=True,
-                      coordinator_address=f"127.0.0.1:{port}",
-                      num_processes=2, process_id=rank),
-        cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True))
+    processes.append(
+      subprocess.Popen(
+        _copy_command(
+          "multi",
+          distributed=True,
+          coordinator_address=f"127.0.0.1:{port}",
+          num_processes=2,
+          process_id=rank,
+        ),
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+      )
+    )
   outputs = [p.communicate(timeout=600) for p in processes]
   for p, (out, err) in zip(processes, outputs):
     assert p.returncode == 0, out[-2000:] + err[-3000:]
@@ -160,8 +218,10 @@ def test_two_processes_match_one_and_only_process_0_writes(tmp_path):
       if key in timing or isinstance(a[key], str):
         continue
       np.testing.assert_allclose(a[key], b[key], rtol=1e-5, err_msg=key)
-  assert checkpoints.latest_checkpoint_step(
-      str(tmp_path / "process0" / "multi")) == 100
+  assert (
+    checkpoints.latest_checkpoint_step(str(tmp_path / "process0" / "multi"))
+    == 100
+  )
 
 
 def test_batch_sharded_rls_equals_single_device():
@@ -174,11 +234,19 @@ def test_batch_sharded_rls_equals_single_device():
     pytest.skip(f"MNIST not found at {mnist_dir}")
   env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(REPO_ROOT)}
   result = subprocess.run(
-      [sys.executable, str(SCRIPT.parent / "compare_rls.py"), str(mnist_dir)],
-      cwd=REPO_ROOT, capture_output=True, text=True, timeout=900, env=env)
+    [sys.executable, str(SCRIPT.parent / "compare_rls.py"), str(mnist_dir)],
+    cwd=REPO_ROOT,
+    capture_output=True,
+    text=True,
+    timeout=900,
+    env=env,
+  )
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-  results = [json.loads(line) for line in result.stdout.splitlines()
-             if line.startswith("{")]
+  results = [
+    json.loads(line)
+    for line in result.stdout.splitlines()
+    if line.startswith("{")
+  ]
   assert [r["optimizer"] for r in results] == ["rls", "rls_hybrid"]
   for r in results:
     assert r["num_P"] >= 1, r

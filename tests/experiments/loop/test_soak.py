@@ -47,7 +47,7 @@ CHUNK = 1_000
 HIDDEN = 16
 RANK = 8
 BATCH = 16
-LEARNING_RATE = 10 ** -2.5
+LEARNING_RATE = 10**-2.5
 ERROR_THRESHOLD = 0.15  # bits/char, the Copy task's curriculum threshold
 MAX_LENGTH = 100
 RSS_GROWTH_BOUND_MIB = 64.0
@@ -65,10 +65,17 @@ def rss_mib() -> float:
 def soak_config(estimator: str) -> ml_collections.ConfigDict:
   """The fields `experiments.online.setup` reads (the quick-start values,
   RHN-16 instead of RHN-32)."""
-  return ml_collections.ConfigDict({
-      "estimator": estimator, "rank": RANK, "cell": "rhn",
-      "hidden_size": HIDDEN, "learning_rate": LEARNING_RATE,
-      "clip_norm": 0.0, "accumulate_steps": 1})
+  return ml_collections.ConfigDict(
+    {
+      "estimator": estimator,
+      "rank": RANK,
+      "cell": "rhn",
+      "hidden_size": HIDDEN,
+      "learning_rate": LEARNING_RATE,
+      "clip_norm": 0.0,
+      "accumulate_steps": 1,
+    }
+  )
 
 
 def soak(estimator: str, num_steps: int = NUM_STEPS, seed: int = 0) -> dict:
@@ -78,29 +85,35 @@ def soak(estimator: str, num_steps: int = NUM_STEPS, seed: int = 0) -> dict:
   """
   assert jnp.asarray(0.0).dtype == jnp.float32, "soak runs in float32"
   if num_steps % CHUNK:
-    raise ValueError(f"num_steps must be a multiple of {CHUNK}, got "
-                     f"{num_steps}")
+    raise ValueError(
+      f"num_steps must be a multiple of {CHUNK}, got {num_steps}"
+    )
   config = soak_config(estimator)
   cell = online_setup.make_cell(config)
   trainer = online_setup.make_trainer(config, cell)
   params_key, trainer_key, data_key = jax.random.split(
-      jax.random.PRNGKey(seed), 3)
-  params = online_setup.init_params(cell, params_key, copy_task.VOCAB_SIZE,
-                                    copy_task.VOCAB_SIZE)
-  state = (trainer.init(params, trainer_key, BATCH),
-           copy_task.stream_init(data_key, BATCH, MAX_LENGTH),
-           jnp.ones((), jnp.int32))
+    jax.random.PRNGKey(seed), 3
+  )
+  params = online_setup.init_params(
+    cell, params_key, copy_task.VOCAB_SIZE, copy_task.VOCAB_SIZE
+  )
+  state = (
+    trainer.init(params, trainer_key, BATCH),
+    copy_task.stream_init(data_key, BATCH, MAX_LENGTH),
+    jnp.ones((), jnp.int32),
+  )
 
   @jax.jit
   def chunk_fn(state):
     trainer_state, stream, length = state
     stream, batch = copy_task.generate(stream, length, CHUNK)
     trainer_state, metrics = trainer.run(trainer_state, batch)
-    error = metrics.loss_sum.sum() / jnp.maximum(metrics.weight_sum.sum(),
-                                                 1.0) / LOG2
+    error = (
+      metrics.loss_sum.sum() / jnp.maximum(metrics.weight_sum.sum(), 1.0) / LOG2
+    )
     length = jnp.minimum(
-        copy_task.curriculum_update(length, error, ERROR_THRESHOLD),
-        MAX_LENGTH).astype(jnp.int32)
+      copy_task.curriculum_update(length, error, ERROR_THRESHOLD), MAX_LENGTH
+    ).astype(jnp.int32)
     return (trainer_state, stream, length), error
 
   start = time.perf_counter()
@@ -110,11 +123,18 @@ def soak(estimator: str, num_steps: int = NUM_STEPS, seed: int = 0) -> dict:
   for index in range(num_steps // CHUNK):
     state, error = chunk_fn(state)
     trainer_state, _, length = state
-    bad = run_axes.nonfinite_leaves((
-        trainer_state.params, trainer_state.opt_state, trainer_state.tstate,
-        trainer_state.cell_state, error))
-    assert not bad, (f"{estimator}: non-finite values after step "
-                     f"{(index + 1) * CHUNK}: {bad}")
+    bad = run_axes.nonfinite_leaves(
+      (
+        trainer_state.params,
+        trainer_state.opt_state,
+        trainer_state.tstate,
+        trainer_state.cell_state,
+        error,
+      )
+    )
+    assert not bad, (
+      f"{estimator}: non-finite values after step {(index + 1) * CHUNK}: {bad}"
+    )
     errors.append(float(error))
     lengths.append(int(length))
     if index == 0:
@@ -128,14 +148,18 @@ def soak(estimator: str, num_steps: int = NUM_STEPS, seed: int = 0) -> dict:
   chunks = num_steps // CHUNK
   loop_seconds = time.perf_counter() - loop_start
   return {
-      "estimator": f"{RANK}-{estimator}", "num_steps": num_steps,
-      "first_chunk_seconds": compile_seconds,
-      "steps_per_second": (chunks - 1) * CHUNK / max(loop_seconds, 1e-9),
-      "total_seconds": time.perf_counter() - start,
-      "rss_start_mib": rss_start, "rss_end_mib": rss_end,
-      "rss_growth_mib": rss_end - rss_start, "rss_samples_mib": rss_samples,
-      "final_error_bits": errors[-1], "final_curriculum_length": lengths[-1],
-      "max_curriculum_length": max(lengths),
+    "estimator": f"{RANK}-{estimator}",
+    "num_steps": num_steps,
+    "first_chunk_seconds": compile_seconds,
+    "steps_per_second": (chunks - 1) * CHUNK / max(loop_seconds, 1e-9),
+    "total_seconds": time.perf_counter() - start,
+    "rss_start_mib": rss_start,
+    "rss_end_mib": rss_end,
+    "rss_growth_mib": rss_end - rss_start,
+    "rss_samples_mib": rss_samples,
+    "final_error_bits": errors[-1],
+    "final_curriculum_length": lengths[-1],
+    "max_curriculum_length": max(lengths),
   }
 
 

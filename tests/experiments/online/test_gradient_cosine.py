@@ -10,12 +10,12 @@ import json
 import os
 import pathlib
 
+from helpers import load_config
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import load_config
 from experiments.loop import checkpoints
 from experiments.loop import workdir as workdir_lib
 from experiments.online import copy_experiment
@@ -32,8 +32,16 @@ from rtrl import online
 
 def small_config(**overrides):
   config = load_config("gradient_cosine")
-  config.update(dict(cell="rhn", hidden_size=4, vocab_size=4, num_steps=6,
-                     chunk_steps=3, repetitions=2))
+  config.update(
+    dict(
+      cell="rhn",
+      hidden_size=4,
+      vocab_size=4,
+      num_steps=6,
+      chunk_steps=3,
+      repetitions=2,
+    )
+  )
   config.update(overrides)
   return config
 
@@ -41,16 +49,18 @@ def small_config(**overrides):
 def test_exact_full_rank_ok_and_independent_recomputation():
   # RHN-4, vocab 4: P = 9, so ranks up to 8; after 6 steps the true influence
   # is a sum of at most 6 Kronecker products, which rank 8 holds exactly.
-  config, params = tool.resolve(small_config(
-      estimators="rtrl,ok:8,ok_biased:1"))
+  config, params = tool.resolve(
+    small_config(estimators="rtrl,ok:8,ok_biased:1")
+  )
   result = cosine_compute.compute_cosines(config, params)
   assert result["labels"] == ["RTRL", "8-OK", "1-B-OK"]
   for label in result["labels"]:
     cos = result["cosine"][label]
     assert cos.shape == (6, 2) and not np.isnan(cos).any()
   for label in ("RTRL", "8-OK"):
-    np.testing.assert_allclose(result["cosine"][label], 1.0, atol=2e-6,
-                               err_msg=label)
+    np.testing.assert_allclose(
+      result["cosine"][label], 1.0, atol=2e-6, err_msg=label
+    )
 
   # B-OK is deterministic, so its cosine can be recomputed independently from
   # the library's frozen_gradients, one repetition (batch of 1) at a time.
@@ -61,20 +71,28 @@ def test_exact_full_rank_ok_and_independent_recomputation():
     chunks.append(chunk)
   chunk = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *chunks)
   cell = online_setup.make_cell(config)
-  frozen = {name: jax.jit(functools.partial(
-      online.frozen_gradients, cell, estimators.make(name, cell, **hp)))
-            for name, hp in (("rtrl", {}), ("ok_biased", {"rank": 1}))}
+  frozen = {
+    name: jax.jit(
+      functools.partial(
+        online.frozen_gradients, cell, estimators.make(name, cell, **hp)
+      )
+    )
+    for name, hp in (("rtrl", {}), ("ok_biased", {"rank": 1}))
+  }
   for rep in range(config.repetitions):
-    one = jax.tree_util.tree_map(lambda a: a[:, rep:rep + 1], chunk)
+    one = jax.tree_util.tree_map(lambda a: a[:, rep : rep + 1], chunk)
     true, _ = frozen["rtrl"](params, one, jax.random.PRNGKey(0))
     est, _ = frozen["ok_biased"](params, one, jax.random.PRNGKey(0))
     true, est = true["W"].reshape(6, -1), est["W"].reshape(6, -1)
-    np.testing.assert_allclose(result["true_norm"][:, rep],
-                               np.linalg.norm(true, axis=1), rtol=1e-5)
-    expected = np.sum(true * est, 1) / (np.linalg.norm(true, axis=1) *
-                                        np.linalg.norm(est, axis=1))
-    np.testing.assert_allclose(result["cosine"]["1-B-OK"][:, rep], expected,
-                               atol=1e-5)
+    np.testing.assert_allclose(
+      result["true_norm"][:, rep], np.linalg.norm(true, axis=1), rtol=1e-5
+    )
+    expected = np.sum(true * est, 1) / (
+      np.linalg.norm(true, axis=1) * np.linalg.norm(est, axis=1)
+    )
+    np.testing.assert_allclose(
+      result["cosine"]["1-B-OK"][:, rep], expected, atol=1e-5
+    )
   # Rank 1 cannot hold the whole influence: the check is not vacuous.
   assert np.nanmin(result["cosine"]["1-B-OK"]) < 0.999
 
@@ -84,8 +102,14 @@ def test_untrained_rhn_two_ok_near_one_and_above_kf(tmp_path):
   # Measured (RHN-16, vocab 10, 50 steps): this seed 2-OK 0.956, KF 0.540;
   # over 24 random networks 2-OK 0.967 (means of 4 from 0.955 to 0.974),
   # KF 0.525. The thresholds leave a margin of several standard deviations.
-  config = small_config(hidden_size=16, vocab_size=10, num_steps=50,
-                        chunk_steps=50, repetitions=4, estimators="ok:2,kf")
+  config = small_config(
+    hidden_size=16,
+    vocab_size=10,
+    num_steps=50,
+    chunk_steps=50,
+    repetitions=4,
+    estimators="ok:2,kf",
+  )
   summary = tool.run(config, str(tmp_path))
   stats = summary["estimators"]
   assert stats["2-OK"]["mean_cosine"] > 0.9
@@ -106,8 +130,9 @@ def test_untrained_rhn_two_ok_near_one_and_above_kf(tmp_path):
     on_disk = json.load(f)
   assert on_disk["estimators"]["2-OK"]["num_valid_points"] == 200
   mean_of_means = np.mean([r["2-OK/mean_cosine"] for r in records])
-  np.testing.assert_allclose(on_disk["estimators"]["2-OK"]["mean_cosine"],
-                             mean_of_means, rtol=1e-9)
+  np.testing.assert_allclose(
+    on_disk["estimators"]["2-OK"]["mean_cosine"], mean_of_means, rtol=1e-9
+  )
   with open(tmp_path / "cosine.png", "rb") as f:
     assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
@@ -124,8 +149,9 @@ def test_dropped_points_are_missing_not_averaged():
   assert records[2]["KF-RTRL/mean_cosine"] is None
   assert records[2]["KF-RTRL/std_cosine"] is None
   json.dumps(records, allow_nan=False)  # strict JSON: no NaN tokens
-  stats = cosine_records.summarize({"labels": ["KF-RTRL"],
-                                    "cosine": {"KF-RTRL": cos}})
+  stats = cosine_records.summarize(
+    {"labels": ["KF-RTRL"], "cosine": {"KF-RTRL": cos}}
+  )
   stats = stats["KF-RTRL"]
   np.testing.assert_allclose(stats["mean_cosine"], (0.6 + 0.9) / 2)
   assert stats["final_mean_cosine"] is None
@@ -136,15 +162,29 @@ def test_dropped_points_are_missing_not_averaged():
 def test_restores_copy_task_checkpoint(tmp_path):
   train_dir, out_dir = str(tmp_path / "copy"), str(tmp_path / "cosine")
   train_config = load_config("copy_task")
-  train_config.update(dict(hidden_size=5, batch_size=2, num_steps=100,
-                           chunk_steps=50, log_every=50, checkpoint_every=100,
-                           max_length=8))
+  train_config.update(
+    dict(
+      hidden_size=5,
+      batch_size=2,
+      num_steps=100,
+      chunk_steps=50,
+      log_every=50,
+      checkpoint_every=100,
+      max_length=8,
+    )
+  )
   copy_experiment.train(train_config, train_dir)
 
   # hidden_size 32 in the tool's config is replaced by the checkpoint's 5.
-  config = small_config(hidden_size=32, task="copy", sequence_length=0,
-                        checkpoint_dir=train_dir, num_steps=20,
-                        chunk_steps=20, estimators="kf")
+  config = small_config(
+    hidden_size=32,
+    task="copy",
+    sequence_length=0,
+    checkpoint_dir=train_dir,
+    num_steps=20,
+    chunk_steps=20,
+    estimators="kf",
+  )
   effective, params = tool.resolve(config)
   assert effective.hidden_size == 5 and effective.vocab_size == 4
   assert effective.checkpoint_step == 100
@@ -155,13 +195,17 @@ def test_restores_copy_task_checkpoint(tmp_path):
   fresh = online_setup.init_params(cell, jax.random.PRNGKey(1), 4, 4)
   trainer = online_setup.make_trainer(train_config, cell)
   from rtrl.tasks import copy_task  # pylint: disable=g-import-not-at-top
-  template = {"trainer": trainer.init(fresh, jax.random.PRNGKey(2), 2),
-              "stream": copy_task.stream_init(jax.random.PRNGKey(3), 2, 8),
-              "curriculum_length": jnp.ones((), jnp.int32)}
+
+  template = {
+    "trainer": trainer.init(fresh, jax.random.PRNGKey(2), 2),
+    "stream": copy_task.stream_init(jax.random.PRNGKey(3), 2, 8),
+    "curriculum_length": jnp.ones((), jnp.int32),
+  }
   _, raw = checkpoints.read_latest_checkpoint(train_dir)
   restored = checkpoints.restore_like(template, raw["state"])
-  jax.tree_util.tree_map(np.testing.assert_array_equal, params,
-                         restored["trainer"].params)
+  jax.tree_util.tree_map(
+    np.testing.assert_array_equal, params, restored["trainer"].params
+  )
   assert not np.allclose(params["cell"]["W"], fresh["cell"]["W"])
 
   summary = tool.run(config, out_dir)
@@ -176,7 +220,9 @@ def test_restores_copy_task_checkpoint(tmp_path):
   assert any(r["KF-RTRL/mean_cosine"] is None for r in records)
 
 
-@pytest.mark.parametrize("spec, message", [
+@pytest.mark.parametrize(
+  "spec, message",
+  [
     ("ok:2,bogus:3", "unknown estimator 'bogus'"),
     ("ok", "needs a rank"),
     ("kf:4", "takes no rank"),
@@ -185,7 +231,8 @@ def test_restores_copy_task_checkpoint(tmp_path):
     ("ok:2,,kf", "empty estimator name"),
     ("ok:2,ok:2", "duplicate"),
     ("", "empty"),
-])
+  ],
+)
 def test_bad_estimator_spec_is_a_clear_error(spec, message):
   with pytest.raises(ValueError, match=message):
     cosine_specs.parse_estimators(spec)
@@ -195,29 +242,47 @@ def test_bad_estimator_spec_is_a_clear_error(spec, message):
 
 def test_parses_paper_style_labels():
   specs = cosine_specs.parse_estimators(
-      " ok:2, ok:8,kf_avg:8 ,kf,uoro,ktp:8,snap1,rflo")
-  assert [s.label for s in specs] == ["2-OK", "8-OK", "8-KF-AVG", "KF-RTRL",
-                                      "UORO", "8-KTP", "SnAp-1", "RFLO"]
+    " ok:2, ok:8,kf_avg:8 ,kf,uoro,ktp:8,snap1,rflo"
+  )
+  assert [s.label for s in specs] == [
+    "2-OK",
+    "8-OK",
+    "8-KF-AVG",
+    "KF-RTRL",
+    "UORO",
+    "8-KTP",
+    "SnAp-1",
+    "RFLO",
+  ]
   assert specs[0].hparams() == {"rank": 2} and specs[3].hparams() == {}
 
 
 def ptb_data_dir(folder: pathlib.Path) -> str:
   """Three small files in the char-PTB format (md5 check off)."""
   from experiments.data import ptb  # pylint: disable=g-import-not-at-top
+
   rng = np.random.default_rng(0)
   folder.mkdir()
   for split in ptb.SPLITS:
-    text = "\n".join(" ".join(rng.choice(list("abc_de"), size=8))
-                     for _ in range(20)) + "\n "
+    text = (
+      "\n".join(" ".join(rng.choice(list("abc_de"), size=8)) for _ in range(20))
+      + "\n "
+    )
     (folder / ptb.FILE_NAMES[split]).write_text(text)
   return str(folder)
 
 
 def test_ptb_task_untrained_and_from_ptb_checkpoint(tmp_path):
   data_dir = ptb_data_dir(tmp_path / "data")
-  ptb_overrides = dict(task="ptb", data_dir=data_dir, verify_md5=False,
-                       reset_probability=0.1, num_steps=20, chunk_steps=10,
-                       estimators="rtrl")
+  ptb_overrides = dict(
+    task="ptb",
+    data_dir=data_dir,
+    verify_md5=False,
+    reset_probability=0.1,
+    num_steps=20,
+    chunk_steps=10,
+    estimators="rtrl",
+  )
   # Untrained: the vocabulary is PTB's 50 symbols whatever vocab_size says.
   config, params = tool.resolve(small_config(vocab_size=7, **ptb_overrides))
   assert config.vocab_size == 50 and params["cell"]["W"].shape[0] == 50 + 4 + 1
@@ -230,14 +295,26 @@ def test_ptb_task_untrained_and_from_ptb_checkpoint(tmp_path):
 
   # Restored from a PTB run: its cell and size replace the tool's.
   train_config = load_config("ptb")
-  train_config.update(dict(estimator="tbptt", truncation=5, hidden_size=6,
-                           batch_size=2, data_dir=data_dir, verify_md5=False,
-                           chunk_steps=50, log_every=50, eval_every=50,
-                           checkpoint_every=50, num_steps=50,
-                           eval_batch_size=2))
+  train_config.update(
+    dict(
+      estimator="tbptt",
+      truncation=5,
+      hidden_size=6,
+      batch_size=2,
+      data_dir=data_dir,
+      verify_md5=False,
+      chunk_steps=50,
+      log_every=50,
+      eval_every=50,
+      checkpoint_every=50,
+      num_steps=50,
+      eval_batch_size=2,
+    )
+  )
   ptb_experiment.train(train_config, str(tmp_path / "ptb_run"))
-  config = small_config(checkpoint_dir=str(tmp_path / "ptb_run"),
-                        **ptb_overrides)
+  config = small_config(
+    checkpoint_dir=str(tmp_path / "ptb_run"), **ptb_overrides
+  )
   effective, params = tool.resolve(config)
   assert effective.hidden_size == 6 and effective.vocab_size == 50
   assert effective.checkpoint_step == 50
@@ -245,7 +322,8 @@ def test_ptb_task_untrained_and_from_ptb_checkpoint(tmp_path):
   assert summary["estimators"]["RTRL"]["num_valid_points"] > 0
   assert summary["estimators"]["RTRL"]["mean_cosine"] == pytest.approx(1.0)
   with pytest.raises(ValueError, match="is a ptb run"):
-    tool.resolve(small_config(task="copy",
-                              checkpoint_dir=str(tmp_path / "ptb_run")))
+    tool.resolve(
+      small_config(task="copy", checkpoint_dir=str(tmp_path / "ptb_run"))
+    )
   with pytest.raises(ValueError, match="config.ptb_split"):
     tool.validate(small_config(task="ptb", ptb_split="training"))

@@ -5,6 +5,8 @@ clear errors for bad fields, and a short Copy run that learns with them."""
 
 from __future__ import annotations
 
+from helpers import copy_config
+from helpers import load_config
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,25 +17,27 @@ from experiments.loop import workdir as workdir_lib
 from experiments.online import copy_experiment
 from experiments.online import lru_paper
 from experiments.online import setup as online_setup
-from helpers import copy_config, load_config
 from rtrl import optim
 from rtrl import stack
 
 
 @pytest.mark.parametrize("experiment", ["copy_task", "ptb"])
-def test_copy_and_ptb_presets_take_table_1s_network_and_optimiser(
-    experiment):
+def test_copy_and_ptb_presets_take_table_1s_network_and_optimiser(experiment):
   config = load_config(experiment, "lru_paper")
   official = load_config(experiment, "official")
   assert {k: config[k] for k in lru_paper.COPY_NETWORK} == (
-      lru_paper.COPY_NETWORK)
+    lru_paper.COPY_NETWORK
+  )
   assert config.learning_rates == (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2)
   assert config.learning_rate == 1e-3 and config.num_seeds == 3
   assert config.recurrence_learning_rate_factor == 0.5
   assert config.learning_rate_schedule == "warmup_cosine"
   assert (config.warmup_updates, config.weight_decay) == (0, 0.0)
   assert (config.optimizer, config.init_stddev, config.cell_clip_norm) == (
-      "adam", 0.0, 0.0)
+    "adam",
+    0.0,
+    0.0,
+  )
   # The task is the official preset's.
   for field in ("batch_size", "num_steps", "log_every"):
     assert config[field] == official[field]
@@ -43,11 +47,14 @@ def test_copy_and_ptb_presets_take_table_1s_network_and_optimiser(
 def test_seq_cifar_preset_is_table_2s_run():
   config = load_config("seq_cifar", "lru_paper")
   assert (config.num_layers, config.model_size, config.hidden_size) == (
-      4, 256, 128)
+    4,
+    256,
+    128,
+  )
   assert (config.lru_r_min, config.lru_r_max) == (0.9, 0.999)
   assert config.batch_size == 100 and config.learning_rates == (1e-3, 4e-3)
   assert config.weight_decay == 0.1 and config.num_seeds == 2
-  assert config.accumulate_steps == 1024   # one update per batch of images
+  assert config.accumulate_steps == 1024  # one update per batch of images
   updates_per_epoch = 50_000 // 100
   assert online_setup.total_updates(config) == 180 * updates_per_epoch
   assert config.warmup_updates == 18 * updates_per_epoch
@@ -55,12 +62,13 @@ def test_seq_cifar_preset_is_table_2s_run():
 
 
 def test_warmup_cosine_schedule_values():
-  schedule = optim.warmup_cosine_schedule(2.0, warmup_updates=4,
-                                          total_updates=14)
+  schedule = optim.warmup_cosine_schedule(
+    2.0, warmup_updates=4, total_updates=14
+  )
   values = np.asarray(jax.vmap(schedule)(jnp.arange(15)))
   np.testing.assert_allclose(values[:4], [0.5, 1.0, 1.5, 2.0], rtol=1e-6)
-  np.testing.assert_allclose(values[4], 2.0, rtol=1e-6)   # the peak
-  np.testing.assert_allclose(values[9], 1.0, rtol=1e-6)   # half-way down
+  np.testing.assert_allclose(values[4], 2.0, rtol=1e-6)  # the peak
+  np.testing.assert_allclose(values[9], 1.0, rtol=1e-6)  # half-way down
   np.testing.assert_allclose(values[14], 0.0, atol=1e-6)
   assert np.all(np.diff(values[4:]) < 0)
 
@@ -68,8 +76,9 @@ def test_warmup_cosine_schedule_values():
 def test_schedule_takes_a_traced_peak():
   """A vmapped learning-rate axis hands the schedule a traced peak."""
   peaks = jnp.array([1e-3, 4e-3])
-  values = jax.vmap(lambda peak: optim.warmup_cosine_schedule(
-      peak, 0, 10)(5))(peaks)
+  values = jax.vmap(lambda peak: optim.warmup_cosine_schedule(peak, 0, 10)(5))(
+    peaks
+  )
   np.testing.assert_allclose(values, peaks * 0.5, rtol=1e-5)
 
 
@@ -85,12 +94,17 @@ def test_labels_pick_lambda_and_gamma_of_every_layer():
   _, params = _lru_stack_params()
   labels = online_setup.recurrence_labels(params)
   flat = jax.tree_util.tree_flatten_with_path(labels)[0]
-  recurrence = sorted({path[-1].key for path, label in flat
-                       if label == "recurrence"})
+  recurrence = sorted(
+    {path[-1].key for path, label in flat if label == "recurrence"}
+  )
   assert recurrence == ["gamma_log", "nu_log", "theta_log"]
   assert sum(label == "recurrence" for _, label in flat) == 2 * 3
   assert {path[-1].key for path, label in flat if label == "regular"} >= {
-      "B_re", "B_im", "C", "D"}
+    "B_re",
+    "B_im",
+    "C",
+    "D",
+  }
 
 
 def test_recurrence_at_the_factor_and_the_rest_with_adamw():
@@ -98,11 +112,15 @@ def test_recurrence_at_the_factor_and_the_rest_with_adamw():
   every other leaf steps as AdamW with the decay (float32, from the same
   gradient)."""
   config, params = _lru_stack_params()
-  config.update(recurrence_learning_rate_factor=0.5, weight_decay=0.1,
-                learning_rate_schedule="constant")
+  config.update(
+    recurrence_learning_rate_factor=0.5,
+    weight_decay=0.1,
+    learning_rate_schedule="constant",
+  )
   grads = jax.tree_util.tree_map(
-      lambda p: jnp.cos(jnp.arange(p.size, dtype=p.dtype).reshape(p.shape)
-                        + 1.0), params)
+    lambda p: jnp.cos(jnp.arange(p.size, dtype=p.dtype).reshape(p.shape) + 1.0),
+    params,
+  )
   tx = online_setup.make_optimizer(config, 1e-2)
   updates, _ = tx.update(grads, tx.init(params), params)
   adam, _ = optax.adam(1e-2).update(grads, optax.adam(1e-2).init(params))
@@ -112,8 +130,9 @@ def test_recurrence_at_the_factor_and_the_rest_with_adamw():
   for path, label in jax.tree_util.tree_flatten_with_path(labels)[0]:
     get = lambda tree: _at(tree, path)
     expected = 0.5 * get(adam) if label == "recurrence" else get(adamw)
-    np.testing.assert_allclose(get(updates), expected, rtol=1e-6,
-                               atol=1e-9, err_msg=str(path))
+    np.testing.assert_allclose(
+      get(updates), expected, rtol=1e-6, atol=1e-9, err_msg=str(path)
+    )
 
 
 def _at(tree, path):
@@ -131,15 +150,22 @@ def test_defaults_are_plain_adam():
   jax.tree_util.tree_map(np.testing.assert_array_equal, ours, adam)
 
 
-@pytest.mark.parametrize("fields, message", [
+@pytest.mark.parametrize(
+  "fields, message",
+  [
     (dict(weight_decay=-0.1), "config.weight_decay"),
-    (dict(recurrence_learning_rate_factor=0.0),
-     "recurrence_learning_rate_factor"),
+    (
+      dict(recurrence_learning_rate_factor=0.0),
+      "recurrence_learning_rate_factor",
+    ),
     (dict(learning_rate_schedule="linear"), "config.learning_rate_schedule"),
-    (dict(learning_rate_schedule="warmup_cosine", warmup_updates=6000),
-     "config.warmup_updates"),
+    (
+      dict(learning_rate_schedule="warmup_cosine", warmup_updates=6000),
+      "config.warmup_updates",
+    ),
     (dict(optimizer="tf1_adam", weight_decay=0.1), "optimizer='adam' only"),
-])
+  ],
+)
 def test_bad_optimizer_fields_are_named(fields, message):
   config = copy_config(cell="lru", estimator="rtrl", num_steps=6000)
   config.update(fields)
@@ -154,12 +180,22 @@ def test_online_lru_learns_copy_with_the_papers_optimiser(tmp_path):
   at 3e-3 throughout: 6);
   asked: T >= 4."""
   config = copy_config(
-      **lru_paper.COPY_NETWORK, curriculum="official", num_steps=6000,
-      log_every=1000, chunk_steps=100)
-  config.update(num_layers=2, hidden_size=16, model_size=32,
-                learning_rate=3e-3, recurrence_learning_rate_factor=0.5,
-                weight_decay=0.05, learning_rate_schedule="warmup_cosine",
-                warmup_updates=0)
+    **lru_paper.COPY_NETWORK,
+    curriculum="official",
+    num_steps=6000,
+    log_every=1000,
+    chunk_steps=100,
+  )
+  config.update(
+    num_layers=2,
+    hidden_size=16,
+    model_size=32,
+    learning_rate=3e-3,
+    recurrence_learning_rate_factor=0.5,
+    weight_decay=0.05,
+    learning_rate_schedule="warmup_cosine",
+    warmup_updates=0,
+  )
   copy_experiment.train(config, str(tmp_path))
   records = workdir_lib.read_metrics(str(tmp_path))
   assert records[-1]["curriculum_length"] >= 4, records

@@ -7,22 +7,27 @@ within a stated number of steps. Thresholds are set conservatively below what
 the fixed seed achieves (measured numbers in each test's docstring).
 """
 
+from helpers import copy_config
 import numpy as np
 import pytest
 
 from experiments.online import copy_experiment
-from helpers import copy_config
-
 
 # 8-OK; the numbers below were measured with this protocol (the official
 # one: tests/experiments/online/test_copy_learning.py).
-OK8 = dict(estimator="ok", rank=8, log_every=100, checkpoint_every=100_000,
-           curriculum="output_only")
+OK8 = dict(
+  estimator="ok",
+  rank=8,
+  log_every=100,
+  checkpoint_every=100_000,
+  curriculum="output_only",
+)
 
 
 def train(tmp_path, num_steps):
-  record = copy_experiment.train(copy_config(num_steps=num_steps, **OK8),
-                                 str(tmp_path / "run"))
+  record = copy_experiment.train(
+    copy_config(num_steps=num_steps, **OK8), str(tmp_path / "run")
+  )
   assert record["step"] == num_steps
   assert np.isfinite(record["loss_bits"])
   return record

@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import json
 
+from conftest import dataset_dir_or_skip
+from helpers import load_config
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import dataset_dir_or_skip
 from experiments.data import cifar10
 from experiments.loop import workdir as workdir_lib
 from experiments.online import seq_image_experiment as experiment
 from experiments.online import setup as online_setup
-from helpers import load_config
 from rtrl import readout as readouts
 from rtrl.tasks import seq_images
 
@@ -25,8 +25,12 @@ from rtrl.tasks import seq_images
 def numbered_images(num: int, height: int, width: int, channels: int):
   """Images whose every value says where it is: image i, pixel p (raster
   order), channel c holds 1000 i + 10 p + c."""
-  i, p, c = np.meshgrid(np.arange(num), np.arange(height * width),
-                        np.arange(channels), indexing="ij")
+  i, p, c = np.meshgrid(
+    np.arange(num),
+    np.arange(height * width),
+    np.arange(channels),
+    indexing="ij",
+  )
   return (1000.0 * i + 10.0 * p + c).reshape(num, height, width, channels)
 
 
@@ -45,31 +49,37 @@ def test_stream_reads_images_in_raster_order():
   image_set = unnormalised_set(images, labels)
   batch_size, length = 2, 6
   state = seq_images.stream_init(jax.random.PRNGKey(0))
-  end, batch = seq_images.stream_chunk(image_set, state, batch_size,
-                                       2 * length)
+  end, batch = seq_images.stream_chunk(image_set, state, batch_size, 2 * length)
   inputs = np.asarray(batch.inputs)
   assert inputs.shape == (2 * length, batch_size, 2)
   for b in range(batch_size):
     for k in range(2):  # the stream's k-th image
       steps = slice(k * length, (k + 1) * length)
       image = int(inputs[k * length, b, 0]) // 1000
-      np.testing.assert_array_equal(inputs[steps, b],
-                                    images[image].reshape(length, 2))
-      np.testing.assert_array_equal(np.asarray(batch.targets)[k * length +
-                                                              length - 1, b],
-                                    labels[image])
+      np.testing.assert_array_equal(
+        inputs[steps, b], images[image].reshape(length, 2)
+      )
+      np.testing.assert_array_equal(
+        np.asarray(batch.targets)[k * length + length - 1, b], labels[image]
+      )
   position = np.arange(2 * length)[:, None] % length
-  np.testing.assert_array_equal(batch.resets, np.broadcast_to(
-      position == 0, (2 * length, batch_size)))
-  np.testing.assert_array_equal(batch.weights, np.broadcast_to(
-      position == length - 1, (2 * length, batch_size)).astype(np.float32))
+  np.testing.assert_array_equal(
+    batch.resets, np.broadcast_to(position == 0, (2 * length, batch_size))
+  )
+  np.testing.assert_array_equal(
+    batch.weights,
+    np.broadcast_to(position == length - 1, (2 * length, batch_size)).astype(
+      np.float32
+    ),
+  )
   assert (int(end.image_ordinal), int(end.pixel)) == (2, 0)
 
   # Pieces of 5 steps continue each other exactly.
   pieces, piece_state = [], state
   for _ in range(3):
-    piece_state, piece = seq_images.stream_chunk(image_set, piece_state,
-                                                 batch_size, 5)
+    piece_state, piece = seq_images.stream_chunk(
+      image_set, piece_state, batch_size, 5
+    )
     pieces.append(piece)
   joined = jax.tree_util.tree_map(lambda *a: np.concatenate(a)[:12], *pieces)
   for got, want in zip(joined, batch):
@@ -82,10 +92,9 @@ def test_every_image_once_an_epoch_in_a_new_order():
   image_set = unnormalised_set(numbered_images(num, 2, 2, 1), np.arange(num))
   state = seq_images.stream_init(jax.random.PRNGKey(1))
   # 4 epochs: 12 images per stream, read at their first pixels.
-  _, batch = seq_images.stream_chunk(image_set, state, batch_size,
-                                     12 * length)
-  first = np.asarray(batch.inputs)[::length, :, 0] // 1000   # (12, B)
-  draws = first.reshape(-1)             # draw k B + b: image k of stream b
+  _, batch = seq_images.stream_chunk(image_set, state, batch_size, 12 * length)
+  first = np.asarray(batch.inputs)[::length, :, 0] // 1000  # (12, B)
+  draws = first.reshape(-1)  # draw k B + b: image k of stream b
   epochs = draws.reshape(4, num)
   for epoch in epochs:
     assert sorted(epoch) == list(range(num))
@@ -93,13 +102,15 @@ def test_every_image_once_an_epoch_in_a_new_order():
 
 
 def test_channel_normalisation():
-  images = np.random.default_rng(0).integers(0, 256, (4, 3, 3, 3),
-                                             dtype=np.uint8)
+  images = np.random.default_rng(0).integers(
+    0, 256, (4, 3, 3, 3), dtype=np.uint8
+  )
   mean, std = seq_images.channel_stats(images)
   image_set = seq_images.make_image_set(images, np.zeros(4, int), mean, std)
   assert image_set.pixels.dtype == jnp.uint8
-  _, batch = seq_images.stream_chunk(image_set, seq_images.stream_init(
-      jax.random.PRNGKey(0)), 4, 9)
+  _, batch = seq_images.stream_chunk(
+    image_set, seq_images.stream_init(jax.random.PRNGKey(0)), 4, 9
+  )
   x = np.asarray(batch.inputs, np.float64).reshape(-1, 3)
   np.testing.assert_allclose(x.mean(0), 0.0, atol=1e-5)
   np.testing.assert_allclose(x.std(0), 1.0, atol=1e-5)
@@ -126,10 +137,10 @@ def test_evaluation_matches_a_plain_loop():
   for image in images:
     state = cell.initial_state()
     for pixel in (image.reshape(16, 3) - mean) / std:
-      state = cell.step(params["cell"], state, jnp.asarray(pixel,
-                                                           jnp.float32))
-    expected_logits.append(np.asarray(readouts.logits(params["readout"],
-                                                      cell.output(state))))
+      state = cell.step(params["cell"], state, jnp.asarray(pixel, jnp.float32))
+    expected_logits.append(
+      np.asarray(readouts.logits(params["readout"], cell.output(state)))
+    )
   expected_logits = np.stack(expected_logits)
   predicted = expected_logits.argmax(1)
   # Three right, two wrong.
@@ -163,43 +174,70 @@ def test_online_rtrl_equals_bptt_per_image_on_one_layer(x64):
   data = fake_data(1)
   results = {}
   for estimator in ("rtrl", "tbptt"):
-    config = load_config("seq_cifar", "small", num_layers=1,
-                         head="identity", hidden_size=4, batch_size=3,
-                         estimator=estimator, chunk_steps=2048,
-                         learning_rate=1e-2)
+    config = load_config(
+      "seq_cifar",
+      "small",
+      num_layers=1,
+      head="identity",
+      hidden_size=4,
+      batch_size=3,
+      estimator=estimator,
+      chunk_steps=2048,
+      learning_rate=1e-2,
+    )
     cell = online_setup.make_cell(config)
     state = experiment.make_init(config, cell)(
-        jax.random.PRNGKey(0), {"learning_rate": jnp.asarray(1e-2)})
+      jax.random.PRNGKey(0), {"learning_rate": jnp.asarray(1e-2)}
+    )
     results[estimator] = jax.jit(experiment.make_train_chunk(config, cell))(
-        state, data)
-  (online, online_metrics), (bptt, bptt_metrics) = (results["rtrl"],
-                                                    results["tbptt"])
+      state, data
+    )
+  (online, online_metrics), (bptt, bptt_metrics) = (
+    results["rtrl"],
+    results["tbptt"],
+  )
   jax.tree_util.tree_map(
-      lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12),
-      online["trainer"].params, bptt["trainer"].params)
+    lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12),
+    online["trainer"].params,
+    bptt["trainer"].params,
+  )
   for name in ("loss_sum", "weight_sum", "correct", "images_read"):
-    np.testing.assert_allclose(online_metrics[name], bptt_metrics[name],
-                               rtol=1e-9)
+    np.testing.assert_allclose(
+      online_metrics[name], bptt_metrics[name], rtol=1e-9
+    )
   assert float(online_metrics["weight_sum"]) == 6.0  # 2 images x 3 streams
 
 
 def write_fake_cifar(folder, train_images: int = 8, test_images: int = 4):
   rng = np.random.default_rng(0)
   folder.mkdir(parents=True, exist_ok=True)
-  for name, num in (("data_batch_1", train_images),
-                    ("test_batch", test_images)):
-    cifar10.write_batch(folder / name,
-                        rng.integers(0, 256, (num, 32, 32, 3)),
-                        np.arange(num) % 10)
+  for name, num in (
+    ("data_batch_1", train_images),
+    ("test_batch", test_images),
+  ):
+    cifar10.write_batch(
+      folder / name, rng.integers(0, 256, (num, 32, 32, 3)), np.arange(num) % 10
+    )
   return str(folder)
 
 
 def tiny_config(data_dir: str, **overrides):
   config = load_config("seq_cifar", "small")
-  config.update(dict(num_layers=1, head="identity", hidden_size=4,
-                     batch_size=2, data_dir=data_dir, chunk_steps=1024,
-                     log_every=1024, eval_every=2048, checkpoint_every=2048,
-                     num_steps=4096, eval_batch_size=3))
+  config.update(
+    dict(
+      num_layers=1,
+      head="identity",
+      hidden_size=4,
+      batch_size=2,
+      data_dir=data_dir,
+      chunk_steps=1024,
+      log_every=1024,
+      eval_every=2048,
+      checkpoint_every=2048,
+      num_steps=4096,
+      eval_batch_size=3,
+    )
+  )
   config.update(overrides)
   return config
 
@@ -207,18 +245,20 @@ def tiny_config(data_dir: str, **overrides):
 def test_rerun_resumes_and_matches_uninterrupted(tmp_path):
   data_dir = write_fake_cifar(tmp_path / "cifar")
   whole = experiment.train(tiny_config(data_dir), str(tmp_path / "a"))
-  experiment.train(tiny_config(data_dir, num_steps=2048),
-                   str(tmp_path / "b"))
+  experiment.train(tiny_config(data_dir, num_steps=2048), str(tmp_path / "b"))
   resumed = experiment.train(tiny_config(data_dir), str(tmp_path / "b"))
-  strip = lambda records: [{k: v for k, v in r.items()
-                            if not k.endswith("per_second")}
-                           for r in records]
+  strip = lambda records: [
+    {k: v for k, v in r.items() if not k.endswith("per_second")}
+    for r in records
+  ]
   assert strip(resumed) == strip(whole)
   assert [r["step"] for r in whole] == [1024, 2048, 3072, 4096]
   assert [r["step"] for r in whole if "test_accuracy" in r] == [2048, 4096]
   assert whole[-1]["epoch"] == pytest.approx(4 * 2 / 8)  # 4 images x 2 streams
-  summaries = [json.loads((tmp_path / d / workdir_lib.SUMMARY_FILE)
-                          .read_text()) for d in ("a", "b")]
+  summaries = [
+    json.loads((tmp_path / d / workdir_lib.SUMMARY_FILE).read_text())
+    for d in ("a", "b")
+  ]
   assert summaries[0] == summaries[1]
   assert summaries[0]["final_test_accuracy"] == whole[-1]["test_accuracy"]
   assert summaries[0]["test_images"] == 4
@@ -232,10 +272,18 @@ def test_online_lru_learns_real_sequential_cifar(tmp_path):
   nats (chance: 0.10 and ln 10 = 2.303; the most frequent test class is
   0.112); asked: > 0.15 and < 2.29. About 30 s on 2 cores."""
   config = load_config("seq_cifar", "small")
-  config.update(dict(data_dir=str(dataset_dir_or_skip("cifar10")),
-                     num_layers=1, head="identity", learning_rate=1e-2,
-                     num_steps=200 * 1024, log_every=200 * 1024,
-                     eval_every=200 * 1024, checkpoint_every=200 * 1024))
+  config.update(
+    dict(
+      data_dir=str(dataset_dir_or_skip("cifar10")),
+      num_layers=1,
+      head="identity",
+      learning_rate=1e-2,
+      num_steps=200 * 1024,
+      log_every=200 * 1024,
+      eval_every=200 * 1024,
+      checkpoint_every=200 * 1024,
+    )
+  )
   records = experiment.train(config, str(tmp_path))
   last = records[-1]
   assert last["step"] == config.num_steps
@@ -257,10 +305,18 @@ def test_small_preset_learns(tmp_path):
   assert summary["final_test_loss"] < 2.27
 
 
-@pytest.mark.parametrize("field,value", [
-    ("normalization", "zscore"), ("estimator", "bptt"),
-    ("truncation", 100), ("chunk_steps", 1000), ("eval_images", -1),
-    ("head", "mlp"), ("accumulate_steps", 0)])
+@pytest.mark.parametrize(
+  "field,value",
+  [
+    ("normalization", "zscore"),
+    ("estimator", "bptt"),
+    ("truncation", 100),
+    ("chunk_steps", 1000),
+    ("eval_images", -1),
+    ("head", "mlp"),
+    ("accumulate_steps", 0),
+  ],
+)
 def test_bad_config_is_a_clear_error(field, value):
   """Named before any data is read."""
   config = load_config("seq_cifar", "small", estimator="tbptt")

@@ -5,18 +5,28 @@ clear errors."""
 
 from __future__ import annotations
 
+from helpers import copy_config
+from helpers import load_config
 import pytest
 
+from experiments.loop import workdir as workdir_lib
 from experiments.online import copy_experiment
 from experiments.online import setup as online_setup
-from experiments.loop import workdir as workdir_lib
-from helpers import copy_config, load_config
-from rtrl import cells, stack
+from rtrl import cells
+from rtrl import stack
 
-LRU_STACK = dict(cell="lru", estimator="rtrl", num_layers=2,
-                 head="lru_block", hidden_size=16, learning_rate=3e-3,
-                 curriculum="official", num_steps=6000, log_every=1000,
-                 chunk_steps=100)
+LRU_STACK = dict(
+  cell="lru",
+  estimator="rtrl",
+  num_layers=2,
+  head="lru_block",
+  hidden_size=16,
+  learning_rate=3e-3,
+  curriculum="official",
+  num_steps=6000,
+  log_every=1000,
+  chunk_steps=100,
+)
 
 
 def test_config_builds_the_stack():
@@ -27,7 +37,7 @@ def test_config_builds_the_stack():
   assert cell.hidden_size == 24
   assert online_setup.describe(config) == "rtrl x 2 layers (lru_block)"
   plain = online_setup.make_cell(copy_config(cell="lru", estimator="rtrl"))
-  assert isinstance(plain, cells.LRU)   # one layer, identity head
+  assert isinstance(plain, cells.LRU)  # one layer, identity head
 
 
 def test_online_lru_stack_learns_copy(tmp_path):
@@ -40,8 +50,15 @@ def test_online_lru_stack_learns_copy(tmp_path):
 
 
 def test_tbptt_runs_the_same_stack(tmp_path):
-  config = copy_config(**{**LRU_STACK, "estimator": "tbptt",
-                          "truncation": 10, "num_steps": 2000, "log_every": 500})
+  config = copy_config(
+    **{
+      **LRU_STACK,
+      "estimator": "tbptt",
+      "truncation": 10,
+      "num_steps": 2000,
+      "log_every": 500,
+    }
+  )
   copy_experiment.train(config, str(tmp_path))
   records = workdir_lib.read_metrics(str(tmp_path))
   # Observed loss bits at 500 / 1000 / 1500 / 2000: 0.22, 0.0043, 0.0024,
@@ -49,11 +66,14 @@ def test_tbptt_runs_the_same_stack(tmp_path):
   assert records[-1]["loss_bits"] < 0.02, records
 
 
-@pytest.mark.parametrize("field, value, message", [
+@pytest.mark.parametrize(
+  "field, value, message",
+  [
     ("num_layers", 0, "config.num_layers"),
     ("head", "mlp", "config.head must be one of"),
     ("model_size", -1, "config.model_size"),
-])
+  ],
+)
 def test_bad_stack_fields_are_named(field, value, message):
   with pytest.raises(ValueError, match=message):
     copy_experiment.validate(copy_config(**{**LRU_STACK, field: value}))
@@ -67,4 +87,7 @@ def test_kronecker_estimator_on_lru_layers_is_refused():
 def test_ptb_config_has_the_stack_fields():
   config = load_config("ptb", "small")
   assert (config.num_layers, config.head, config.model_size) == (
-      1, "identity", 0)
+    1,
+    "identity",
+    0,
+  )

@@ -9,22 +9,36 @@ import os
 import subprocess
 import sys
 
+from conftest import REPO_ROOT
+from conftest import dataset_dir_or_skip
 import pytest
 
-from conftest import REPO_ROOT, dataset_dir_or_skip
 from experiments import reproduce
 from experiments.reproduce import common
 
-OK_TARGETS = ("ok_fig1", "ok_fig2_table2", "ok_fig5_table3", "ok_fig3",
-              "ok_fig4", "ok_fig6", "ok_fig7_8", "ok_fig9", "ok_fig10_11",
-              "ok_fig12")
+OK_TARGETS = (
+  "ok_fig1",
+  "ok_fig2_table2",
+  "ok_fig5_table3",
+  "ok_fig3",
+  "ok_fig4",
+  "ok_fig6",
+  "ok_fig7_8",
+  "ok_fig9",
+  "ok_fig10_11",
+  "ok_fig12",
+)
 COMPARE_TARGETS = ("compare_cosine", "compare_copy", "compare_ptb")
 
 
 def test_list_prints_every_target():
   result = subprocess.run(
-      [sys.executable, "scripts/reproduce.py", "--list"], cwd=REPO_ROOT,
-      capture_output=True, text=True, timeout=120)
+    [sys.executable, "scripts/reproduce.py", "--list"],
+    cwd=REPO_ROOT,
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
   assert result.returncode == 0, result.stderr
   listed = {line.split()[0] for line in result.stdout.splitlines() if line}
   assert set(OK_TARGETS) | set(COMPARE_TARGETS) <= listed
@@ -34,21 +48,27 @@ def test_list_prints_every_target():
 
 def test_unknown_target_is_a_clear_error():
   result = subprocess.run(
-      [sys.executable, "scripts/reproduce.py", "ok_fig99"], cwd=REPO_ROOT,
-      capture_output=True, text=True, timeout=120)
-  assert result.returncode == 2 and "Unknown target 'ok_fig99'" in \
-      result.stderr
+    [sys.executable, "scripts/reproduce.py", "ok_fig99"],
+    cwd=REPO_ROOT,
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
+  assert result.returncode == 2 and "Unknown target 'ok_fig99'" in result.stderr
 
 
 def test_select_learning_rate_takes_best_mean_and_treats_nan_as_worst():
-  runs = [{"seed": s, "learning_rate": lr} for lr in (0.1, 0.01)
-          for s in (0, 1)]
+  runs = [
+    {"seed": s, "learning_rate": lr} for lr in (0.1, 0.01) for s in (0, 1)
+  ]
   # lr 0.1: one seed diverged (NaN) -> worst; lr 0.01 wins on the mean.
   indices, rate = common.select_learning_rate(
-      runs, [40.0, float("nan"), 30.0, 31.0], higher_is_better=True)
+    runs, [40.0, float("nan"), 30.0, 31.0], higher_is_better=True
+  )
   assert rate == 0.01 and indices == [2, 3]
   indices, rate = common.select_learning_rate(
-      runs, [1.5, 1.6, 1.7, 1.5], higher_is_better=False)
+    runs, [1.5, 1.6, 1.7, 1.5], higher_is_better=False
+  )
   assert rate == 0.1 and indices == [0, 1]
 
 
@@ -56,8 +76,12 @@ def test_every_experiment_module_has_the_train_the_targets_call():
   """`common.run_curve` calls `experiments.NAME.train(config, workdir)` for
   a curve of experiment NAME (configs/NAME.py): every such module has it."""
   import importlib  # pylint: disable=g-import-not-at-top
-  names = sorted(p.stem for p in (REPO_ROOT / "configs").glob("*.py")
-                 if not p.stem.startswith("_"))
+
+  names = sorted(
+    p.stem
+    for p in (REPO_ROOT / "configs").glob("*.py")
+    if not p.stem.startswith("_")
+  )
   assert {"mnist", "cifar10", "imdb", "copy_task", "ptb"} <= set(names)
   for name in names:
     module = importlib.import_module(f"experiments.{name}")
@@ -68,12 +92,20 @@ def test_every_curve_config_is_valid_at_both_scales(tmp_path, monkeypatch):
   """Building each Copy/PTB curve's config (paper and small) raises no
   unknown-field error: the targets and the config files agree."""
   built = []
-  monkeypatch.setattr(common, "run_curves",
-                      lambda curves, out, *a, **k: built.extend(curves) or [])
+  monkeypatch.setattr(
+    common,
+    "run_curves",
+    lambda curves, out, *a, **k: built.extend(curves) or [],
+  )
   monkeypatch.setattr(common, "plot_curves", lambda *a, **k: "figure.png")
   for scale in common.SCALES:
-    for name in ("ok_fig1", "ok_fig4", "ok_fig12", "ok_fig2_table2",
-                 "ok_fig5_table3"):
+    for name in (
+      "ok_fig1",
+      "ok_fig4",
+      "ok_fig12",
+      "ok_fig2_table2",
+      "ok_fig5_table3",
+    ):
       reproduce.targets()[name][1](scale, str(tmp_path))
   assert len(built) == 2 * (4 + 5 + 4 + 4 + 4)
   for curve in built:
@@ -87,23 +119,31 @@ def test_every_curve_config_is_valid_at_both_scales(tmp_path, monkeypatch):
 def test_fig1_glue_on_synthetic_runs(tmp_path, monkeypatch):
   """Selection, figure and table of ok_fig1 on synthetic curve results: the
   learning rate with the best mean final T wins, per curve."""
+
   def fake_run_curve(curve, workdir):
     os.makedirs(os.path.join(workdir, curve.dirname), exist_ok=True)
-    runs = [{"seed": s, "learning_rate": lr}
-            for lr in (10 ** -2.5, 10 ** -3) for s in (0, 1)]
+    runs = [
+      {"seed": s, "learning_rate": lr}
+      for lr in (10**-2.5, 10**-3)
+      for s in (0, 1)
+    ]
     final = [5, 7, 9, 9] if curve.label.startswith("8-") else [6, 6, 2, 3]
-    records = [{"step": step, "curriculum_length": [
-        max(1, round(t * step / 2000)) for t in final]}
-               for step in (1000, 2000)]
+    records = [
+      {
+        "step": step,
+        "curriculum_length": [max(1, round(t * step / 2000)) for t in final],
+      }
+      for step in (1000, 2000)
+    ]
     return records, {}, runs
 
   monkeypatch.setattr(common, "run_curve", fake_run_curve)
   reproduce.targets()["ok_fig1"][1]("small", str(tmp_path))
   rows = json.loads((tmp_path / "ok_fig1" / "table.json").read_text())
   by_curve = {r["curve"]: r for r in rows}
-  assert by_curve["8-OK"]["learning_rate"] == 10 ** -3
+  assert by_curve["8-OK"]["learning_rate"] == 10**-3
   assert by_curve["8-OK"]["final_T_mean"] == 9
-  assert by_curve["TBPTT-20"]["learning_rate"] == 10 ** -2.5
+  assert by_curve["TBPTT-20"]["learning_rate"] == 10**-2.5
   assert by_curve["TBPTT-20"]["final_T_mean"] == 6
   assert by_curve["TBPTT-20"]["final_T_std"] == 0
   # Small-scale curves stand for the paper's: its number is next to ours.
@@ -119,17 +159,22 @@ def test_shrunken_fig1_end_to_end(tmp_path):
   """ok_fig1 (small) with tiny networks and 400 steps: four curves, each
   2 seeds x 2 learning rates in one program; a figure and a table whose
   learning rates come from the grid; a rerun resumes (trains nothing)."""
-  shrink = dict(hidden_size=4, num_steps=800, log_every=400,
-                checkpoint_every=800)
+  shrink = dict(
+    hidden_size=4, num_steps=800, log_every=400, checkpoint_every=800
+  )
   with common.overriding(shrink):
     result = reproduce.targets()["ok_fig1"][1]("small", str(tmp_path))
   out = tmp_path / "ok_fig1"
   assert (out / "figure.png").exists() and (out / "table.md").exists()
   rows = json.loads((out / "table.json").read_text())
-  assert [r["curve"] for r in rows] == ["8-OK", "8-KF-AVG", "TBPTT-20",
-                                        "TBPTT-40"]
+  assert [r["curve"] for r in rows] == [
+    "8-OK",
+    "8-KF-AVG",
+    "TBPTT-20",
+    "TBPTT-40",
+  ]
   for row in rows:
-    assert row["learning_rate"] in (10 ** -2.5, 10 ** -3)
+    assert row["learning_rate"] in (10**-2.5, 10**-3)
     assert row["seeds"] == 2 and row["final_T_mean"] >= 1
   saved = json.loads((out / "8-OK" / "config.json").read_text())
   assert len(saved["runs"]) == 4 and saved["hidden_size"] == 4
@@ -153,12 +198,24 @@ def test_cosine_targets_write_figure_and_table(tmp_path, monkeypatch):
     os.makedirs(workdir, exist_ok=True)
     writer = workdir_lib.MetricsWriter(workdir)
     for step in (1, 2, 3):
-      writer.write({"step": step, "2-OK/mean_cosine": 0.9,
-                    "2-OK/std_cosine": 0.05, "KF-RTRL/mean_cosine": None,
-                    "KF-RTRL/std_cosine": None})
-    return {"estimators": {"2-OK": {"mean_cosine": 0.9,
-                                    "mean_std_cosine": 0.05,
-                                    "final_mean_cosine": 0.9}}}
+      writer.write(
+        {
+          "step": step,
+          "2-OK/mean_cosine": 0.9,
+          "2-OK/std_cosine": 0.05,
+          "KF-RTRL/mean_cosine": None,
+          "KF-RTRL/std_cosine": None,
+        }
+      )
+    return {
+      "estimators": {
+        "2-OK": {
+          "mean_cosine": 0.9,
+          "mean_std_cosine": 0.05,
+          "final_mean_cosine": 0.9,
+        }
+      }
+    }
 
   monkeypatch.setattr(cosine_figures, "run_cosine", fake_cosine)
   for name in ("ok_fig6", "ok_fig9"):
@@ -166,8 +223,7 @@ def test_cosine_targets_write_figure_and_table(tmp_path, monkeypatch):
     out = tmp_path / name
     assert (out / "figure.png").stat().st_size > 1000
     assert "(small scale)" in (out / "table.md").read_text().splitlines()[0]
-  assert len(json.loads((tmp_path / "ok_fig9" / "table.json").read_text())) \
-      == 4
+  assert len(json.loads((tmp_path / "ok_fig9" / "table.json").read_text())) == 4
 
 
 def test_finished_curve_is_read_not_rerun(tmp_path, monkeypatch):
@@ -175,17 +231,21 @@ def test_finished_curve_is_read_not_rerun(tmp_path, monkeypatch):
   config is not trained again; a longer or different config is."""
   from experiments.loop import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   from experiments.reproduce import ok_paper  # pylint: disable=g-import-not-at-top
+
   curve = ok_paper._ptb_curves("small", 32)[0]  # pylint: disable=protected-access
   config = common.make_config(curve)
   curve_dir = tmp_path / curve.dirname
   workdir_lib.prepare(str(curve_dir), config, extra={"runs": [{"seed": 0}]})
   workdir_lib.MetricsWriter(str(curve_dir)).write(
-      {"step": config.num_steps, "valid_bpc": [3.0]})
-  workdir_lib.write_json(str(curve_dir), workdir_lib.SUMMARY_FILE,
-                         {"best_valid_bpc": [3.0]})
+    {"step": config.num_steps, "valid_bpc": [3.0]}
+  )
+  workdir_lib.write_json(
+    str(curve_dir), workdir_lib.SUMMARY_FILE, {"best_valid_bpc": [3.0]}
+  )
   trained = []
-  monkeypatch.setattr("experiments.ptb.train",
-                      lambda config, workdir: trained.append(workdir))
+  monkeypatch.setattr(
+    "experiments.ptb.train", lambda config, workdir: trained.append(workdir)
+  )
   records, summary, runs = common.run_curve(curve, str(tmp_path))
   assert not trained and summary["best_valid_bpc"] == [3.0]
   assert records[-1]["step"] == config.num_steps and runs == [{"seed": 0}]
@@ -199,42 +259,64 @@ def test_finished_curve_is_read_not_rerun(tmp_path, monkeypatch):
 # side.
 # --------------------------------------------------------------------------
 
-COMPARED = ["SnAp-1", "RFLO", "UORO", "KF-RTRL", "2-KF-AVG", "8-KF-AVG",
-            "2-OK", "8-OK"]
+COMPARED = [
+  "SnAp-1",
+  "RFLO",
+  "UORO",
+  "KF-RTRL",
+  "2-KF-AVG",
+  "8-KF-AVG",
+  "2-OK",
+  "8-OK",
+]
 
 
-def test_compare_training_curves_are_valid_at_both_scales(tmp_path,
-                                                          monkeypatch):
+def test_compare_training_curves_are_valid_at_both_scales(
+  tmp_path, monkeypatch
+):
   """compare_copy and compare_ptb: every method's config builds; small: one
   learning rate (10^-2.5) and 2 seeds; paper: the official presets, 5 seeds
   and the paper's grid."""
   built = []
-  monkeypatch.setattr(common, "run_curves",
-                      lambda curves, out, *a, **k: built.extend(curves) or [])
+  monkeypatch.setattr(
+    common,
+    "run_curves",
+    lambda curves, out, *a, **k: built.extend(curves) or [],
+  )
   monkeypatch.setattr(common, "plot_curves", lambda *a, **k: "figure.png")
   for scale in common.SCALES:
     for name in ("compare_copy", "compare_ptb"):
       built.clear()
       reproduce.targets()[name][1](scale, str(tmp_path))
-      truncation = {"compare_ptb": 25}.get(
-          name, 50 if scale == "paper" else 20)
+      truncation = {"compare_ptb": 25}.get(name, 50 if scale == "paper" else 20)
       assert [c.label for c in built] == COMPARED + [f"TBPTT-{truncation}"]
       assert {c.preset for c in built} == {
-          "official" if scale == "paper" else
-          ("small" if name == "compare_ptb" else "")}
+        "official"
+        if scale == "paper"
+        else ("small" if name == "compare_ptb" else "")
+      }
       configs = [common.make_config(c) for c in built]
       assert [c.estimator for c in configs] == [
-          "snap1", "rflo", "uoro", "kf", "kf_avg", "kf_avg", "ok", "ok",
-          "tbptt"]
+        "snap1",
+        "rflo",
+        "uoro",
+        "kf",
+        "kf_avg",
+        "kf_avg",
+        "ok",
+        "ok",
+        "tbptt",
+      ]
       assert [c.rank for c in configs[4:8]] == [2, 8, 2, 8]
       for config in configs:
-        assert config.cell == "rhn" and config.num_steps % \
-            config.chunk_steps == 0
+        assert (
+          config.cell == "rhn" and config.num_steps % config.chunk_steps == 0
+        )
         if scale == "paper":
           assert config.num_seeds == 5 and len(config.learning_rates) == 4
         else:
           assert config.num_seeds == 2
-          assert tuple(config.learning_rates) == (10 ** -2.5,)
+          assert tuple(config.learning_rates) == (10**-2.5,)
         if config.estimator == "tbptt":
           assert config.truncation == truncation
           assert config.chunk_steps % config.truncation == 0
@@ -246,17 +328,23 @@ def test_compare_training_tables_on_synthetic_runs(tmp_path, monkeypatch):
   """The Copy and PTB tables: final T or BPC per method, the last train BPC,
   runs that diverged (a NaN loss at the end) and the program's median
   milliseconds per step without the first (compiling) record."""
+
   def fake_run_curve(curve, workdir):
     os.makedirs(os.path.join(workdir, curve.dirname), exist_ok=True)
-    runs = [{"seed": s, "learning_rate": 10 ** -2.5} for s in (0, 1)]
+    runs = [{"seed": s, "learning_rate": 10**-2.5} for s in (0, 1)]
     broken = curve.label == "RFLO"
     last = [1.0, float("nan") if broken else 2.0]
-    records = [{"step": step, "steps_per_second": rate,
-                "curriculum_length": [step // 1000, step // 1000 + 2],
-                "loss_bits": last, "train_bpc": last,
-                **({"valid_bpc": [3.0, 3.5]} if step == 3000 else {})}
-               for step, rate in ((1000, 1.0), (2000, 100.0),
-                                  (3000, 50.0))]
+    records = [
+      {
+        "step": step,
+        "steps_per_second": rate,
+        "curriculum_length": [step // 1000, step // 1000 + 2],
+        "loss_bits": last,
+        "train_bpc": last,
+        **({"valid_bpc": [3.0, 3.5]} if step == 3000 else {}),
+      }
+      for step, rate in ((1000, 1.0), (2000, 100.0), (3000, 50.0))
+    ]
     summary = {"best_valid_bpc": [3.0, 3.5], "test_bpc": [2.9, 3.4]}
     return records, summary, runs
 
@@ -268,7 +356,7 @@ def test_compare_training_tables_on_synthetic_runs(tmp_path, monkeypatch):
     rows = {r[first]: r for r in json.loads((out / "table.json").read_text())}
     assert list(rows)[:8] == COMPARED and result.table == list(rows.values())
     for label, row in rows.items():
-      assert row["learning_rate"] == 10 ** -2.5
+      assert row["learning_rate"] == 10**-2.5
       assert row["diverged"] == (label == "RFLO")
       assert row["program_runs"] == 2
       # Median of 100 and 50 steps/s: 1000 / 75 ms.
@@ -276,24 +364,35 @@ def test_compare_training_tables_on_synthetic_runs(tmp_path, monkeypatch):
   assert rows["8-OK"]["valid_bpc"] == pytest.approx(3.25)
   assert rows["8-OK"]["train_bpc"] == pytest.approx(1.5)
   assert rows["RFLO"]["train_bpc"] == pytest.approx(1.0)  # Finite runs only.
-  copy_rows = json.loads((tmp_path / "compare_copy" / "table.json")
-                         .read_text())
-  assert copy_rows[0]["final_T_mean"] == 4 and "train_bpc" not in \
-      copy_rows[0]
+  copy_rows = json.loads((tmp_path / "compare_copy" / "table.json").read_text())
+  assert copy_rows[0]["final_T_mean"] == 4 and "train_bpc" not in copy_rows[0]
 
 
 def _fake_cosine(out, label, overrides):
   """A cosine run's records and summary, without running it."""
   from experiments.loop import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+
   del overrides
   workdir = os.path.join(out, common.Curve(label, "", {}).dirname)
   os.makedirs(workdir, exist_ok=True)
   writer = workdir_lib.MetricsWriter(workdir)
   for step in (1, 2, 3):
-    writer.write({"step": step, **{f"{e}/{f}": 0.5 for e in COMPARED
-                                   for f in ("mean_cosine", "std_cosine")}})
-  return {"estimators": {e: {"mean_cosine": 0.5, "mean_std_cosine": 0.1,
-                             "final_mean_cosine": 0.5} for e in COMPARED}}
+    writer.write(
+      {
+        "step": step,
+        **{
+          f"{e}/{f}": 0.5
+          for e in COMPARED
+          for f in ("mean_cosine", "std_cosine")
+        },
+      }
+    )
+  return {
+    "estimators": {
+      e: {"mean_cosine": 0.5, "mean_std_cosine": 0.1, "final_mean_cosine": 0.5}
+      for e in COMPARED
+    }
+  }
 
 
 def test_compare_cosine_settings_figure_and_table(tmp_path, monkeypatch):
@@ -303,6 +402,7 @@ def test_compare_cosine_settings_figure_and_table(tmp_path, monkeypatch):
   title."""
   from experiments.reproduce import compare_online  # pylint: disable=g-import-not-at-top
   from experiments.reproduce import cosine_figures  # pylint: disable=g-import-not-at-top
+
   settings, trained = [], []
 
   def fake_cosine(out, label, overrides):
@@ -320,16 +420,18 @@ def test_compare_cosine_settings_figure_and_table(tmp_path, monkeypatch):
     trained.clear()
     result = reproduce.targets()["compare_cosine"][1](scale, str(tmp_path))
     assert [label for label, _ in settings] == [
-        f"PTB, untrained {c}-{untrained}" for c in ("RHN", "LSTM", "GRU")] + [
-            f"Copy, trained {c}-{size}" for c in ("RHN", "LSTM", "GRU")]
+      f"PTB, untrained {c}-{untrained}" for c in ("RHN", "LSTM", "GRU")
+    ] + [f"Copy, trained {c}-{size}" for c in ("RHN", "LSTM", "GRU")]
     assert [t[2]["cell"] for t in trained] == ["rhn", "lstm", "gru"]
     for _, experiment, overrides, _ in trained:
       assert experiment == "copy_task" and overrides["estimator"] == "ok"
       assert overrides["rank"] == 8 and overrides["hidden_size"] == size
       assert overrides["max_length"] == (40 if scale == "paper" else 10)
     for label, overrides in settings:
-      assert overrides["estimators"] == \
-          "snap1,rflo,uoro,kf,kf_avg:2,kf_avg:8,ok:2,ok:8"
+      assert (
+        overrides["estimators"]
+        == "snap1,rflo,uoro,kf,kf_avg:2,kf_avg:8,ok:2,ok:8"
+      )
       common.make_config(common.Curve(label, "gradient_cosine", overrides))
       if label.startswith("Copy"):
         assert overrides["checkpoint_dir"].endswith("Copy 8-OK")
@@ -341,8 +443,9 @@ def test_compare_cosine_settings_figure_and_table(tmp_path, monkeypatch):
   out = tmp_path / "compare_cosine"
   assert (out / "figure.png").stat().st_size > 1000
   title = (out / "table.md").read_text().splitlines()[0]
-  assert "(small scale)" in title and "sketched-rtrl reports SnAp-1 0.505" \
-      in title
+  assert (
+    "(small scale)" in title and "sketched-rtrl reports SnAp-1 0.505" in title
+  )
 
 
 @pytest.mark.slow
@@ -353,9 +456,18 @@ def test_shrunken_compare_targets_end_to_end(name, tmp_path):
   table are written. Compilation dominates: 1-3 minutes each on 2 cores."""
   if name != "compare_copy":
     dataset_dir_or_skip("ptb")
-  shrink = dict(hidden_size=4, batch_size=2, num_steps=20, chunk_steps=10,
-                log_every=10, checkpoint_every=20, eval_every=20,
-                eval_batch_size=4096, truncation=5, repetitions=2)
+  shrink = dict(
+    hidden_size=4,
+    batch_size=2,
+    num_steps=20,
+    chunk_steps=10,
+    log_every=10,
+    checkpoint_every=20,
+    eval_every=20,
+    eval_batch_size=4096,
+    truncation=5,
+    repetitions=2,
+  )
   with common.overriding(shrink):
     result = reproduce.targets()[name][1]("small", str(tmp_path))
   out = tmp_path / name
