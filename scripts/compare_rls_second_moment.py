@@ -8,7 +8,7 @@ epoch and per second, and time per step.
 Every run goes through the classifier experiment (`experiments.mnist.train`,
 `experiments.cifar10.train`: the shared run loop, `--num-seeds` seeds vmapped
 in one program); a finished run folder is reused, so re-running only
-rebuilds the table (`docs/bench/rls_second_moment.md`) and the figure
+rebuilds the table (`docs/benchmarks/rls_second_moment.md`) and the figure
 (`docs/figures/rls_second_moment.png`). Time per step is measured separately
 for one seed by `experiments.classifier.timing.time_steps` (the same
 training step, no data pipeline, best of 5), so it is comparable between
@@ -268,7 +268,7 @@ def main(argv=None) -> None:
   )
   parser.add_argument(
     "--table",
-    default=os.path.join(REPO, "docs", "bench", "rls_second_moment.md"),
+    default=os.path.join(REPO, "docs", "benchmarks", "rls_second_moment.md"),
   )
   parser.add_argument(
     "--figure",
