@@ -75,8 +75,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from rls import _tree
-from rls import transform as rls_transform
+from rls import hyperparameters
+from rls import layer_tree
+from rls import layerwise
 
 _HIGHEST = jax.lax.Precision.HIGHEST
 DIRECTIONS = ("eq63", "updated")
@@ -94,6 +95,13 @@ class ScaleByRLSSecondMomentState(NamedTuple):
 
   inverse_correlation: Any
 
+  def times_inverse_correlation(
+    self, path: layer_tree.Path, matrix: jax.Array
+  ) -> jax.Array:
+    """``P M`` for the layer at `path` (KeyError if it has no ``P``)."""
+    p = layer_tree.nested_get(self.inverse_correlation, path)
+    return p @ matrix.astype(p.dtype)
+
 
 def layer_samples_of(entry: Any) -> jax.Array | None:
   """The ``(S, fan_in)`` sampled input rows of a `layer_inputs` entry, or
@@ -106,21 +114,17 @@ def layer_samples_of(entry: Any) -> jax.Array | None:
   return None
 
 
-def _steps_of(entry: Any) -> Any:
-  return getattr(entry, "steps", 1)
-
-
 def is_sample_entry(node: Any) -> bool:
   """Whether `node` is one layer's entry of `layer_inputs` (not a sub-tree):
   a `rls.LayerInput`, anything with ``samples``, or an array."""
-  return hasattr(node, "samples") or rls_transform.is_layer_input_entry(node)
+  return hasattr(node, "samples") or layerwise.is_layer_input_entry(node)
 
 
-def _augmented_samples(
-  layer: _tree.Layer, entry: Any, dtype
+def augmented_samples(
+  layer: layer_tree.Layer, entry: Any, dtype
 ) -> tuple[jax.Array, jax.Array]:
   """``(X with a column of ones if the layer has a bias, T)``."""
-  where = _tree.format_path(layer.path)
+  where = layer_tree.format_path(layer.path)
   samples = layer_samples_of(entry)
   if samples is None:
     raise ValueError(
@@ -140,12 +144,13 @@ def _augmented_samples(
       f"prod(kernel.shape[:-1]) for kernel shape "
       f"{tuple(layer.kernel.shape)}."
     )
-  steps = _steps_of(entry)
-  if jnp.ndim(steps) != 0:
+  if jnp.shape(samples)[0] < 1:
     raise ValueError(
-      f"layer_inputs[{where!r}].steps must be a scalar (the "
-      f"number of time steps T), got shape {jnp.shape(steps)}."
+      f"layer_inputs[{where!r}].samples has no rows; the sample count S "
+      "must be >= 1 (rls.layer_inputs(..., samples=S) with S >= 1)."
     )
+  steps = getattr(entry, "steps", 1)
+  layerwise.check_steps(layer, steps)
   rows = jnp.asarray(samples, dtype)
   if layer.bias is not None:
     rows = jnp.concatenate([rows, jnp.ones((rows.shape[0], 1), dtype)], 1)
@@ -234,7 +239,7 @@ def inverse_cholesky_factor(matrix: jax.Array) -> jax.Array:
 def scale_by_rls_second_moment(
   forgetting_factor: float = 1.0,
   ratio: float = 1.0,
-  gradient_scale: rls_transform.ScalarOrTree = 1.0,
+  gradient_scale: hyperparameters.ScalarOrTree = 1.0,
   init_scale: float = 1.0,
   passthrough: bool = False,
   preconditioner_dtype: Any | None = None,
@@ -274,58 +279,30 @@ def scale_by_rls_second_moment(
   References:
     Zhang et al., 2021, eqs. (27), (33), (35), (53)-(55), (63).
   """
-  rls_transform._check_hyperparameters(  # pylint: disable=protected-access
+  hyperparameters.check_hyperparameters(
     forgetting_factor, ratio, gradient_scale, init_scale
   )
+  hyperparameters.check_preconditioner_dtype(preconditioner_dtype)
   if direction not in DIRECTIONS:
-    raise ValueError(f"direction={direction!r}; expected one of {DIRECTIONS}.")
-
-  def init_fn(params):
-    layers, masked = _tree.layers_to_precondition(params, passthrough)
-    rls_transform._check_gradient_scale_names_layers(  # pylint: disable=protected-access
-      gradient_scale, [layer.path for layer in layers] + masked
-    )
-    inverse_correlation: Any = {}
-    for layer in layers:
-      p0 = rls_transform._initial_inverse_correlation(  # pylint: disable=protected-access
-        layer, init_scale, preconditioner_dtype
-      )
-      inverse_correlation = _tree.nested_set(
-        inverse_correlation, layer.path, p0
-      )
-    return ScaleByRLSSecondMomentState(inverse_correlation)
-
-  def update_fn(
-    updates, state, params=None, *, layer_inputs=None, **extra_args
-  ):
-    del params, extra_args  # The update uses gradients and inputs only.
-    layers, entries = _tree.match_layer_inputs(
-      updates, layer_inputs, is_sample_entry, passthrough
-    )
-    directions: dict = {}
-    new_inverse_correlation: Any = {}
-    for layer in layers:
-      p = rls_transform._inverse_correlation_of(state, layer)  # pylint: disable=protected-access
-      if layer.path in entries:  # Else passthrough: keep the gradient and P.
-        rows, steps = _augmented_samples(layer, entries[layer.path], p.dtype)
-        grad = rls_transform.augment(layer, layer.kernel, layer.bias, p.dtype)
-        eta = rls_transform._gradient_scale_for(  # pylint: disable=protected-access
-          gradient_scale, layer.path
-        )
-        layer_direction, p = second_moment_layer_step(
-          p, rows, steps, grad, forgetting_factor, ratio, eta, direction
-        )
-        directions.update(
-          rls_transform.split_augmented(
-            layer, layer_direction, layer.kernel, layer.bias
-          )
-        )
-      new_inverse_correlation = _tree.nested_set(
-        new_inverse_correlation, layer.path, p
-      )
-    return (
-      _tree.replace_leaves(updates, directions, lambda g: g),
-      ScaleByRLSSecondMomentState(new_inverse_correlation),
+    raise ValueError(
+      f"direction must be one of {DIRECTIONS}, got {direction!r}."
     )
 
-  return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+  def init_layer(layer):
+    dtype = layerwise.matrix_dtype(layer, preconditioner_dtype)
+    return layerwise.scaled_identity(layer, init_scale, dtype)
+
+  def update_layer(p, layer, entry, grad, eta):
+    rows, steps = augmented_samples(layer, entry, p.dtype)
+    return second_moment_layer_step(
+      p, rows, steps, grad, forgetting_factor, ratio, eta, direction
+    )
+
+  return layerwise.layerwise_transform(
+    ScaleByRLSSecondMomentState,
+    init_layer,
+    update_layer,
+    is_entry=is_sample_entry,
+    gradient_scale=gradient_scale,
+    passthrough=passthrough,
+  )
