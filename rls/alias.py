@@ -141,7 +141,7 @@ def scale_by_rls_with_momentum_and_l1(
   momentum: float | None = None,
   l1: float | None = None,
   passthrough: bool = False,
-  square_root: bool | None = False,
+  square_root: bool | None = None,
   input_statistics: str = "mean",
   second_moment_direction: str = "eq63",
 ) -> optax.GradientTransformationExtraArgs:
@@ -174,7 +174,7 @@ def rls(
   l1: float | None = None,
   *,
   passthrough: bool = False,
-  square_root: bool | None = False,
+  square_root: bool | None = None,
   input_statistics: str = "mean",
   second_moment_direction: str = "eq63",
 ) -> optax.GradientTransformationExtraArgs:
@@ -208,8 +208,11 @@ def rls(
     passthrough: let parameters with no layer input (embeddings, norms)
       through with their raw gradient (times ``-learning_rate``) instead of
       raising a ValueError that names them.
-    square_root: keep ``S`` with ``P = S Sᵀ`` (positive semi-definite by
-      construction in float32; see `scale_by_rls`).
+    square_root: None (default): Potter's square-root form ``P = S Sᵀ``
+      where ``P`` is narrower than float64 (float32), positive
+      semi-definite by construction, and the paper's update of ``P`` where
+      it is float64, decided in ``init`` from the params' dtypes; True or
+      False forces one form (see `scale_by_rls`).
     input_statistics: ``'mean'`` (the paper) or ``'second_moment'`` (``P``
       from sampled input rows; `rls.second_moment`); see `scale_by_rls`.
     second_moment_direction: ``'eq63'`` or ``'updated'`` (second moment).

@@ -21,9 +21,12 @@ updates ``P`` with an ``S × S`` solve:
   W = X P_{s-1},\quad R = \frac{λ S}{c T} I + W Xᵀ,\quad
   P_s = \frac{1}{λ}\big(P_{s-1} - Wᵀ R^{-1} W\big).
 
-``R`` is symmetric positive definite; with its Cholesky factor ``L``,
-``V = L^{-1} W`` and ``P_s = (P_{s-1} - Vᵀ V)/λ``, symmetrised
-(`inverse_cholesky_factor`).
+The transform keeps ``S`` with ``P = S Sᵀ`` and applies this update in
+Andrews' square-root form (`second_moment_square_root_layer_step`), so ``P``
+stays symmetric positive semi-definite in float32 on any input stream, where
+the update of ``P`` itself (`second_moment_layer_step`, kept as the
+reference) can lose definiteness once ``(c T / S) tr(X P Xᵀ)`` nears
+``1/eps``, and its Cholesky factor then fails (NaN).
 
 The direction keeps eq. (63)'s form, ``(η/h_s) P_{s-1} ∇_Θ``. Eq. (63)'s
 ``h = λ + k x̄ᵀ P x̄`` is ``λ + tr(P · k x̄ x̄ᵀ)``; replacing ``k x̄ x̄ᵀ`` by the
@@ -58,9 +61,10 @@ entry with a ``samples`` attribute of shape ``(S, fan_in)`` (without the bias
 layers, grouped convolutions, capture without ``samples=``) raises a
 ValueError naming the layer.
 
-Cost per layer and step, beyond the paper's ``n² · out`` for ``P ∇``: about
-``2 S n²`` multiply-adds for ``W`` and ``Vᵀ V`` and ``S³/3`` for the Cholesky
-factor (``n = 785``, ``S = 128``: about 0.5x of ``P ∇`` of a 512-wide layer).
+Cost per layer and step: ``2 n² · out`` for ``S (Sᵀ ∇)`` (the paper's
+``P ∇`` is ``n² · out``), about ``3 S n²`` multiply-adds for ``F``, ``S F``
+and the correction, and ``S³`` for the Cholesky factor and two triangular
+inverses.
 
 References:
   Zhang et al., "Revisiting Recursive Least Squares for Training Deep Neural
@@ -87,20 +91,32 @@ class ScaleByRLSSecondMomentState(NamedTuple):
   """State of `scale_by_rls_second_moment`.
 
   Attributes:
-    inverse_correlation: ``P`` of every preconditioned layer, laid out exactly
-      as `rls.ScaleByRLSState.inverse_correlation` (a nested dict mirroring the
-      params down to the layer, each ``P`` of shape ``(n, n)``, ``n = fan_in +
-      1`` with a bias), so `rls.transform.precondition_by` applies to it.
+    inverse_correlation_factor: ``S`` with ``P = S Sᵀ`` for every
+      preconditioned layer, laid out as `rls.ScaleByRLSState`'s ``P`` (a
+      nested dict mirroring the params down to the layer, each of shape
+      ``(n, n)``, ``n = fan_in + 1`` with a bias). ``P`` is positive
+      semi-definite by construction, whatever the rounding.
   """
 
-  inverse_correlation: Any
+  inverse_correlation_factor: Any
+
+  @property
+  def inverse_correlation(self) -> Any:
+    """Every layer's ``P = S Sᵀ`` (formed, and symmetrised, on access)."""
+    return jax.tree.map(gram_of_rows, self.inverse_correlation_factor)
 
   def times_inverse_correlation(
     self, path: layer_tree.Path, matrix: jax.Array
   ) -> jax.Array:
-    """``P M`` for the layer at `path` (KeyError if it has no ``P``)."""
-    p = layer_tree.nested_get(self.inverse_correlation, path)
-    return p @ matrix.astype(p.dtype)
+    """``P M = S (Sᵀ M)`` for the layer at `path` (KeyError if none)."""
+    s = layer_tree.nested_get(self.inverse_correlation_factor, path)
+    return s @ (s.T @ matrix.astype(s.dtype))
+
+
+def gram_of_rows(factor: jax.Array) -> jax.Array:
+  """``S Sᵀ``, exactly symmetric."""
+  product = jnp.matmul(factor, factor.T, precision=_HIGHEST)
+  return 0.5 * (product + product.T)
 
 
 def layer_samples_of(entry: Any) -> jax.Array | None:
@@ -206,34 +222,108 @@ def second_moment_layer_step(
   return (eta / h) * (old_p @ grad), new_p  # Eq. (63) with P_{s-1}.
 
 
-def inverse_cholesky_factor(matrix: jax.Array) -> jax.Array:
-  """``L⁻¹`` for the Cholesky factor ``L`` of a small SPD ``matrix``.
+def cholesky_factor(matrix: jax.Array, min_pivot=0.0) -> jax.Array:
+  """The lower Cholesky factor ``L`` of a small SPD ``matrix``, every pivot
+  (``L_jj²``) at least `min_pivot`.
 
   Written with XLA loops (``S`` steps of ``S × S`` work each) rather than
   `jnp.linalg.cholesky`: on CPU those call LAPACK through SciPy's OpenBLAS,
   which deadlocked a vmapped training program here (every thread waiting,
   jaxlib 0.10.2, two cores shared with another job), and for ``S ≈ 128``
-  the loops cost a few milliseconds at most.
+  the loops cost a few milliseconds at most. For ``matrix ⪰ m I`` every
+  pivot is ``>= m`` in exact arithmetic; ``min_pivot = m`` keeps rounding
+  from taking one below (or below zero, a NaN).
   """
   size = matrix.shape[0]
   rows = jnp.arange(size)
+  min_pivot = jnp.asarray(min_pivot, matrix.dtype)
 
   def factor_column(j, lower):
     # Column j of L from the columns before it (zero from j on).
     column = matrix[:, j] - jnp.matmul(lower, lower[j], precision=_HIGHEST)
-    column = column / jnp.sqrt(column[j])
+    column = column / jnp.sqrt(jnp.maximum(column[j], min_pivot))
     return lower.at[:, j].set(jnp.where(rows >= j, column, 0.0))
 
-  lower = jax.lax.fori_loop(0, size, factor_column, jnp.zeros_like(matrix))
+  return jax.lax.fori_loop(0, size, factor_column, jnp.zeros_like(matrix))
+
+
+def lower_triangular_inverse(lower: jax.Array) -> jax.Array:
+  """``L⁻¹`` of a small lower-triangular ``L`` (forward substitution)."""
+  size = lower.shape[0]
 
   def substitute_row(i, inverse):
     # Forward substitution of L Y = I, row i (rows from i on still zero).
-    row = jnp.eye(size, dtype=matrix.dtype)[i] - jnp.matmul(
+    row = jnp.eye(size, dtype=lower.dtype)[i] - jnp.matmul(
       lower[i], inverse, precision=_HIGHEST
     )
     return inverse.at[i].set(row / lower[i, i])
 
-  return jax.lax.fori_loop(0, size, substitute_row, jnp.zeros_like(matrix))
+  return jax.lax.fori_loop(0, size, substitute_row, jnp.zeros_like(lower))
+
+
+def inverse_cholesky_factor(matrix: jax.Array) -> jax.Array:
+  """``L⁻¹`` for the Cholesky factor ``L`` of a small SPD ``matrix``."""
+  return lower_triangular_inverse(cholesky_factor(matrix))
+
+
+def second_moment_square_root_layer_step(
+  factor: jax.Array,
+  rows: jax.Array,
+  steps: jax.Array,
+  grad: jax.Array,
+  forgetting_factor,
+  ratio,
+  gradient_scale,
+  direction: str = "eq63",
+) -> tuple[jax.Array, jax.Array]:
+  r"""`second_moment_layer_step` on a square root ``S`` of ``P = S Sᵀ``:
+  ``(direction, S_s)``.
+
+  Andrews' block form of Potter's square-root update. With ``X = rows``
+  (``N × n``, ``N`` sampled rows, bias column included), ``F = Sᵀ Xᵀ``,
+  ``r² = λ N / (c T)``, ``M = r² I + Fᵀ F = L Lᵀ`` (Cholesky) and
+  ``A = L^{-T} (L + r I)^{-1}``:
+
+  .. math::
+    S_s = rac{1}{\sqrt{λ}}ig(S - (S F) A Fᵀig),\qquad
+    S_s S_sᵀ = rac{1}{λ}ig(P - P Xᵀ M^{-1} X Pig),
+
+  the Woodbury update of `second_moment_layer_step`, because ``(I - F A
+  Fᵀ)(I - F A Fᵀ)ᵀ = I - F M^{-1} Fᵀ``; for ``N = 1`` it is
+  `rls.square_root.rls_square_root_layer_step`. Whatever the rounding (even
+  in ``L``, whose pivots are kept ``>= r²``, their exact lower bound),
+  ``P = S Sᵀ`` stays symmetric positive semi-definite. ``h = λ + (c T / N)
+  ‖F‖²``; the direction is ``(η/h) S (Sᵀ ∇_Θ)`` (``'eq63'``) or ``η S_s
+  (S_sᵀ ∇_Θ)`` (``'updated'``).
+  """
+  dtype = factor.dtype
+  lam = jnp.asarray(forgetting_factor, dtype)
+  c_t = jnp.asarray(ratio, dtype) * steps
+  eta = jnp.asarray(gradient_scale, dtype)
+  num_rows = rows.shape[0]
+  # F and S F feed the recursion for S: full precision on GPU/TPU.
+  f = jnp.matmul(factor.T, rows.T, precision=_HIGHEST)  # Sᵀ Xᵀ, n × N.
+  p_rows = jnp.matmul(factor, f, precision=_HIGHEST)  # P Xᵀ, n × N.
+  gram = jnp.matmul(f.T, f, precision=_HIGHEST)  # X P Xᵀ, N × N.
+  h = lam + (c_t / num_rows) * jnp.sum(f * f)
+  r_squared = lam * num_rows / c_t
+  identity = jnp.eye(num_rows, dtype=dtype)
+  lower = cholesky_factor(
+    r_squared * identity + 0.5 * (gram + gram.T), min_pivot=r_squared
+  )
+  shifted_inverse = lower_triangular_inverse(
+    lower + jnp.sqrt(r_squared) * identity
+  )
+  gain = jnp.matmul(
+    lower_triangular_inverse(lower).T, shifted_inverse, precision=_HIGHEST
+  )  # A = L⁻ᵀ (L + r I)⁻¹.
+  correction = jnp.matmul(
+    jnp.matmul(p_rows, gain, precision=_HIGHEST), f.T, precision=_HIGHEST
+  )
+  new_factor = (factor - correction) / jnp.sqrt(lam)
+  if direction == "updated":
+    return eta * (new_factor @ (new_factor.T @ grad)), new_factor
+  return (eta / h) * (factor @ (factor.T @ grad)), new_factor  # Eq. (63).
 
 
 def scale_by_rls_second_moment(
@@ -290,12 +380,14 @@ def scale_by_rls_second_moment(
 
   def init_layer(layer):
     dtype = layerwise.matrix_dtype(layer, preconditioner_dtype)
-    return layerwise.scaled_identity(layer, init_scale, dtype)
+    return layerwise.scaled_identity(
+      layer, jnp.sqrt(jnp.asarray(init_scale, dtype)), dtype
+    )
 
-  def update_layer(p, layer, entry, grad, eta):
-    rows, steps = augmented_samples(layer, entry, p.dtype)
-    return second_moment_layer_step(
-      p, rows, steps, grad, forgetting_factor, ratio, eta, direction
+  def update_layer(factor, layer, entry, grad, eta):
+    rows, steps = augmented_samples(layer, entry, factor.dtype)
+    return second_moment_square_root_layer_step(
+      factor, rows, steps, grad, forgetting_factor, ratio, eta, direction
     )
 
   return layerwise.layerwise_transform(

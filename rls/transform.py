@@ -114,7 +114,7 @@ def scale_by_rls(
   init_scale: float = 1.0,
   passthrough: bool = False,
   preconditioner_dtype: Any | None = None,
-  square_root: bool | None = False,
+  square_root: bool | None = None,
   input_statistics: str = "mean",
   second_moment_direction: str = "eq63",
 ) -> optax.GradientTransformationExtraArgs:

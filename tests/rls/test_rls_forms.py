@@ -164,3 +164,75 @@ def test_momentum_and_l1_wrap_every_form(form):
     params["Dense_1"]["kernel"]
   )
   np.testing.assert_allclose(got["Dense_1"]["kernel"], want, rtol=1e-5)
+
+
+# ---------------------------------------------------------------- bad input
+
+FACTORIES = {
+  "scale_by_rls": rls.scale_by_rls,
+  **{form: factory for form, (factory, _) in FORMS.items()},
+}
+
+
+@pytest.mark.parametrize("factory", sorted(FACTORIES))
+@pytest.mark.parametrize(
+  "kwargs,match",
+  [
+    ({"forgetting_factor": 0.0}, r"forgetting_factor must be in \(0, 1\]"),
+    ({"forgetting_factor": 1.01}, r"forgetting_factor must be in \(0, 1\]"),
+    ({"ratio": 0.0}, r"ratio must be in \(0, inf\)"),
+    ({"ratio": -0.1}, r"ratio must be in \(0, inf\)"),
+    ({"init_scale": 0.0}, r"init_scale must be in \(0, inf\)"),
+    ({"init_scale": -2.0}, r"init_scale must be in \(0, inf\)"),
+    ({"preconditioner_dtype": jnp.int32}, "preconditioner_dtype must be a"),
+  ],
+)
+def test_bad_hyperparameters_are_named(factory, kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    FACTORIES[factory](**kwargs)
+
+
+@pytest.mark.parametrize("factory", sorted(FACTORIES))
+def test_non_float_params_are_refused(factory):
+  params = {"Dense_0": {"kernel": jnp.ones((3, 2), jnp.int32)}}
+  with pytest.raises(ValueError, match="'Dense_0'.*int32.*floating-point"):
+    FACTORIES[factory]().init(params)
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_layer_inputs_that_do_not_match_the_params(form):
+  factory, _ = FORMS[form]
+  params, stream = _problem(jnp.float32, num_steps=1)
+  grads, rows = stream[0]
+  tx = factory()
+  state = tx.init(params)
+  extra = dict(_layer_inputs(rows, form), Conv_7=rows["Dense_1"])
+  with pytest.raises(ValueError, match=r"does not match the params.*Conv_7"):
+    tx.update(grads, state, params, layer_inputs=extra)
+  missing = _layer_inputs(rows, form)
+  del missing["Dense_1"]
+  with pytest.raises(ValueError, match=r"'Dense_1'.*no entry"):
+    tx.update(grads, state, params, layer_inputs=missing)
+
+
+def test_second_moment_needs_at_least_one_sampled_row():
+  params, stream = _problem(jnp.float32, num_steps=1)
+  grads, rows = stream[0]
+  tx = rls.scale_by_rls_second_moment()
+  empty = dict(rows, Dense_0=jnp.zeros((0, 4)))
+  with pytest.raises(ValueError, match=r"'Dense_0'.*S must be >= 1"):
+    tx.update(grads, tx.init(params), params, layer_inputs=empty)
+
+
+def test_default_form_follows_the_dtype_of_p(x64):
+  """``square_root=None``: the paper's update of ``P`` when ``P`` is float64,
+  Potter's form when it is float32 (also float32 ``P`` of float64 params)."""
+  params64, _ = _problem(jnp.float64)
+  params32, _ = _problem(jnp.float32)
+  tx = rls.scale_by_rls()
+  assert type(tx.init(params64)) is rls.ScaleByRLSState
+  assert type(tx.init(params32)) is rls.ScaleByRLSSquareRootState
+  narrow = rls.scale_by_rls(preconditioner_dtype=jnp.float32)
+  assert type(narrow.init(params64)) is rls.ScaleByRLSSquareRootState
+  wide = rls.scale_by_rls(preconditioner_dtype=jnp.float64)
+  assert type(wide.init(params32)) is rls.ScaleByRLSState
