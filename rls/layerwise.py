@@ -146,7 +146,9 @@ def matrix_dtype(layer: layer_tree.Layer, preconditioner_dtype: Any) -> Any:
     )
   if preconditioner_dtype is not None:
     return jnp.dtype(preconditioner_dtype)
-  return jnp.promote_types(kernel_dtype or jnp.float32, jnp.float32)
+  if kernel_dtype is None:
+    return jnp.dtype(jnp.float32)
+  return jnp.promote_types(kernel_dtype, jnp.float32)
 
 
 def scaled_identity(layer: layer_tree.Layer, scale, dtype) -> jax.Array:

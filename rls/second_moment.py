@@ -82,6 +82,10 @@ import optax
 from rls import hyperparameters
 from rls import layer_tree
 from rls import layerwise
+from rls import small_linalg
+from rls.small_linalg import cholesky_factor
+from rls.small_linalg import inverse_cholesky_factor
+from rls.small_linalg import lower_triangular_inverse
 
 _HIGHEST = jax.lax.Precision.HIGHEST
 DIRECTIONS = ("eq63", "updated")
@@ -103,7 +107,9 @@ class ScaleByRLSSecondMomentState(NamedTuple):
   @property
   def inverse_correlation(self) -> Any:
     """Every layer's ``P = S Sᵀ`` (formed, and symmetrised, on access)."""
-    return jax.tree.map(gram_of_rows, self.inverse_correlation_factor)
+    return jax.tree.map(
+      small_linalg.factor_product, self.inverse_correlation_factor
+    )
 
   def times_inverse_correlation(
     self, path: layer_tree.Path, matrix: jax.Array
@@ -111,12 +117,6 @@ class ScaleByRLSSecondMomentState(NamedTuple):
     """``P M = S (Sᵀ M)`` for the layer at `path` (KeyError if none)."""
     s = layer_tree.nested_get(self.inverse_correlation_factor, path)
     return s @ (s.T @ matrix.astype(s.dtype))
-
-
-def gram_of_rows(factor: jax.Array) -> jax.Array:
-  """``S Sᵀ``, exactly symmetric."""
-  product = jnp.matmul(factor, factor.T, precision=_HIGHEST)
-  return 0.5 * (product + product.T)
 
 
 def layer_samples_of(entry: Any) -> jax.Array | None:
@@ -220,50 +220,6 @@ def second_moment_layer_step(
   if direction == "updated":
     return eta * (new_p @ grad), new_p
   return (eta / h) * (old_p @ grad), new_p  # Eq. (63) with P_{s-1}.
-
-
-def cholesky_factor(matrix: jax.Array, min_pivot=0.0) -> jax.Array:
-  """The lower Cholesky factor ``L`` of a small SPD ``matrix``, every pivot
-  (``L_jj²``) at least `min_pivot`.
-
-  Written with XLA loops (``S`` steps of ``S × S`` work each) rather than
-  `jnp.linalg.cholesky`: on CPU those call LAPACK through SciPy's OpenBLAS,
-  which deadlocked a vmapped training program here (every thread waiting,
-  jaxlib 0.10.2, two cores shared with another job), and for ``S ≈ 128``
-  the loops cost a few milliseconds at most. For ``matrix ⪰ m I`` every
-  pivot is ``>= m`` in exact arithmetic; ``min_pivot = m`` keeps rounding
-  from taking one below (or below zero, a NaN).
-  """
-  size = matrix.shape[0]
-  rows = jnp.arange(size)
-  min_pivot = jnp.asarray(min_pivot, matrix.dtype)
-
-  def factor_column(j, lower):
-    # Column j of L from the columns before it (zero from j on).
-    column = matrix[:, j] - jnp.matmul(lower, lower[j], precision=_HIGHEST)
-    column = column / jnp.sqrt(jnp.maximum(column[j], min_pivot))
-    return lower.at[:, j].set(jnp.where(rows >= j, column, 0.0))
-
-  return jax.lax.fori_loop(0, size, factor_column, jnp.zeros_like(matrix))
-
-
-def lower_triangular_inverse(lower: jax.Array) -> jax.Array:
-  """``L⁻¹`` of a small lower-triangular ``L`` (forward substitution)."""
-  size = lower.shape[0]
-
-  def substitute_row(i, inverse):
-    # Forward substitution of L Y = I, row i (rows from i on still zero).
-    row = jnp.eye(size, dtype=lower.dtype)[i] - jnp.matmul(
-      lower[i], inverse, precision=_HIGHEST
-    )
-    return inverse.at[i].set(row / lower[i, i])
-
-  return jax.lax.fori_loop(0, size, substitute_row, jnp.zeros_like(lower))
-
-
-def inverse_cholesky_factor(matrix: jax.Array) -> jax.Array:
-  """``L⁻¹`` for the Cholesky factor ``L`` of a small SPD ``matrix``."""
-  return lower_triangular_inverse(cholesky_factor(matrix))
 
 
 def second_moment_square_root_layer_step(

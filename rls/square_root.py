@@ -22,6 +22,7 @@ import optax
 from rls import hyperparameters
 from rls import layer_tree
 from rls import layerwise
+from rls import small_linalg
 
 _HIGHEST = jax.lax.Precision.HIGHEST
 
@@ -40,10 +41,9 @@ class ScaleByRLSSquareRootState(NamedTuple):
 
   @property
   def inverse_correlation(self) -> Any:
-    """Every layer's ``P = S Sᵀ`` (formed on each access)."""
+    """Every layer's ``P = S Sᵀ`` (formed, and symmetrised, on access)."""
     return jax.tree.map(
-      lambda s: jnp.matmul(s, s.T, precision=_HIGHEST),
-      self.inverse_correlation_factor,
+      small_linalg.factor_product, self.inverse_correlation_factor
     )
 
   def times_inverse_correlation(
