@@ -293,14 +293,30 @@ def scale_by_rls_second_moment(
 ) -> optax.GradientTransformationExtraArgs:
   r"""RLS preconditioning with ``P`` built from sampled layer-input rows.
 
+  Zhang et al. (2021) approximate each minibatch's input second moment by
+  ``k x̄ x̄ᵀ`` (eq. 33); this form keeps it: with ``X`` the ``S`` sampled
+  input rows of a layer (bias column appended), ``P_s`` is the inverse of
+  ``λ P_{s-1}^{-1} + (c T / S) Xᵀ X`` (eq. 27 for ``c = 1``), by Woodbury,
+
+  .. math::
+    h_s = λ + \frac{c T}{S}\operatorname{tr}(X P_{s-1} Xᵀ),\quad
+    P_s = \frac{1}{λ}\Big(P_{s-1} - P_{s-1} Xᵀ \big(\tfrac{λ S}{c T} I
+    + X P_{s-1} Xᵀ\big)^{-1} X P_{s-1}\Big),
+
+  and the direction is eq. (63)'s ``(η/h_s) P_{s-1} ∇_Θ`` (or ``η P_s
+  ∇_Θ``, ``direction='updated'``). For one row ``x̄`` and ``c = k`` this is
+  the paper's update, eqs. (53)-(55), (63). The state keeps ``S`` with ``P =
+  S Sᵀ``, updated in square-root form
+  (`second_moment_square_root_layer_step`), so ``P`` stays symmetric positive
+  semi-definite in float32 whatever the inputs.
+
   The contract is `rls.scale_by_rls`'s: ``update(updates, state, params=None,
-  *, layer_inputs, **extra_args)`` returns ``(η/h) P_{s-1} ∇_Θ`` per layer,
-  split back into kernel and bias (follow with a negative scaling to
-  descend); masked-out layers (`optax.multi_transform`) are skipped; other
-  parameters raise a ValueError naming them unless ``passthrough``. The
-  difference is ``P``'s recursion, the module docstring's rank-``S`` Woodbury
-  update with the entry's sampled rows (`rls.layer_inputs(...,
-  samples=S)`), and ``h`` (see `second_moment_layer_step`).
+  *, layer_inputs, **extra_args)`` returns the direction per layer, split
+  back into kernel and bias (follow with a negative scaling to descend);
+  masked-out layers (`optax.multi_transform`) are skipped; other parameters
+  raise a ValueError naming them unless ``passthrough``. Each layer's entry
+  of ``layer_inputs`` must carry its sampled rows (`rls.layer_inputs(...,
+  samples=S)`, ``S >= 1``).
 
   Args:
     forgetting_factor: ``λ`` in (0, 1] (eq. 19).
@@ -312,8 +328,8 @@ def scale_by_rls_second_moment(
       damping of the accumulated second moment, and ``η · init_scale / h``
       the step size in input directions no minibatch has excited yet.
     passthrough: let parameters without a layer input through unchanged.
-    preconditioner_dtype: dtype of ``P`` (default: the kernel's, at least
-      float32).
+    preconditioner_dtype: floating dtype of ``S`` (default: the kernel's, at
+      least float32).
     direction: ``'eq63'``, ``(η/h_s) P_{s-1} ∇`` (reduces to the paper's
       RLS for one row), or ``'updated'``, ``η P_s ∇`` (see
       `second_moment_layer_step`).
