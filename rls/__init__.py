@@ -44,6 +44,14 @@ steps)`` (a bare array means ``steps = 1``): ``mean`` is ``x̄`` of shape
 with a bias — and ``steps`` is ``T`` (1 for dense/conv, the sequence length
 for `layers.RNN` / `layers.LSTM`).
 
+Forms: `scale_by_rls_conventional` (the paper's update of ``P``),
+`scale_by_rls_square_root` (Potter's form, ``P = S Sᵀ``) and
+`scale_by_rls_second_moment` (``P`` from sampled input rows) are peer
+transforms over one per-layer loop (`rls.layerwise`), each with its own state
+type; `scale_by_rls` picks one from its options, `with_momentum_and_l1` adds
+the paper's momentum and L1 to any of them, and `rls` chains that with a
+learning rate.
+
 Parameters without a layer input (embeddings, normalisation scales) raise a
 ValueError naming them; route them to another optimiser with
 `optax.multi_transform`, or pass ``passthrough=True``.
@@ -55,15 +63,21 @@ from rls import second_moment
 from rls.alias import RLSDirectionState
 from rls.alias import rls
 from rls.alias import scale_by_rls_with_momentum_and_l1
+from rls.alias import with_momentum_and_l1
 from rls.capture import RLS_INPUTS
 from rls.capture import layer_inputs
 from rls.capture import record_layer_input
+from rls.conventional import ScaleByRLSState
+from rls.conventional import scale_by_rls_conventional
 from rls.layers import LSTM
 from rls.layers import RNN
-from rls.transform import LayerInput
-from rls.transform import ScaleByRLSSquareRootState
-from rls.transform import ScaleByRLSState
-from rls.transform import inverse_correlation
+from rls.layerwise import LayerInput
+from rls.layerwise import inverse_correlation
+from rls.layerwise import precondition_by
+from rls.second_moment import ScaleByRLSSecondMomentState
+from rls.second_moment import scale_by_rls_second_moment
+from rls.square_root import ScaleByRLSSquareRootState
+from rls.square_root import scale_by_rls_square_root
 from rls.transform import scale_by_rls
 
 __all__ = [
@@ -72,15 +86,21 @@ __all__ = [
   "RLSDirectionState",
   "RLS_INPUTS",
   "RNN",
+  "ScaleByRLSSecondMomentState",
   "ScaleByRLSSquareRootState",
   "ScaleByRLSState",
   "input_samples",
   "inverse_correlation",
   "layer_inputs",
   "layers",
+  "precondition_by",
   "record_layer_input",
   "rls",
   "scale_by_rls",
-  "second_moment",
+  "scale_by_rls_conventional",
+  "scale_by_rls_second_moment",
+  "scale_by_rls_square_root",
   "scale_by_rls_with_momentum_and_l1",
+  "second_moment",
+  "with_momentum_and_l1",
 ]

@@ -13,15 +13,18 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from rls import transform as rls_transform
+from rls import hyperparameters
+from rls import layerwise
+from rls.transform import scale_by_rls
 
 
 class RLSDirectionState(NamedTuple):
   """State of `scale_by_rls_with_momentum_and_l1`.
 
   Attributes:
-    rls: the `rls.ScaleByRLSState` holding every layer's ``P`` (or, with
-      ``square_root``, the `rls.ScaleByRLSSquareRootState` holding ``S``).
+    rls: the state of the RLS form inside (`rls.ScaleByRLSState` holding
+      every layer's ``P``, `rls.ScaleByRLSSquareRootState` holding ``S``, or
+      `rls.ScaleByRLSSecondMomentState`).
     velocity: `optax.TraceState` (minus the paper's ``Ω``, eq. 99) when
       ``momentum`` is set, else `optax.EmptyState`.
   """
@@ -52,7 +55,7 @@ def _add_l1(direction, params, rls_state, l1):
   """``direction + γ P_s sgn(Θ)`` on RLS layers (eq. 98), in the direction's
   dtype."""
   signs = jax.tree.map(jnp.sign, params)
-  penalty = rls_transform.precondition_by(rls_state, signs)
+  penalty = layerwise.precondition_by(rls_state, signs)
   return jax.tree.map(
     lambda d, p: (d + jnp.asarray(l1, p.dtype) * p).astype(d.dtype),
     direction,
@@ -60,62 +63,46 @@ def _add_l1(direction, params, rls_state, l1):
   )
 
 
-def scale_by_rls_with_momentum_and_l1(
-  forgetting_factor: float = 1.0,
-  ratio: float = 0.1,
-  gradient_scale: rls_transform.ScalarOrTree = 1.0,
-  init_scale: float = 1.0,
+def with_momentum_and_l1(
+  preconditioner: optax.GradientTransformationExtraArgs,
   momentum: float | None = None,
   l1: float | None = None,
-  passthrough: bool = False,
-  square_root: bool = False,
-  input_statistics: str = "mean",
-  second_moment_direction: str = "eq63",
 ) -> optax.GradientTransformationExtraArgs:
-  r"""The RLS descent direction with the paper's momentum and L1 options.
+  r"""The paper's momentum and L1 options around any RLS form.
 
-  Returns the direction ``d`` to be *subtracted* from the params:
+  With ``g_s`` the direction of `preconditioner` (any of
+  `rls.scale_by_rls`, `rls.scale_by_rls_conventional`,
+  `rls.scale_by_rls_square_root`, `rls.scale_by_rls_second_moment`; for the
+  paper ``g_s = (η/h_s) P_{s-1} ∇_{Θ_{s-1}}``, eq. 63), returns the
+  direction ``d`` to be *subtracted* from the params:
 
   .. math::
-    g_s = \frac{η}{h_s} P_{s-1} \nabla_{Θ_{s-1}}, \quad
     v_s = α v_{s-1} + g_s, \quad
     d_s = v_s + γ P_s \,\mathrm{sgn}(Θ_{s-1})
 
   so that ``Θ_s = Θ_{s-1} - d_s`` is eq. (100) with ``Ω_s = -v_s`` (eq. 99),
   and without momentum (``v_s = g_s``) eq. (98); without ``l1`` as well,
-  eq. (63). The L1 term uses the *updated* ``P_s`` and the sign of the
-  augmented ``[kernel; bias]``, and is applied to RLS layers only (other
-  parameters, with ``passthrough=True``, get no L1 term). It sits outside the
-  momentum buffer, as in eq. (100).
+  eq. (63). The L1 term uses the *updated* ``P_s`` (read from the
+  preconditioner's state, which is why this is one transform and not a
+  chain) and the sign of the augmented ``[kernel; bias]``, and is applied to
+  RLS layers only (other parameters, with ``passthrough=True``, get no L1
+  term). It sits outside the momentum buffer, as in eq. (100).
 
   Args:
-    forgetting_factor: ``λ`` in (0, 1].
-    ratio: ``k > 0``.
-    gradient_scale: ``η``, a number or a per-layer dict (see `scale_by_rls`).
-    init_scale: ``P_0 = init_scale · I``.
-    momentum: ``α`` (eq. 99), or None for no momentum buffer.
-    l1: ``γ`` (eq. 98), or None for no L1 term. Needs ``params`` in update.
-    passthrough: see `scale_by_rls`.
-    square_root: see `scale_by_rls` (``P = S Sᵀ``, PSD by construction).
-    input_statistics, second_moment_direction: see `scale_by_rls` (the
-      second-moment RLS of `rls.second_moment`).
+    preconditioner: an RLS transform whose state has
+      ``times_inverse_correlation`` (every form's state does).
+    momentum: ``α`` in [0, 1) (eq. 99; paper: 0.5), or None for no momentum
+      buffer.
+    l1: ``γ >= 0`` (eq. 98; paper: 1e-5 for FNN/CNN, 1e-6 for LSTM), or None
+      for no L1 term. Needs ``params`` in update.
 
   Returns:
-    An `optax.GradientTransformationExtraArgs` taking ``layer_inputs=``.
+    An `optax.GradientTransformationExtraArgs` taking ``layer_inputs=``, whose
+    state is a `RLSDirectionState`.
 
   References:
     Zhang et al., 2021, eqs. (63), (98), (99), (100).
   """
-  core = rls_transform.scale_by_rls(
-    forgetting_factor=forgetting_factor,
-    ratio=ratio,
-    gradient_scale=gradient_scale,
-    init_scale=init_scale,
-    passthrough=passthrough,
-    square_root=square_root,
-    input_statistics=input_statistics,
-    second_moment_direction=second_moment_direction,
-  )
   _check_momentum_and_l1(momentum, l1)
   trace = (
     optax.trace(decay=momentum, nesterov=False)
@@ -125,7 +112,7 @@ def scale_by_rls_with_momentum_and_l1(
 
   def init_fn(params):
     velocity = trace.init(params) if trace is not None else optax.EmptyState()
-    return RLSDirectionState(core.init(params), velocity)
+    return RLSDirectionState(preconditioner.init(params), velocity)
 
   def update_fn(updates, state, params=None, **extra_args):
     if l1 is not None and params is None:
@@ -133,7 +120,9 @@ def scale_by_rls_with_momentum_and_l1(
         "rls(l1=...) needs params in update(grads, state, "
         "params, layer_inputs=...): the L1 term uses sgn(Θ)."
       )
-    direction, rls_state = core.update(updates, state.rls, params, **extra_args)
+    direction, rls_state = preconditioner.update(
+      updates, state.rls, params, **extra_args
+    )
     velocity = state.velocity
     if trace is not None:
       direction, velocity = trace.update(direction, velocity, params)
@@ -144,24 +133,58 @@ def scale_by_rls_with_momentum_and_l1(
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)
 
 
+def scale_by_rls_with_momentum_and_l1(
+  forgetting_factor: float = 1.0,
+  ratio: float = 0.1,
+  gradient_scale: hyperparameters.ScalarOrTree = 1.0,
+  init_scale: float = 1.0,
+  momentum: float | None = None,
+  l1: float | None = None,
+  passthrough: bool = False,
+  square_root: bool | None = None,
+  input_statistics: str = "mean",
+  second_moment_direction: str = "eq63",
+) -> optax.GradientTransformationExtraArgs:
+  """`with_momentum_and_l1` around `rls.scale_by_rls` (kept for existing
+  callers; the arguments are theirs).
+
+  References:
+    Zhang et al., 2021, eqs. (63), (98), (99), (100).
+  """
+  preconditioner = scale_by_rls(
+    forgetting_factor=forgetting_factor,
+    ratio=ratio,
+    gradient_scale=gradient_scale,
+    init_scale=init_scale,
+    passthrough=passthrough,
+    square_root=square_root,
+    input_statistics=input_statistics,
+    second_moment_direction=second_moment_direction,
+  )
+  return with_momentum_and_l1(preconditioner, momentum, l1)
+
+
 def rls(
   learning_rate: optax.ScalarOrSchedule = 1.0,
   forgetting_factor: float = 1.0,
   ratio: float = 0.1,
-  gradient_scale: rls_transform.ScalarOrTree = 1.0,
+  gradient_scale: hyperparameters.ScalarOrTree = 1.0,
   init_scale: float = 1.0,
   momentum: float | None = None,
   l1: float | None = None,
   *,
   passthrough: bool = False,
-  square_root: bool = False,
+  square_root: bool | None = None,
   input_statistics: str = "mean",
   second_moment_direction: str = "eq63",
 ) -> optax.GradientTransformationExtraArgs:
   """The RLS optimiser of Zhang et al. (2021) as an optax chain.
 
-  ``Θ_s = Θ_{s-1} - learning_rate · d_s`` with ``d_s`` from
-  `scale_by_rls_with_momentum_and_l1`; ``learning_rate = 1`` (the default) is
+  ``optax.chain(with_momentum_and_l1(scale_by_rls(...), momentum, l1),
+  optax.scale_by_learning_rate(learning_rate))``: ``Θ_s = Θ_{s-1} -
+  learning_rate · d_s`` with ``d_s`` the RLS direction with the paper's
+  momentum and L1 (`with_momentum_and_l1` around the form `scale_by_rls`
+  picks); ``learning_rate = 1`` (the default) is
   exactly the paper's update, eq. (63), (98) or (99)-(100). The paper has no
   separate learning rate (``η`` plays that role); this one scales the whole
   step, L1 term included, like ``optax.add_decayed_weights`` before
@@ -185,8 +208,11 @@ def rls(
     passthrough: let parameters with no layer input (embeddings, norms)
       through with their raw gradient (times ``-learning_rate``) instead of
       raising a ValueError that names them.
-    square_root: keep ``S`` with ``P = S Sᵀ`` (positive semi-definite by
-      construction in float32; see `scale_by_rls`).
+    square_root: None (default): Potter's square-root form ``P = S Sᵀ``
+      where ``P`` is narrower than float64 (float32), positive
+      semi-definite by construction, and the paper's update of ``P`` where
+      it is float64, decided in ``init`` from the params' dtypes; True or
+      False forces one form (see `scale_by_rls`).
     input_statistics: ``'mean'`` (the paper) or ``'second_moment'`` (``P``
       from sampled input rows; `rls.second_moment`); see `scale_by_rls`.
     second_moment_direction: ``'eq63'`` or ``'updated'`` (second moment).
@@ -197,18 +223,17 @@ def rls(
   References:
     Zhang et al., 2021, Algorithms 1 and 2, eqs. (63), (98)-(100).
   """
+  preconditioner = scale_by_rls(
+    forgetting_factor=forgetting_factor,
+    ratio=ratio,
+    gradient_scale=gradient_scale,
+    init_scale=init_scale,
+    passthrough=passthrough,
+    square_root=square_root,
+    input_statistics=input_statistics,
+    second_moment_direction=second_moment_direction,
+  )
   return optax.chain(
-    scale_by_rls_with_momentum_and_l1(
-      forgetting_factor=forgetting_factor,
-      ratio=ratio,
-      gradient_scale=gradient_scale,
-      init_scale=init_scale,
-      momentum=momentum,
-      l1=l1,
-      passthrough=passthrough,
-      square_root=square_root,
-      input_statistics=input_statistics,
-      second_moment_direction=second_moment_direction,
-    ),
+    with_momentum_and_l1(preconditioner, momentum, l1),
     optax.scale_by_learning_rate(learning_rate),
   )

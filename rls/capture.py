@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from rls import input_samples
-from rls.transform import LayerInput
+from rls.layerwise import LayerInput
 
 RLS_INPUTS = "rls_inputs"
 """Name of the Flax collection the captured inputs are sown into."""
@@ -36,7 +36,9 @@ _RECORD = "__rls_input__"
 _CAPTURING = contextvars.ContextVar("rls_capturing", default=False)
 # `layer_inputs(time_axes=...)` while it runs: (module path -> time axis,
 # the set of paths whose T it has set).
-_TIME_AXES = contextvars.ContextVar("rls_time_axes", default=None)
+_TIME_AXES: contextvars.ContextVar[tuple[Mapping[tuple, int], set] | None] = (
+  contextvars.ContextVar("rls_time_axes", default=None)
+)
 # `layer_inputs(samples=S)` while it runs: S, the input rows (dense) or
 # patches (conv) to record per layer for `rls.second_moment`; 0: means only.
 _SAMPLES = contextvars.ContextVar("rls_samples", default=0)
@@ -74,6 +76,8 @@ def _time_axes_by_path(time_axes: Mapping | None) -> dict[tuple, int]:
 def _steps_of(module: nn.Module, inputs: jax.Array) -> int:
   """``T`` of a Dense / Conv call: 1, or the length of its time axis when
   `layer_inputs(time_axes=...)` names the module (eqs. 80-86)."""
+  time_axes: Mapping[tuple, int]
+  applied: set
   time_axes, applied = _TIME_AXES.get() or ({}, set())
   axis = time_axes.get(tuple(module.path))
   if axis is None:
@@ -96,7 +100,7 @@ def _steps_of(module: nn.Module, inputs: jax.Array) -> int:
   return int(inputs.shape[axis])
 
 
-def _kernel_size(conv: nn.Conv) -> tuple[int, ...]:
+def _kernel_size(conv: Any) -> tuple[int, ...]:
   return (
     (conv.kernel_size,)
     if isinstance(conv.kernel_size, int)
@@ -142,10 +146,12 @@ def record_layer_input(
     return
   mean = jax.lax.stop_gradient(mean)
   dtype = jnp.promote_types(mean.dtype, jnp.float32)
-  entry = LayerInput(mean.astype(dtype), jnp.asarray(steps, jnp.int32))
+  entry: LayerInput | input_samples.LayerInputSamples = LayerInput(
+    mean.astype(dtype), jnp.asarray(steps, jnp.int32)
+  )
   if samples is not None and num_samples_wanted():
     entry = input_samples.LayerInputSamples(
-      *entry, jax.lax.stop_gradient(samples).astype(dtype)
+      entry.mean, entry.steps, jax.lax.stop_gradient(samples).astype(dtype)
     )
   module.sow(RLS_INPUTS, _RECORD, entry)
 
@@ -232,7 +238,7 @@ def _interceptor(next_fun, args, kwargs, context):
   return outputs
 
 
-def _combine(records: tuple[LayerInput, ...]) -> LayerInput:
+def _combine(records: tuple[Any, ...]) -> Any:
   """One entry from a module's calls: the step-weighted mean, total steps.
 
   A module called several times (weight sharing, or a Dense applied once per
@@ -254,7 +260,7 @@ def _combine(records: tuple[LayerInput, ...]) -> LayerInput:
   return combined
 
 
-def _to_layer_inputs(recorded: Mapping, path=()) -> dict:
+def _to_layer_inputs(recorded: Mapping, path=()) -> Any:
   out = {}
   for key, value in recorded.items():
     if key == _RECORD:
@@ -345,7 +351,8 @@ def layer_inputs(
   else:
     mutable = list(user_mutable) + [RLS_INPUTS]
   variables = {k: v for k, v in variables.items() if k != RLS_INPUTS}
-  axes_by_path, applied = _time_axes_by_path(time_axes), set()
+  axes_by_path = _time_axes_by_path(time_axes)
+  applied: set = set()
   if isinstance(samples, bool) or not isinstance(samples, int) or samples < 0:
     raise ValueError(
       f"samples must be an int >= 0 (input rows to record per "

@@ -21,9 +21,12 @@ updates ``P`` with an ``S × S`` solve:
   W = X P_{s-1},\quad R = \frac{λ S}{c T} I + W Xᵀ,\quad
   P_s = \frac{1}{λ}\big(P_{s-1} - Wᵀ R^{-1} W\big).
 
-``R`` is symmetric positive definite; with its Cholesky factor ``L``,
-``V = L^{-1} W`` and ``P_s = (P_{s-1} - Vᵀ V)/λ``, symmetrised
-(`inverse_cholesky_factor`).
+The transform keeps ``S`` with ``P = S Sᵀ`` and applies this update in
+Andrews' square-root form (`second_moment_square_root_layer_step`), so ``P``
+stays symmetric positive semi-definite in float32 on any input stream, where
+the update of ``P`` itself (`second_moment_layer_step`, kept as the
+reference) can lose definiteness once ``(c T / S) tr(X P Xᵀ)`` nears
+``1/eps``, and its Cholesky factor then fails (NaN).
 
 The direction keeps eq. (63)'s form, ``(η/h_s) P_{s-1} ∇_Θ``. Eq. (63)'s
 ``h = λ + k x̄ᵀ P x̄`` is ``λ + tr(P · k x̄ x̄ᵀ)``; replacing ``k x̄ x̄ᵀ`` by the
@@ -58,9 +61,10 @@ entry with a ``samples`` attribute of shape ``(S, fan_in)`` (without the bias
 layers, grouped convolutions, capture without ``samples=``) raises a
 ValueError naming the layer.
 
-Cost per layer and step, beyond the paper's ``n² · out`` for ``P ∇``: about
-``2 S n²`` multiply-adds for ``W`` and ``Vᵀ V`` and ``S³/3`` for the Cholesky
-factor (``n = 785``, ``S = 128``: about 0.5x of ``P ∇`` of a 512-wide layer).
+Cost per layer and step: ``2 n² · out`` for ``S (Sᵀ ∇)`` (the paper's
+``P ∇`` is ``n² · out``), about ``3 S n²`` multiply-adds for ``F``, ``S F``
+and the correction, and ``S³`` for the Cholesky factor and two triangular
+inverses.
 
 References:
   Zhang et al., "Revisiting Recursive Least Squares for Training Deep Neural
@@ -75,8 +79,13 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from rls import _tree
-from rls import transform as rls_transform
+from rls import hyperparameters
+from rls import layer_tree
+from rls import layerwise
+from rls import small_linalg
+from rls.small_linalg import cholesky_factor
+from rls.small_linalg import inverse_cholesky_factor
+from rls.small_linalg import lower_triangular_inverse
 
 _HIGHEST = jax.lax.Precision.HIGHEST
 DIRECTIONS = ("eq63", "updated")
@@ -86,13 +95,28 @@ class ScaleByRLSSecondMomentState(NamedTuple):
   """State of `scale_by_rls_second_moment`.
 
   Attributes:
-    inverse_correlation: ``P`` of every preconditioned layer, laid out exactly
-      as `rls.ScaleByRLSState.inverse_correlation` (a nested dict mirroring the
-      params down to the layer, each ``P`` of shape ``(n, n)``, ``n = fan_in +
-      1`` with a bias), so `rls.transform.precondition_by` applies to it.
+    inverse_correlation_factor: ``S`` with ``P = S Sᵀ`` for every
+      preconditioned layer, laid out as `rls.ScaleByRLSState`'s ``P`` (a
+      nested dict mirroring the params down to the layer, each of shape
+      ``(n, n)``, ``n = fan_in + 1`` with a bias). ``P`` is positive
+      semi-definite by construction, whatever the rounding.
   """
 
-  inverse_correlation: Any
+  inverse_correlation_factor: Any
+
+  @property
+  def inverse_correlation(self) -> Any:
+    """Every layer's ``P = S Sᵀ`` (formed, and symmetrised, on access)."""
+    return jax.tree.map(
+      small_linalg.factor_product, self.inverse_correlation_factor
+    )
+
+  def times_inverse_correlation(
+    self, path: layer_tree.Path, matrix: jax.Array
+  ) -> jax.Array:
+    """``P M = S (Sᵀ M)`` for the layer at `path` (KeyError if none)."""
+    s = layer_tree.nested_get(self.inverse_correlation_factor, path)
+    return s @ (s.T @ matrix.astype(s.dtype))
 
 
 def layer_samples_of(entry: Any) -> jax.Array | None:
@@ -106,21 +130,17 @@ def layer_samples_of(entry: Any) -> jax.Array | None:
   return None
 
 
-def _steps_of(entry: Any) -> Any:
-  return getattr(entry, "steps", 1)
-
-
 def is_sample_entry(node: Any) -> bool:
   """Whether `node` is one layer's entry of `layer_inputs` (not a sub-tree):
   a `rls.LayerInput`, anything with ``samples``, or an array."""
-  return hasattr(node, "samples") or rls_transform.is_layer_input_entry(node)
+  return hasattr(node, "samples") or layerwise.is_layer_input_entry(node)
 
 
-def _augmented_samples(
-  layer: _tree.Layer, entry: Any, dtype
+def augmented_samples(
+  layer: layer_tree.Layer, entry: Any, dtype
 ) -> tuple[jax.Array, jax.Array]:
   """``(X with a column of ones if the layer has a bias, T)``."""
-  where = _tree.format_path(layer.path)
+  where = layer_tree.format_path(layer.path)
   samples = layer_samples_of(entry)
   if samples is None:
     raise ValueError(
@@ -140,12 +160,13 @@ def _augmented_samples(
       f"prod(kernel.shape[:-1]) for kernel shape "
       f"{tuple(layer.kernel.shape)}."
     )
-  steps = _steps_of(entry)
-  if jnp.ndim(steps) != 0:
+  if jnp.shape(samples)[0] < 1:
     raise ValueError(
-      f"layer_inputs[{where!r}].steps must be a scalar (the "
-      f"number of time steps T), got shape {jnp.shape(steps)}."
+      f"layer_inputs[{where!r}].samples has no rows; the sample count S "
+      "must be >= 1 (rls.layer_inputs(..., samples=S) with S >= 1)."
     )
+  steps = getattr(entry, "steps", 1)
+  layerwise.check_steps(layer, steps)
   rows = jnp.asarray(samples, dtype)
   if layer.bias is not None:
     rows = jnp.concatenate([rows, jnp.ones((rows.shape[0], 1), dtype)], 1)
@@ -201,40 +222,70 @@ def second_moment_layer_step(
   return (eta / h) * (old_p @ grad), new_p  # Eq. (63) with P_{s-1}.
 
 
-def inverse_cholesky_factor(matrix: jax.Array) -> jax.Array:
-  """``L⁻¹`` for the Cholesky factor ``L`` of a small SPD ``matrix``.
+def second_moment_square_root_layer_step(
+  factor: jax.Array,
+  rows: jax.Array,
+  steps: jax.Array,
+  grad: jax.Array,
+  forgetting_factor,
+  ratio,
+  gradient_scale,
+  direction: str = "eq63",
+) -> tuple[jax.Array, jax.Array]:
+  r"""`second_moment_layer_step` on a square root ``S`` of ``P = S Sᵀ``:
+  ``(direction, S_s)``.
 
-  Written with XLA loops (``S`` steps of ``S × S`` work each) rather than
-  `jnp.linalg.cholesky`: on CPU those call LAPACK through SciPy's OpenBLAS,
-  which deadlocked a vmapped training program here (every thread waiting,
-  jaxlib 0.10.2, two cores shared with another job), and for ``S ≈ 128``
-  the loops cost a few milliseconds at most.
+  Andrews' block form of Potter's square-root update. With ``X = rows``
+  (``N × n``, ``N`` sampled rows, bias column included), ``F = Sᵀ Xᵀ``,
+  ``r² = λ N / (c T)``, ``M = r² I + Fᵀ F = L Lᵀ`` (Cholesky) and
+  ``A = L^{-T} (L + r I)^{-1}``:
+
+  .. math::
+    S_s = rac{1}{\sqrt{λ}}ig(S - (S F) A Fᵀig),\qquad
+    S_s S_sᵀ = rac{1}{λ}ig(P - P Xᵀ M^{-1} X Pig),
+
+  the Woodbury update of `second_moment_layer_step`, because ``(I - F A
+  Fᵀ)(I - F A Fᵀ)ᵀ = I - F M^{-1} Fᵀ``; for ``N = 1`` it is
+  `rls.square_root.rls_square_root_layer_step`. Whatever the rounding (even
+  in ``L``, whose pivots are kept ``>= r²``, their exact lower bound),
+  ``P = S Sᵀ`` stays symmetric positive semi-definite. ``h = λ + (c T / N)
+  ‖F‖²``; the direction is ``(η/h) S (Sᵀ ∇_Θ)`` (``'eq63'``) or ``η S_s
+  (S_sᵀ ∇_Θ)`` (``'updated'``).
   """
-  size = matrix.shape[0]
-  rows = jnp.arange(size)
-
-  def factor_column(j, lower):
-    # Column j of L from the columns before it (zero from j on).
-    column = matrix[:, j] - jnp.matmul(lower, lower[j], precision=_HIGHEST)
-    column = column / jnp.sqrt(column[j])
-    return lower.at[:, j].set(jnp.where(rows >= j, column, 0.0))
-
-  lower = jax.lax.fori_loop(0, size, factor_column, jnp.zeros_like(matrix))
-
-  def substitute_row(i, inverse):
-    # Forward substitution of L Y = I, row i (rows from i on still zero).
-    row = jnp.eye(size, dtype=matrix.dtype)[i] - jnp.matmul(
-      lower[i], inverse, precision=_HIGHEST
-    )
-    return inverse.at[i].set(row / lower[i, i])
-
-  return jax.lax.fori_loop(0, size, substitute_row, jnp.zeros_like(matrix))
+  dtype = factor.dtype
+  lam = jnp.asarray(forgetting_factor, dtype)
+  c_t = jnp.asarray(ratio, dtype) * steps
+  eta = jnp.asarray(gradient_scale, dtype)
+  num_rows = rows.shape[0]
+  # F and S F feed the recursion for S: full precision on GPU/TPU.
+  f = jnp.matmul(factor.T, rows.T, precision=_HIGHEST)  # Sᵀ Xᵀ, n × N.
+  p_rows = jnp.matmul(factor, f, precision=_HIGHEST)  # P Xᵀ, n × N.
+  gram = jnp.matmul(f.T, f, precision=_HIGHEST)  # X P Xᵀ, N × N.
+  h = lam + (c_t / num_rows) * jnp.sum(f * f)
+  r_squared = lam * num_rows / c_t
+  identity = jnp.eye(num_rows, dtype=dtype)
+  lower = cholesky_factor(
+    r_squared * identity + 0.5 * (gram + gram.T), min_pivot=r_squared
+  )
+  shifted_inverse = lower_triangular_inverse(
+    lower + jnp.sqrt(r_squared) * identity
+  )
+  gain = jnp.matmul(
+    lower_triangular_inverse(lower).T, shifted_inverse, precision=_HIGHEST
+  )  # A = L⁻ᵀ (L + r I)⁻¹.
+  correction = jnp.matmul(
+    jnp.matmul(p_rows, gain, precision=_HIGHEST), f.T, precision=_HIGHEST
+  )
+  new_factor = (factor - correction) / jnp.sqrt(lam)
+  if direction == "updated":
+    return eta * (new_factor @ (new_factor.T @ grad)), new_factor
+  return (eta / h) * (factor @ (factor.T @ grad)), new_factor  # Eq. (63).
 
 
 def scale_by_rls_second_moment(
   forgetting_factor: float = 1.0,
   ratio: float = 1.0,
-  gradient_scale: rls_transform.ScalarOrTree = 1.0,
+  gradient_scale: hyperparameters.ScalarOrTree = 1.0,
   init_scale: float = 1.0,
   passthrough: bool = False,
   preconditioner_dtype: Any | None = None,
@@ -242,14 +293,30 @@ def scale_by_rls_second_moment(
 ) -> optax.GradientTransformationExtraArgs:
   r"""RLS preconditioning with ``P`` built from sampled layer-input rows.
 
+  Zhang et al. (2021) approximate each minibatch's input second moment by
+  ``k x̄ x̄ᵀ`` (eq. 33); this form keeps it: with ``X`` the ``S`` sampled
+  input rows of a layer (bias column appended), ``P_s`` is the inverse of
+  ``λ P_{s-1}^{-1} + (c T / S) Xᵀ X`` (eq. 27 for ``c = 1``), by Woodbury,
+
+  .. math::
+    h_s = λ + \frac{c T}{S}\operatorname{tr}(X P_{s-1} Xᵀ),\quad
+    P_s = \frac{1}{λ}\Big(P_{s-1} - P_{s-1} Xᵀ \big(\tfrac{λ S}{c T} I
+    + X P_{s-1} Xᵀ\big)^{-1} X P_{s-1}\Big),
+
+  and the direction is eq. (63)'s ``(η/h_s) P_{s-1} ∇_Θ`` (or ``η P_s
+  ∇_Θ``, ``direction='updated'``). For one row ``x̄`` and ``c = k`` this is
+  the paper's update, eqs. (53)-(55), (63). The state keeps ``S`` with ``P =
+  S Sᵀ``, updated in square-root form
+  (`second_moment_square_root_layer_step`), so ``P`` stays symmetric positive
+  semi-definite in float32 whatever the inputs.
+
   The contract is `rls.scale_by_rls`'s: ``update(updates, state, params=None,
-  *, layer_inputs, **extra_args)`` returns ``(η/h) P_{s-1} ∇_Θ`` per layer,
-  split back into kernel and bias (follow with a negative scaling to
-  descend); masked-out layers (`optax.multi_transform`) are skipped; other
-  parameters raise a ValueError naming them unless ``passthrough``. The
-  difference is ``P``'s recursion, the module docstring's rank-``S`` Woodbury
-  update with the entry's sampled rows (`rls.layer_inputs(...,
-  samples=S)`), and ``h`` (see `second_moment_layer_step`).
+  *, layer_inputs, **extra_args)`` returns the direction per layer, split
+  back into kernel and bias (follow with a negative scaling to descend);
+  masked-out layers (`optax.multi_transform`) are skipped; other parameters
+  raise a ValueError naming them unless ``passthrough``. Each layer's entry
+  of ``layer_inputs`` must carry its sampled rows (`rls.layer_inputs(...,
+  samples=S)`, ``S >= 1``).
 
   Args:
     forgetting_factor: ``λ`` in (0, 1] (eq. 19).
@@ -261,8 +328,8 @@ def scale_by_rls_second_moment(
       damping of the accumulated second moment, and ``η · init_scale / h``
       the step size in input directions no minibatch has excited yet.
     passthrough: let parameters without a layer input through unchanged.
-    preconditioner_dtype: dtype of ``P`` (default: the kernel's, at least
-      float32).
+    preconditioner_dtype: floating dtype of ``S`` (default: the kernel's, at
+      least float32).
     direction: ``'eq63'``, ``(η/h_s) P_{s-1} ∇`` (reduces to the paper's
       RLS for one row), or ``'updated'``, ``η P_s ∇`` (see
       `second_moment_layer_step`).
@@ -274,58 +341,32 @@ def scale_by_rls_second_moment(
   References:
     Zhang et al., 2021, eqs. (27), (33), (35), (53)-(55), (63).
   """
-  rls_transform._check_hyperparameters(  # pylint: disable=protected-access
+  hyperparameters.check_hyperparameters(
     forgetting_factor, ratio, gradient_scale, init_scale
   )
+  hyperparameters.check_preconditioner_dtype(preconditioner_dtype)
   if direction not in DIRECTIONS:
-    raise ValueError(f"direction={direction!r}; expected one of {DIRECTIONS}.")
-
-  def init_fn(params):
-    layers, masked = _tree.layers_to_precondition(params, passthrough)
-    rls_transform._check_gradient_scale_names_layers(  # pylint: disable=protected-access
-      gradient_scale, [layer.path for layer in layers] + masked
-    )
-    inverse_correlation: Any = {}
-    for layer in layers:
-      p0 = rls_transform._initial_inverse_correlation(  # pylint: disable=protected-access
-        layer, init_scale, preconditioner_dtype
-      )
-      inverse_correlation = _tree.nested_set(
-        inverse_correlation, layer.path, p0
-      )
-    return ScaleByRLSSecondMomentState(inverse_correlation)
-
-  def update_fn(
-    updates, state, params=None, *, layer_inputs=None, **extra_args
-  ):
-    del params, extra_args  # The update uses gradients and inputs only.
-    layers, entries = _tree.match_layer_inputs(
-      updates, layer_inputs, is_sample_entry, passthrough
-    )
-    directions: dict = {}
-    new_inverse_correlation: Any = {}
-    for layer in layers:
-      p = rls_transform._inverse_correlation_of(state, layer)  # pylint: disable=protected-access
-      if layer.path in entries:  # Else passthrough: keep the gradient and P.
-        rows, steps = _augmented_samples(layer, entries[layer.path], p.dtype)
-        grad = rls_transform.augment(layer, layer.kernel, layer.bias, p.dtype)
-        eta = rls_transform._gradient_scale_for(  # pylint: disable=protected-access
-          gradient_scale, layer.path
-        )
-        layer_direction, p = second_moment_layer_step(
-          p, rows, steps, grad, forgetting_factor, ratio, eta, direction
-        )
-        directions.update(
-          rls_transform.split_augmented(
-            layer, layer_direction, layer.kernel, layer.bias
-          )
-        )
-      new_inverse_correlation = _tree.nested_set(
-        new_inverse_correlation, layer.path, p
-      )
-    return (
-      _tree.replace_leaves(updates, directions, lambda g: g),
-      ScaleByRLSSecondMomentState(new_inverse_correlation),
+    raise ValueError(
+      f"direction must be one of {DIRECTIONS}, got {direction!r}."
     )
 
-  return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+  def init_layer(layer):
+    dtype = layerwise.matrix_dtype(layer, preconditioner_dtype)
+    return layerwise.scaled_identity(
+      layer, jnp.sqrt(jnp.asarray(init_scale, dtype)), dtype
+    )
+
+  def update_layer(factor, layer, entry, grad, eta):
+    rows, steps = augmented_samples(layer, entry, factor.dtype)
+    return second_moment_square_root_layer_step(
+      factor, rows, steps, grad, forgetting_factor, ratio, eta, direction
+    )
+
+  return layerwise.layerwise_transform(
+    ScaleByRLSSecondMomentState,
+    init_layer,
+    update_layer,
+    is_entry=is_sample_entry,
+    gradient_scale=gradient_scale,
+    passthrough=passthrough,
+  )

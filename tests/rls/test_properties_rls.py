@@ -27,6 +27,14 @@ not have the problem, nor does the square-root form (``square_root=True``,
 1e12 and the input offset to 100 (a bias column nearly collinear with the
 inputs): ``S`` and the updates finite, ``P`` symmetric and positive
 semi-definite in float64 to rounding at every step.
+
+The last properties take every form on its default settings (the default
+`rls.scale_by_rls`, which keeps float32 ``P`` in Potter's square-root form;
+`rls.scale_by_rls_square_root`; `rls.scale_by_rls_second_moment` fed three
+sampled rows a step) over the widened streams (budget up to 1e12, offset up
+to 100): updates and state finite, ``P`` symmetric and its smallest
+eigenvalue ``>= -1e-5 trace(P)`` at every step. The conventional form
+(`rls.scale_by_rls_conventional`, the paper's arithmetic) fails them.
 """
 
 from __future__ import annotations
@@ -240,3 +248,147 @@ def check_square_root_form_stays_psd(case):
 (test_square_root_form_stays_psd, test_square_root_form_stays_psd_thorough) = (
   check_square_root_form_stays_psd
 )
+
+
+# ----------------------------------------- every form, default settings
+
+# name -> factory called with only the drawn λ, k, init_scale: the default
+# `scale_by_rls` (Potter's form for float32 P), the square-root form and the
+# second-moment form (fed S sampled rows).
+DEFAULT_FORMS = {
+  "scale_by_rls": rls.scale_by_rls,
+  "scale_by_rls_square_root": rls.scale_by_rls_square_root,
+  "scale_by_rls_second_moment": rls.scale_by_rls_second_moment,
+}
+PSD_TOLERANCE = 1e-5  # min eigenvalue >= -PSD_TOLERANCE * trace(P)
+NUM_ROWS = 3  # sampled rows per step for the second-moment form
+
+
+@functools.partial(jax.jit, static_argnames="form")
+def _run_form(
+  hyperparameters, params, rows_bias, rows_plain, grads, steps, form
+):
+  """Scans the form's update over the stream; every step's stored matrices
+  (P, or S with P = S Sᵀ) and whether the updates stayed finite."""
+  transform = DEFAULT_FORMS[form](**hyperparameters)
+
+  def step(state, xs):
+    x_bias, x_plain, grad = xs
+    if form == "scale_by_rls_second_moment":
+      layer_inputs = {
+        "Dense_0": rls.input_samples.LayerInputSamples(
+          jnp.mean(x_bias, 0), steps, x_bias
+        ),
+        "Dense_1": x_plain,
+      }
+    else:
+      layer_inputs = {
+        "Dense_0": LayerInput(jnp.mean(x_bias, 0), steps),
+        "Dense_1": jnp.mean(x_plain, 0),
+      }
+    updates, state = transform.update(
+      grad, state, params, layer_inputs=layer_inputs
+    )
+    finite = jnp.all(
+      jnp.stack([jnp.all(jnp.isfinite(u)) for u in jax.tree.leaves(updates)])
+    )
+    return state, (state, finite)
+
+  initial = transform.init(params)
+  _, (history, finite) = jax.lax.scan(
+    step, initial, (rows_bias, rows_plain, grads)
+  )
+  return history, finite
+
+
+def _check_default_form_stays_psd(case, form):
+  rng = np.random.default_rng(case["seed"])
+  num_steps = case["num_steps"]
+
+  def stream(fan_in):
+    # A common offset per unit: rows nearly collinear with the bias column.
+    offset = case["offset"] * rng.uniform(0, 1, size=fan_in)
+    rows = rng.normal(size=(num_steps, NUM_ROWS, fan_in)) + offset
+    return (rows * case["input_scale"]).astype(np.float32)
+
+  params = _params(case["fan_in_bias"], case["fan_in_plain"])
+  grads = jax.tree.map(
+    lambda p: jnp.asarray(rng.normal(size=(num_steps,) + p.shape), jnp.float32),
+    params,
+  )
+  hyperparameters = {
+    name: jnp.asarray(case[name], jnp.float32)
+    for name in ("forgetting_factor", "ratio", "init_scale")
+  }
+  states, finite = jax.device_get(
+    _run_form(
+      hyperparameters,
+      params,
+      stream(case["fan_in_bias"]),
+      stream(case["fan_in_plain"]),
+      grads,
+      jnp.asarray(case["steps"], jnp.int32),
+      form,
+    )
+  )
+  assert np.all(finite), f"{form}: non-finite updates"
+  field = states._fields[0]  # The state stores P, or S with P = S Sᵀ.
+  for name, matrices in states[0].items():
+    assert matrices.dtype == np.float32
+    assert np.all(np.isfinite(matrices)), f"{form}, {name}: non-finite state"
+    m64 = np.float64(matrices)
+    transposed = np.swapaxes(m64, 1, 2)
+    if field == "inverse_correlation_factor":
+      ps = m64 @ transposed
+    else:
+      magnitude = np.max(np.abs(m64), axis=(1, 2))
+      asymmetry = np.max(np.abs(m64 - transposed), axis=(1, 2))
+      assert np.all(asymmetry <= SYMMETRY_TOLERANCE * magnitude), (
+        f"{form}, {name}: P not symmetric"
+      )
+      ps = (m64 + transposed) / 2
+    smallest = np.linalg.eigvalsh(ps)[:, 0]
+    trace = np.trace(ps, axis1=1, axis2=2)
+    worst = np.argmin(smallest / trace)
+    assert smallest[worst] >= -PSD_TOLERANCE * trace[worst], (
+      f"{form}, {name}: P not PSD at step {worst}: smallest eigenvalue "
+      f"{smallest[worst]:.3g}, trace {trace[worst]:.3g}"
+    )
+
+
+def _default_form_cases(**kwargs):
+  return rls_cases(
+    max_budget_exponent=SQUARE_ROOT_MAX_BUDGET_EXPONENT,
+    max_offset=SQUARE_ROOT_MAX_OFFSET,
+    **kwargs,
+  )
+
+
+def _default_form_property(form):
+  @property_tests(
+    _default_form_cases(fast=True, num_steps=500),
+    _default_form_cases(num_steps=THOROUGH_STEPS),
+    max_examples=6,
+    thorough_examples=50,
+  )
+  def check(case):
+    """On default settings, in float32, for ``k T x̄ᵀ P x̄`` up to 1e12 and a
+    nearly collinear bias column, P stays finite, symmetric and PSD."""
+    assert jnp.asarray(0.0).dtype == jnp.float32
+    _check_default_form_stays_psd(case, form)
+
+  return check
+
+
+(
+  test_default_scale_by_rls_stays_psd,
+  test_default_scale_by_rls_stays_psd_thorough,
+) = _default_form_property("scale_by_rls")
+(
+  test_square_root_factory_stays_psd,
+  test_square_root_factory_stays_psd_thorough,
+) = _default_form_property("scale_by_rls_square_root")
+(
+  test_second_moment_stays_psd,
+  test_second_moment_stays_psd_thorough,
+) = _default_form_property("scale_by_rls_second_moment")
