@@ -100,24 +100,23 @@ def first_sentence(doc: str) -> str:
   return paragraph
 
 
-def is_documented_object(value, name: str) -> bool:
-  """Whether `value`, public as `name`, is a module, or a class or function
-  of this project under its own name (which carries a docstring), rather
-  than a constant or an alias such as `Params = dict`."""
+def is_documented_object(value) -> bool:
+  """Whether `value` is a module, or a class or function of this project
+  (which carries a docstring), rather than a constant or an alias of
+  another library's object such as `Params = dict`."""
   if inspect.ismodule(value):
     return True
   if not (inspect.isclass(value) or callable(value)):
     return False
   home = getattr(value, "__module__", None) or ""
-  own = home.split(".")[0] in ("rtrl", "rls")
-  return own and getattr(value, "__name__", None) == name
+  return home.split(".")[0] in ("rtrl", "rls")
 
 
 def summary_row(value, target: str) -> list[str]:
   """One row of a page's summary table: a link to `target`, a summary."""
   if inspect.ismodule(value):
     role, summary = "py:mod", first_sentence(inspect.getdoc(value) or "")
-  elif is_documented_object(value, target.rsplit(".", 1)[-1]):
+  elif is_documented_object(value):
     role, summary = "py:obj", first_sentence(inspect.getdoc(value) or "")
   elif inspect.isclass(value):  # an alias
     role, summary = (
@@ -146,7 +145,7 @@ def page_lines(module_name: str) -> list[str]:
       summary += summary_row(value, home)  # documented on its home page
       continue
     summary += summary_row(value, target)
-    if not is_documented_object(value, name):
+    if not is_documented_object(value):
       entries += [f".. autodata:: {target}", ""]
     elif inspect.isclass(value):
       entries += [f".. autoclass:: {target}", ""]
