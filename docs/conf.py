@@ -78,10 +78,17 @@ napoleon_use_ivar = True
 
 def drop_type_docstrings(app, what, name, obj, options, lines):
   """A constant without a doc comment gets no text, not its type's docstring
-  (autodoc falls back on `type(obj).__doc__`, e.g. dict's, for a dict)."""
+  (autodoc falls back on `type(obj).__doc__`, e.g. dict's, for a dict), and
+  an alias of another library's class (`Params = dict`) not that class's
+  docstring (autodoc says "alias of" itself)."""
   del app, name, options
-  own = inspect.getdoc(type(obj)) or ""
-  if what == "data" and own and "\n".join(lines).strip() == own.strip():
+  if what != "data":
+    return
+  text = "\n".join(lines).strip()
+  foreign = [type(obj)]
+  if inspect.isclass(obj) and not obj.__module__.startswith(("rtrl", "rls")):
+    foreign.append(obj)
+  if text and any(text == (inspect.getdoc(t) or "").strip() for t in foreign):
     lines[:] = []
 
 
