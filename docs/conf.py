@@ -60,7 +60,7 @@ nb_merge_streams = True
 # `public-api` directive of api/api_pages.py: the module's public names).
 autosummary_generate = True
 autosummary_generate_overwrite = True
-autodoc_default_options = {"members": True, "show-inheritance": False}
+autodoc_default_options = {"members": True}  # no base classes shown
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 # Types are added to the arguments a docstring describes, not to all.
@@ -118,17 +118,24 @@ def verbatim_unless_rst(app, what, name, obj, options, lines):
     lines[:] = ["::", ""] + [f"  {line}" for line in lines] + [""]
 
 
-def skip_namedtuple_fields(app, what, name, obj, skip, options):
-  """Hides NamedTuple fields' generated "Alias for field number i" entries
-  (the class docstring describes the fields)."""
-  del app, what, name, options
+def skip_foreign_members(app, what, name, obj, skip, options):
+  """Hides what a class holds but did not write: NamedTuple fields'
+  generated "Alias for field number i" (the class docstring describes the
+  fields) and other libraries' functions held as attributes (a dataclass
+  field defaulting to `jnp.tanh` would show tanh's docstring)."""
+  del app, name, options
+  if what != "class":
+    return skip
   if (getattr(obj, "__doc__", None) or "").startswith("Alias for field"):
+    return True
+  home = getattr(obj, "__module__", None) or ""
+  if callable(obj) and not home.startswith(("rtrl", "rls")):
     return True
   return skip
 
 
 def setup(app):
-  app.connect("autodoc-skip-member", skip_namedtuple_fields)
+  app.connect("autodoc-skip-member", skip_foreign_members)
   app.connect("autodoc-process-docstring", drop_type_docstrings)
   # After napoleon (priority 500) has turned Google sections into fields.
   app.connect("autodoc-process-docstring", verbatim_unless_rst, priority=600)

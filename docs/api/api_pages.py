@@ -3,7 +3,8 @@ documents them.
 
 A module's public names are its `__all__` or, where it has none, the names
 its source defines at top level (`def`, `class`, assignments) that do not
-start with an underscore. The public modules are `rtrl`, `rls` and the
+start with an underscore (less local names of other libraries' objects,
+such as `Array = jax.Array`). The public modules are `rtrl`, `rls` and the
 `rtrl.tasks` modules, and every module that a public module's `__all__`
 names; under a package without `__all__` (`rtrl.tasks`), every submodule
 whose name does not start with an underscore.
@@ -42,11 +43,23 @@ def defined_names(module: types.ModuleType) -> list[str]:
   return list(dict.fromkeys(names))
 
 
+def is_foreign(value) -> bool:
+  """A class, function or typing alias that another library defined."""
+  if not (
+    inspect.isclass(value) or callable(value) or hasattr(value, "__origin__")
+  ):
+    return False
+  home = getattr(value, "__module__", None) or ""
+  return home.split(".")[0] not in ("rtrl", "rls")
+
+
 def public_names(module: types.ModuleType) -> list[str]:
-  """`module.__all__`, or the non-underscore names its source defines."""
+  """`module.__all__`, or the non-underscore names its source defines, but
+  for local names of other libraries' objects (`Array = jax.Array`)."""
   if hasattr(module, "__all__"):
     return list(module.__all__)
-  return [n for n in defined_names(module) if not n.startswith("_")]
+  names = [n for n in defined_names(module) if not n.startswith("_")]
+  return [n for n in names if not is_foreign(getattr(module, n))]
 
 
 def public_modules() -> list[str]:
