@@ -38,3 +38,5 @@ def test_wheel_holds_only_rtrl_and_rls(tmp_path):
   # rtrl.cpu_kernels compiles its C++ sources on first use.
   for source in ("tall_skinny.cc", "small_svd.cc", "common.h"):
     assert f"rtrl/cpu_kernels/{source}" in names
+  # PEP 561 markers: type checkers read both packages' annotations.
+  assert {"rtrl/py.typed", "rls/py.typed"} <= set(names)
