@@ -49,7 +49,7 @@ approximation (under eqs. 33-34, ``P_s ∇ = P_{s-1} ∇ / h``; for ``c = 1`` th
 exact block-RLS step of eq. 27). It does not reduce to the paper's update
 for an arbitrary gradient, but each input direction gets its own shrinkage
 instead of one ``h`` summed over all of them, which on MNIST trained much
-better (`docs/bench/rls_second_moment.md`). With ``λ = 1`` the accumulated
+better (`docs/benchmarks/rls_second_moment.md`). With ``λ = 1`` the accumulated
 ``P ≈ (c s Σ̄)⁻¹`` makes the step shrink like ``1/s``; ``λ < 1`` bounds that,
 but ``λ^s P_0⁻¹`` then vanishes and nothing damps rarely excited
 directions (``λ = 0.99`` diverged on MNIST, ``0.999`` did not).
