@@ -1,4 +1,4 @@
-"""`CustomCell` and the generic estimators (`rtrl.estimators.generic`).
+"""`CustomCell` and the generic estimators (`rtrl.estimators.autodiff`).
 
 User cells that are not Lemma-1: the original GRU of Cho et al. (reset gate
 before the recurrent product) and a peephole LSTM with a tuple state. On
