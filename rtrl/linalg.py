@@ -379,3 +379,24 @@ def computed_once(x: jax.Array) -> jax.Array:
     x.reshape(-1, width), identity, precision=jax.lax.Precision.HIGHEST
   )
   return flat.reshape(x.shape)
+
+
+__all__ = [
+  "MATMUL_PRECISIONS",
+  "check_matmul_precision",
+  "computed_once",
+  "default_refine",
+  "gram",
+  "gram_factor",
+  "gram_of_columns",
+  "gram_of_rows",
+  "gram_qr",
+  "gram_qr_rows",
+  "gram_qr_together",
+  "matmul",
+  "matmul_precision",
+  "matmul_unrolled",
+  "small_svd",
+  "sum_over_batch",
+  "thin_qr_rows",
+]

@@ -293,3 +293,19 @@ def _two_row_blocks(blocks: jax.Array):
   positive = singular_values > 0
   right = projected / jnp.where(positive, singular_values, 1)[:, None, :]
   return left, singular_values, right
+
+
+__all__ = [
+  "DENSE_H_MIN_ROWS",
+  "D_transpose",
+  "add_scaled_D_to_factors",
+  "apply_recurrent_jacobian",
+  "block_svd_of_D",
+  "contract_factors",
+  "contract_state",
+  "dense_D_factor",
+  "factors_and_D_rows",
+  "inner_with_D_factors",
+  "propagate_factors",
+  "recurrent_jacobian_t",
+]

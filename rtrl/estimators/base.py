@@ -231,3 +231,19 @@ def require_lemma1_cell(
       f"is not; for {cell!r} use {lru_instead}"
     )
   raise ValueError(f"{factory} needs {LEMMA1_FORM}, got {cell!r}")
+
+
+__all__ = [
+  "Estimator",
+  "FOR_CUSTOM_CELLS",
+  "FOR_LRUS",
+  "LEMMA1_FORM",
+  "TangentReadout",
+  "TangentState",
+  "TangentUpdate",
+  "build",
+  "forget_nothing",
+  "require_lemma1_cell",
+  "sizes",
+  "zeroed_where_reset",
+]

@@ -181,3 +181,11 @@ def optimal_variance(C, rank: int, *, routing: Routing | None = None) -> Array:
   if s.shape[0] <= rank:
     return jnp.zeros((), C.dtype)
   return _sorted_variance(s, rank)
+
+
+__all__ = [
+  "biased_low_rank",
+  "optimal_variance",
+  "unbiased_low_rank",
+  "unbiased_low_rank_with_signs",
+]

@@ -181,3 +181,11 @@ def reduce_rows(
     linalg.matmul(left.T @ transform_u, us),
     rows.combine(right.T @ transform_a),
   )
+
+
+__all__ = [
+  "Rows",
+  "dense_rows",
+  "kronecker_sum_reduce",
+  "reduce_rows",
+]
