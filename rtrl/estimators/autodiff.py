@@ -227,9 +227,10 @@ def autodiff_snap1(cell, pattern=None) -> Estimator:
   `J' = (H J + F) ⊙ M`, stored compressed (`sparsity.layout`).
   `make('snap1', custom_cell)` builds it.
 
-  Memory `nnz(M)` per example, not `d p`. Per step: one VJP per row colour
-  for `F`'s entries on `M` (a single one when no parameter reaches two
-  units) and the dense `H` by `d` JVPs, of which only the diagonal blocks
+  Cost per example and step: memory `nnz(M)`, not `d p`; time one VJP per
+  row colour for `F`'s entries on `M` (a single one when no parameter
+  reaches two units) and the dense `H` by `d` JVPs, of which only the
+  diagonal blocks
   on each group's rows are used: a generic step offers no cheaper way to
   them, where the Lemma-1 path reads them off the cell's structure. Exact
   at the first step after a reset (`J = F`), and at every step when `H`
