@@ -239,10 +239,10 @@ def gram_qr_together(
   factor = functools.partial(gram_factor, routing=routing)
   transforms, coords = jax.vmap(factor)(jnp.stack(grams))
   if refine:
-    grams = jnp.stack(
+    refined = jnp.stack(
       [gram_of(transform) for gram_of, transform in zip(gram_ofs, transforms)]
     )
-    transforms2, coords2 = jax.vmap(factor)(grams)
+    transforms2, coords2 = jax.vmap(factor)(refined)
     transforms = transforms2 @ transforms
     coords = coords2 @ coords
   return [(transforms[i], coords[i]) for i in range(len(gram_ofs))]

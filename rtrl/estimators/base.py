@@ -147,6 +147,7 @@ def build(
 
   def batch_gradient(params, tstates: TangentState, dloss_dstates):
     del params
+    assert batch_readout is not None  # only returned when given
     rows = jax.vmap(cell.state_to_rows)(dloss_dstates)
     return {"W": cell.mask_gradient(batch_readout(tstates.tangent, rows))}
 

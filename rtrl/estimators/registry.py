@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 import types
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 from rtrl.cells import LRU
 from rtrl.cells import Cell
@@ -134,7 +134,7 @@ def _check_hyperparameters(
       raise ValueError(f"estimator {name!r} needs {h.name} ({h.valid}){where}")
 
 
-def _refuse_custom(name: str, cell: CustomCell) -> None:
+def _refuse_custom(name: str, cell: CustomCell) -> NoReturn:
   served = [s.name for s in _SPECS if s.custom is not None]
   if name not in REGISTRY:
     raise ValueError(
@@ -184,13 +184,13 @@ def make(
       (naming what can).
   """
   if isinstance(cell, CustomCell):
-    if name not in REGISTRY or REGISTRY[name].custom is None:
+    custom = REGISTRY[name].custom if name in REGISTRY else None
+    if custom is None:
       _refuse_custom(name, cell)
-    entry = REGISTRY[name]
     _check_hyperparameters(
-      name, entry.custom_hyperparameters, hparams, " for a CustomCell"
+      name, REGISTRY[name].custom_hyperparameters, hparams, " for a CustomCell"
     )
-    return entry.custom(cell, **hparams)
+    return custom(cell, **hparams)
   entry = spec(name)
   if isinstance(cell, LRU):
     _check_hyperparameters(name, (), hparams, " for an LRU")
