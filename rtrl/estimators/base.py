@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from rtrl import linalg
+from rtrl import routing as routing_lib
 from rtrl.cells import Cell
 from rtrl.cells import StepJacobians
 from rtrl.routing import Routing
@@ -76,8 +77,8 @@ def build(
   update: TangentUpdate,
   readout: TangentReadout,
   *,
-  implementation: str,
-  routing: Routing,
+  implementation: str | None = None,
+  routing: Routing | None = None,
   jacobians_once: bool = False,
   forget: Callable[[Any, jax.Array], Any] | None = None,
   batch_readout: Callable[[Any, jax.Array], jax.Array] | None = None,
@@ -90,8 +91,10 @@ def build(
     zeros: `params -> tangent` of zeros (the state at a sequence start).
     update: the tangent recursion of one step (`G_t ≈ H_t G_{t-1} + F_t`).
     readout: turns the tangent and `dL_t/dstate` rows into `dL_t/dW`.
-    implementation: the factory's name (`Estimator.implementation`).
-    routing: the speed choices, resolved (`Estimator.routing`).
+    implementation: the factory's name (`Estimator.implementation`);
+      None: `name`.
+    routing: the speed choices (`Estimator.routing`); None:
+      `Routing.auto()`, resolved here, when the estimator is built.
     jacobians_once: the update combines `D` and `dfds` element-wise with a
       tangent much larger than they are (SnAp-1, RFLO, UORO): where
       `routing.jacobians_once`, evaluate them once before `update`
@@ -111,6 +114,8 @@ def build(
       that contracts the batch inside one product rather than forming each
       example's `(P, K n)` gradient (the Estimator's `batch_gradient`).
   """
+  routing = routing_lib.resolve(routing)
+  implementation = name if implementation is None else implementation
 
   def init(params, state, key):
     del state  # tangents start at zero whatever the state
