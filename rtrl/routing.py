@@ -203,4 +203,12 @@ def or_xla(routing: Routing | None) -> Routing:
   return resolve(routing)
 
 
-__all__ = ["Routing", "or_xla", "resolve"]
+__all__ = [
+  "CPU_ELEMENTWISE_MIX_MAX_RANK",
+  "CPU_KERNEL_PRODUCTS_MIN_RANK",
+  "CPU_ROWS_FIRST_MAX_FLOATS",
+  "CPU_ROWS_FIRST_MAX_RANK",
+  "Routing",
+  "or_xla",
+  "resolve",
+]
