@@ -36,6 +36,8 @@ CPU_ROWS_FIRST_MAX_FLOATS = 2**17
 CPU_ROWS_FIRST_MAX_RANK = 4
 CPU_ELEMENTWISE_MIX_MAX_RANK = 8
 CPU_KERNEL_PRODUCTS_MIN_RANK = 2
+# Below this many tangent rows the factorised `H v` beats forming `H`.
+DENSE_H_MIN_ROWS = 4
 
 
 def _check_int(name: str, value) -> None:
@@ -75,6 +77,9 @@ class Routing:
       (up to `rtrl.cpu_kernels.MAX_SVD_SIZE`, float32 or float64) on the
       Jacobi kernel `rtrl.cpu_kernels.svd` instead of `jnp.linalg.svd`. CPU
       programs only.
+    dense_h_min_rows: `H v` for at least this many tangent rows `v (S, n)`
+      (KTP's `r`) forms the step's `(S n, S n)` matrix `H` and applies it
+      by one GEMM; fewer (UORO's one) take the factorised product.
     jacobians_once: SnAp-1, RFLO and UORO write the cell's per-unit
       Jacobians out once (`rtrl.linalg.computed_once`) before the
       element-wise update of their large tangent, rather than letting XLA
@@ -90,6 +95,7 @@ class Routing:
   rows_first_max_rank: int = CPU_ROWS_FIRST_MAX_RANK
   elementwise_mix_max_rank: int = 0
   cpu_kernel_svd: bool = False
+  dense_h_min_rows: int = DENSE_H_MIN_ROWS
   jacobians_once: bool = True
 
   def __post_init__(self):
@@ -165,6 +171,10 @@ class Routing:
       and num_floats < self.rows_first_max_floats
     )
 
+  def dense_h(self, rows: int) -> bool:
+    """Whether `H v` for `rows` tangent rows forms `H`."""
+    return rows >= self.dense_h_min_rows
+
   def elementwise_mix(self, rank: int) -> bool:
     """Whether rank-`rank` tall factors mix by multiply-adds."""
     return rank <= self.elementwise_mix_max_rank
@@ -208,6 +218,7 @@ __all__ = [
   "CPU_KERNEL_PRODUCTS_MIN_RANK",
   "CPU_ROWS_FIRST_MAX_FLOATS",
   "CPU_ROWS_FIRST_MAX_RANK",
+  "DENSE_H_MIN_ROWS",
   "Routing",
   "or_xla",
   "resolve",

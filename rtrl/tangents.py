@@ -34,9 +34,6 @@ from rtrl import linalg
 from rtrl import routing as routing_lib
 from rtrl.cells import StepJacobians
 
-# Below this many tangent rows the factorised `H v` beats forming `H`.
-DENSE_H_MIN_ROWS = 4
-
 
 def recurrent_jacobian_t(jac: StepJacobians, hidden_row: int) -> jax.Array:
   """`Hᵀ` as an `(S n, S n)` matrix: `(H v).ravel() = v.ravel() @ Hᵀ`.
@@ -64,12 +61,18 @@ def _apply_factorised(jac: StepJacobians, hidden_row: int, v: jax.Array):
 
 
 def apply_recurrent_jacobian(
-  jac: StepJacobians, hidden_row: int, v: jax.Array
+  jac: StepJacobians,
+  hidden_row: int,
+  v: jax.Array,
+  *,
+  routing: routing_lib.Routing | None = None,
 ) -> jax.Array:
-  """`H v` for state tangents `v` of shape `(..., S, n)` (same shape out)."""
+  """`H v` for state tangents `v` of shape `(..., S, n)` (same shape out):
+  the factorised product, or `H` formed once and one GEMM, as
+  `routing.dense_h` says (None: `Routing()`)."""
   num_rows, n = v.shape[-2:]
   rows = math.prod(v.shape[:-2])
-  if rows < DENSE_H_MIN_ROWS:
+  if not routing_lib.or_xla(routing).dense_h(rows):
     return _apply_factorised(jac, hidden_row, v)
   h_t = recurrent_jacobian_t(jac, hidden_row)
   flat = v.reshape(rows, num_rows * n)
@@ -296,7 +299,6 @@ def _two_row_blocks(blocks: jax.Array):
 
 
 __all__ = [
-  "DENSE_H_MIN_ROWS",
   "D_transpose",
   "add_scaled_D_to_factors",
   "apply_recurrent_jacobian",

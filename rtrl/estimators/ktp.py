@@ -65,6 +65,7 @@ def ktp(
   """
   base.require_lemma1_cell(cell, "ktp")
   rank = check_rank(rank, "ktp")
+  routing = routing_lib.resolve(routing)
   if rank > max_rank_of_D(cell):
     raise ValueError(
       f"rank must be at most {max_rank_of_D(cell)} (the rank "
@@ -82,7 +83,9 @@ def ktp(
 
   def update(tangent, jac, key):
     a, b, c = tangent
-    hb = tangents.apply_recurrent_jacobian(jac, cell.hidden_row, b)
+    hb = tangents.apply_recurrent_jacobian(
+      jac, cell.hidden_row, b, routing=routing
+    )
     d_key, sign_key = jax.random.split(key)
     state_vectors, column_vectors = low_rank_D_factors(jac, rank, d_key)
     hhat = jnp.broadcast_to(jac.hhat, a.shape)
@@ -110,7 +113,7 @@ def ktp(
     update,
     readout,
     implementation="ktp",
-    routing=routing_lib.resolve(routing),
+    routing=routing,
     forget=lambda tangent, keep: base.zeroed_where_reset(keep, *tangent),
   )
 

@@ -58,7 +58,7 @@ def uoro(
   def update(tangent, jac, key):
     state_vector, param_vector = tangent
     propagated = tangents.apply_recurrent_jacobian(
-      jac, cell.hidden_row, state_vector
+      jac, cell.hidden_row, state_vector, routing=routing
     )
     sign_key, mix_key = jax.random.split(key)
     nu = jax.random.rademacher(

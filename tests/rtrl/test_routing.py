@@ -125,6 +125,32 @@ def test_jacobians_once_gives_the_same_numbers(name, cell_cls, x64):
     np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.parametrize("name", ["uoro", "ktp"])
+@pytest.mark.parametrize("cell_cls", [cells.RHN, cells.LSTM])
+def test_dense_h_gives_the_same_numbers(name, cell_cls, x64):
+  """`H v` with `H` formed (`dense_h_min_rows=0`) or factorised (never
+  formed) gives UORO and KTP the same numbers (same key)."""
+  cell = cell_cls(hidden_size=N)
+  params, xs, gs = make_example_problem(cell, INPUT, STEPS, seed=3)
+  hparams = {"rank": 2} if name == "ktp" else {}
+  results = [
+    _run(
+      cell,
+      estimators.make(
+        name, cell, routing=Routing(dense_h_min_rows=rows), **hparams
+      ),
+      params,
+      xs,
+      gs,
+    )
+    for rows in (0, 2**62)
+  ]
+  for a, b in zip(
+    jax.tree_util.tree_leaves(results[0]), jax.tree_util.tree_leaves(results[1])
+  ):
+    np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-13)
+
+
 def test_a_changed_route_is_a_new_compilation():
   """A `Routing` is a static value: equal routings share one trace, a
   different one is traced (and compiled) again."""
