@@ -45,11 +45,13 @@ References:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+import functools
 
 import jax
 import jax.numpy as jnp
 
 from rtrl import cpu_kernels
+from rtrl import routing as routing_lib
 
 MATMUL_PRECISIONS = {
   "highest": jax.lax.Precision.HIGHEST,
@@ -92,8 +94,8 @@ def matmul(a: jax.Array, b: jax.Array) -> jax.Array:
 def matmul_unrolled(a: jax.Array, b: jax.Array) -> jax.Array:
   """`a @ b` for `a` `(M, k)`, `b` `(k, m)` with a small `k`, as `k`
   broadcast multiply-adds (summed in order `0..k-1`), which XLA fuses into
-  one loop over the output instead of calling a GEMM; see
-  `rtrl.tangents._ELEMENTWISE_MIX_MAX_RANK` for when that is faster. True
+  one loop over the output instead of calling a GEMM
+  (`rtrl.routing.Routing.elementwise_mix_max_rank` says when). True
   products at the input's precision, whatever `matmul_precision()` says."""
   if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0] or a.shape[1] == 0:
     raise ValueError(
@@ -117,38 +119,40 @@ def gram_of_columns(columns: jax.Array) -> jax.Array:
   return jnp.einsum("mi,mj->ij", columns, columns, precision=matmul_precision())
 
 
-# Set False to measure what the Jacobi kernel saves; read at trace time, so
-# set it before the function is first jitted.
-SMALL_SVD_ON_CPU_KERNEL = True
-
-
-def small_svd(matrices: jax.Array):
+def small_svd(
+  matrices: jax.Array, *, routing: routing_lib.Routing | None = None
+):
   """Thin SVD `(u, s, vt)` of `(..., m, n)` matrices, `s` non-increasing,
   as `jnp.linalg.svd(matrices, full_matrices=False)`.
 
-  Square matrices up to `cpu_kernels.MAX_SVD_SIZE` in a CPU program go to
+  Where `routing.svd_on_cpu_kernel` says so (square matrices up to
+  `cpu_kernels.MAX_SVD_SIZE`, `Routing.cpu_kernel_svd`), they go to
   `rtrl.cpu_kernels.svd`, a one-sided Jacobi SVD with one matrix per SIMD
   lane: r-OK factorises three `(r + 1)`-square matrices per example and
   step, and LAPACK takes each on its own (`scripts/bench_small_linalg.py`).
   There, `u`'s columns for zero singular values are zero rather than an
   orthonormal completion; the callers here only use them scaled by their
   singular value (or a factor that vanishes with it).
+
+  Args:
+    matrices: `(..., m, n)`.
+    routing: the routes (`rtrl.routing`); None: `Routing()`, LAPACK.
   """
-  m, n = matrices.shape[-2:]
-  if (
-    SMALL_SVD_ON_CPU_KERNEL
-    and m == n
-    and cpu_kernels.svd_usable(n, matrices.dtype)
+  if routing_lib.or_xla(routing).svd_on_cpu_kernel(
+    matrices.shape, matrices.dtype
   ):
     return cpu_kernels.svd(matrices)
   return jnp.linalg.svd(matrices, full_matrices=False)
 
 
-def gram_factor(gram_matrix: jax.Array) -> tuple[jax.Array, jax.Array]:
+def gram_factor(
+  gram_matrix: jax.Array, *, routing: routing_lib.Routing | None = None
+) -> tuple[jax.Array, jax.Array]:
   """Orthonormalising transform of rows from their Gram matrix alone.
 
   Args:
     gram_matrix: `(c, c)` symmetric positive semi-definite, `rows @ rows.T`.
+    routing: the route of its SVD (`small_svd`).
 
   Returns:
     `(transform (c, c), coords (c, c))` such that `basis = transform @ rows`
@@ -168,7 +172,7 @@ def gram_factor(gram_matrix: jax.Array) -> tuple[jax.Array, jax.Array]:
   # eigh custom call was seen to stall (0% CPU, never returning) inside the
   # vmapped, scanned estimator step; the SVD path has not. Its right
   # singular vectors are the eigenvectors (orthonormal on every path).
-  _, values, vectors_t = small_svd(scaled)  # descending
+  _, values, vectors_t = small_svd(scaled, routing=routing)  # descending
   vectors = vectors_t.T
   tolerance = c * jnp.finfo(dtype).eps * jnp.maximum(values[0], 1)
   keep = values > tolerance
@@ -179,7 +183,10 @@ def gram_factor(gram_matrix: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 def gram_qr(
-  gram_of: Callable[[jax.Array | None], jax.Array], refine: bool
+  gram_of: Callable[[jax.Array | None], jax.Array],
+  refine: bool,
+  *,
+  routing: routing_lib.Routing | None = None,
 ) -> tuple[jax.Array, jax.Array]:
   """Orthonormalising transform of `c` rows known only through Gram matrices.
 
@@ -190,15 +197,19 @@ def gram_qr(
     refine: repeat once on `T @ rows` (CholeskyQR2): orthonormal to working
       precision. Without it (CholeskyQR) the basis is orthonormal up to
       `eps * kappa**2` (`kappa` of the length-normalised rows).
+    routing: the route of the small SVDs (`small_svd`).
 
   Returns:
     `(transform, coords)` `(c, c)` as for `gram_qr_rows`.
   """
-  return gram_qr_together([gram_of], refine)[0]
+  return gram_qr_together([gram_of], refine, routing=routing)[0]
 
 
 def gram_qr_together(
-  gram_ofs: Sequence[Callable[[jax.Array | None], jax.Array]], refine: bool
+  gram_ofs: Sequence[Callable[[jax.Array | None], jax.Array]],
+  refine: bool,
+  *,
+  routing: routing_lib.Routing | None = None,
 ) -> list[tuple[jax.Array, jax.Array]]:
   """`gram_qr` of several sets of `c` rows, factorised by one batched call.
 
@@ -206,15 +217,14 @@ def gram_qr_together(
   factors; their `(c, c)` Gram matrices are stacked and factorised by a
   single (batched) decomposition per pass, which also cannot start before
   both Gram matrices exist. On XLA:CPU that matters beyond saving a call:
-  a LAPACK call free to start early runs beside the step's large GEMMs,
-  and there it was measured to stall both (GRU-128 16-OK: the left
-  factors' decomposition charged 58-84 ms of a 100-120 ms step, 1.2 of 2
-  cores busy; stacked, 75-78 ms at 1.9 cores).
+  a LAPACK call free to start early runs beside the step's large GEMMs
+  and stalls both (docs/benchmarks/routing.md).
 
   Args:
     gram_ofs: one `gram_of` (as for `gram_qr`) per set of rows, all of the
       same `c`.
     refine: as for `gram_qr`.
+    routing: the route of the small SVDs (`small_svd`).
 
   Returns:
     `[(transform, coords), ...]`, one pair per `gram_ofs` entry, in order.
@@ -226,12 +236,13 @@ def gram_qr_together(
       "gram_qr_together needs Gram matrices of one square "
       f"shape (c, c), got shapes {[g.shape for g in grams]}"
     )
-  transforms, coords = jax.vmap(gram_factor)(jnp.stack(grams))
+  factor = functools.partial(gram_factor, routing=routing)
+  transforms, coords = jax.vmap(factor)(jnp.stack(grams))
   if refine:
-    grams = jnp.stack(
+    refined = jnp.stack(
       [gram_of(transform) for gram_of, transform in zip(gram_ofs, transforms)]
     )
-    transforms2, coords2 = jax.vmap(gram_factor)(grams)
+    transforms2, coords2 = jax.vmap(factor)(refined)
     transforms = transforms2 @ transforms
     coords = coords2 @ coords
   return [(transforms[i], coords[i]) for i in range(len(gram_ofs))]
@@ -245,20 +256,24 @@ def default_refine(dtype) -> bool:
   reduction exactly unbiased and exact at sufficient rank (both only need
   `rows = coords.T @ basis`, which holds to rounding); it perturbs the
   optimality of the variance by a relative `eps * kappa**2`, and the second
-  pass would cost three more passes over the factors (measured: ~1.6x the
-  one-pass reduction at 16-OK, n=128).
+  pass would cost three more passes over the factors (its cost:
+  docs/benchmarks/routing.md).
   """
   return jnp.dtype(dtype) == jnp.float64
 
 
 def gram_qr_rows(
-  rows: jax.Array, refine: bool | None = None
+  rows: jax.Array,
+  refine: bool | None = None,
+  *,
+  routing: routing_lib.Routing | None = None,
 ) -> tuple[jax.Array, jax.Array]:
   """Orthonormal basis of the rows of `rows` `(c, M)` by CholeskyQR(2).
 
   Args:
     rows: `(c, M)`, any `c` and `M` (also `M < c`).
     refine: second pass (CholeskyQR2); default `default_refine(rows.dtype)`.
+    routing: the route of the small SVDs (`small_svd`).
 
   Returns:
     `(transform (c, c), coords (c, c))`: `basis = transform @ rows` has
@@ -269,7 +284,7 @@ def gram_qr_rows(
   """
   if refine is None:
     refine = default_refine(rows.dtype)
-  return gram_qr(gram_of_rows(rows), refine)
+  return gram_qr(gram_of_rows(rows), refine, routing=routing)
 
 
 def gram_of_rows(rows: jax.Array) -> Callable[[jax.Array | None], jax.Array]:
@@ -324,9 +339,9 @@ def sum_over_batch(per_example: jax.Array) -> jax.Array:
   """`per_example.sum(0)` as a product with a ones vector.
 
   XLA:CPU lowers a reduction over the leading axis of a `(B, P, K n)` array
-  to a library fusion that takes ~3.5 ms at B=16, n=128 (about 50x its
-  memory time, measured with `jax.profiler` in the online trainer); the same
-  sum as a GEMV takes 0.07 ms. Exact in float64: products with 1 are exact.
+  to a library fusion far slower than the same sum as a GEMV
+  (docs/benchmarks/routing.md). Exact in float64: products with 1 are
+  exact.
   """
   ones = jnp.ones(per_example.shape[:1], per_example.dtype)
   return jnp.tensordot(
@@ -338,9 +353,6 @@ def sum_over_batch(per_example: jax.Array) -> jax.Array:
 # of size 1 would be rewritten by XLA into an element-wise multiply (and
 # fused again), so the smallest width used is 2.
 _ONCE_WIDTHS = (8, 4, 2)
-# Set False to measure what the routing saves; read at trace time, so set it
-# before the function is first jitted (a jitted function keeps its choice).
-COMPUTE_JACOBIANS_ONCE = True
 
 
 def computed_once(x: jax.Array) -> jax.Array:
@@ -350,16 +362,15 @@ def computed_once(x: jax.Array) -> jax.Array:
   evaluates them per output element. When a small per-unit array (a cell's
   Jacobians `D`, `dfds`: sigmoids, tanhs and their derivatives) feeds an
   element-wise update of the `(P, K, n)` influence of SnAp-1, RFLO or
-  UORO, that recomputes each unit's derivative `P` times: on a GRU-128 at
-  batch 16, 5.6 of the 6.6 ms of an RFLO step (XLA:CPU, jax 0.10; an
-  `optimization_barrier` is removed before fusion on CPU and does not
-  help). A dot is never fused into its element-wise consumers, so `x` is
-  routed through a product with the identity, which makes XLA write it out
-  once. Exact for finite `x` (each entry is `x * 1 + 0 * others`; a NaN or
-  infinity spreads to the entries it is grouped with).
+  UORO, that recomputes each unit's derivative `P` times, most of such a
+  step on XLA:CPU (docs/benchmarks/routing.md; an `optimization_barrier`
+  is removed before fusion on CPU and does not help). A dot is never fused
+  into its element-wise consumers, so `x` is routed through a product with
+  the identity, which makes XLA write it out once. Exact for finite `x`
+  (each entry is `x * 1 + 0 * others`; a NaN or infinity spreads to the
+  entries it is grouped with). The estimators call it where
+  `Routing.jacobians_once` says so.
   """
-  if not COMPUTE_JACOBIANS_ONCE:
-    return x
   width = next((w for w in _ONCE_WIDTHS if x.size % w == 0), None)
   if width is None or x.size < width:
     return x
@@ -368,3 +379,24 @@ def computed_once(x: jax.Array) -> jax.Array:
     x.reshape(-1, width), identity, precision=jax.lax.Precision.HIGHEST
   )
   return flat.reshape(x.shape)
+
+
+__all__ = [
+  "MATMUL_PRECISIONS",
+  "check_matmul_precision",
+  "computed_once",
+  "default_refine",
+  "gram",
+  "gram_factor",
+  "gram_of_columns",
+  "gram_of_rows",
+  "gram_qr",
+  "gram_qr_rows",
+  "gram_qr_together",
+  "matmul",
+  "matmul_precision",
+  "matmul_unrolled",
+  "small_svd",
+  "sum_over_batch",
+  "thin_qr_rows",
+]

@@ -1,12 +1,12 @@
 """Readouts: the map from a cell's hidden vector to a prediction.
 
-A `Readout` is a pair of pure functions, optax style. `linear()` is the
-default of the trainers and of BPTT; `feedback_alignment()` is the same
-linear map whose backward pass sends the error to the hidden state through a
-fixed random matrix. The module functions `init`, `logits` and `step_loss`
-are the linear softmax readout that the trainers have always used (the
-experiments and `tasks.ptb_eval` call them directly); `linear()` wraps the
-first two.
+A `Readout` is a pair of pure functions, optax style, and the one readout
+API: `linear()` is the default of the trainers and of BPTT;
+`feedback_alignment()` is the same linear map whose backward pass sends the
+error to the hidden state through a fixed random matrix. The module
+functions `init`, `logits` and `step_loss` are deprecated aliases of
+`linear().init`, `linear().apply` and the softmax cross-entropy of
+`linear().apply`, kept for older callers.
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ class Readout(NamedTuple):
   name: str = "custom"
 
 
-def init(key: jax.Array, hidden_size: int, num_outputs: int) -> dict:
-  """`{'w': (n, num_outputs), 'b': (num_outputs,)}`, scaled by 1/sqrt(n)."""
+def _linear_init(key: jax.Array, hidden_size: int, num_outputs: int) -> dict:
+  """`{'w': (n, num_outputs), 'b': (num_outputs,)}`, `w` normal scaled by
+  1/sqrt(n), `b` zero."""
   dtype = jnp.asarray(0.0).dtype
   w = jax.random.normal(key, (hidden_size, num_outputs), dtype)
   return {
@@ -50,24 +51,41 @@ def init(key: jax.Array, hidden_size: int, num_outputs: int) -> dict:
   }
 
 
-def logits(params: dict, hidden: jax.Array) -> jax.Array:
+def _linear_apply(params: dict, hidden: jax.Array) -> jax.Array:
   return hidden @ params["w"] + params["b"]
+
+
+def linear() -> Readout:
+  """`hidden @ w + b`: the default readout.
+
+  `init(key, n, num_outputs)` gives `{'w': (n, num_outputs), 'b':
+  (num_outputs,)}`, `w` normal scaled by `1/sqrt(n)`, `b` zero; `apply(params,
+  hidden (n,))` the `(num_outputs,)` logits.
+  """
+  return Readout(init=_linear_init, apply=_linear_apply, name="linear")
+
+
+def init(key: jax.Array, hidden_size: int, num_outputs: int) -> dict:
+  """Deprecated: `linear().init(key, hidden_size, num_outputs)`."""
+  return linear().init(key, hidden_size, num_outputs)
+
+
+def logits(params: dict, hidden: jax.Array) -> jax.Array:
+  """Deprecated: `linear().apply(params, hidden)`."""
+  return linear().apply(params, hidden)
 
 
 def step_loss(
   params: dict, hidden: jax.Array, target: jax.Array, weight: jax.Array
 ) -> jax.Array:
-  """Softmax cross-entropy (nats) of one example at one step, times `weight`
-  (the loss mask: 0 where the step carries no target)."""
+  """Deprecated: `losses.softmax_cross_entropy(linear().apply(params,
+  hidden), target) * weight`, the softmax cross-entropy (nats) of one
+  example at one step, times `weight` (the loss mask: 0 where the step
+  carries no target)."""
   ce = optax.softmax_cross_entropy_with_integer_labels(
-    logits(params, hidden), target
+    linear().apply(params, hidden), target
   )
   return ce * weight
-
-
-def linear() -> Readout:
-  """`hidden @ w + b` with `init`'s parameters: the default readout."""
-  return Readout(init=init, apply=logits, name="linear")
 
 
 @jax.custom_vjp
@@ -122,7 +140,7 @@ def feedback_alignment(scale: float = 1.0) -> Readout:
 
   def fa_init(key, hidden_size, num_outputs):
     weights_key, feedback_key = jax.random.split(key)
-    params = init(weights_key, hidden_size, num_outputs)
+    params = _linear_init(weights_key, hidden_size, num_outputs)
     feedback = scale * jax.random.normal(
       feedback_key, params["w"].shape, params["w"].dtype
     )
@@ -136,3 +154,14 @@ def feedback_alignment(scale: float = 1.0) -> Readout:
     return _feedback_product(hidden, params["w"], feedback) + params["b"]
 
   return Readout(init=fa_init, apply=apply, name="feedback_alignment")
+
+
+__all__ = [
+  "LOG2",
+  "Readout",
+  "feedback_alignment",
+  "init",
+  "linear",
+  "logits",
+  "step_loss",
+]

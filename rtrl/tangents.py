@@ -31,10 +31,8 @@ import jax.numpy as jnp
 from rtrl import cpu_kernels
 from rtrl import kronecker
 from rtrl import linalg
+from rtrl import routing as routing_lib
 from rtrl.cells import StepJacobians
-
-# Below this many tangent rows the factorised `H v` beats forming `H`.
-DENSE_H_MIN_ROWS = 4
 
 
 def recurrent_jacobian_t(jac: StepJacobians, hidden_row: int) -> jax.Array:
@@ -63,12 +61,18 @@ def _apply_factorised(jac: StepJacobians, hidden_row: int, v: jax.Array):
 
 
 def apply_recurrent_jacobian(
-  jac: StepJacobians, hidden_row: int, v: jax.Array
+  jac: StepJacobians,
+  hidden_row: int,
+  v: jax.Array,
+  *,
+  routing: routing_lib.Routing | None = None,
 ) -> jax.Array:
-  """`H v` for state tangents `v` of shape `(..., S, n)` (same shape out)."""
+  """`H v` for state tangents `v` of shape `(..., S, n)` (same shape out):
+  the factorised product, or `H` formed once and one GEMM, as
+  `routing.dense_h` says (None: `Routing()`)."""
   num_rows, n = v.shape[-2:]
   rows = math.prod(v.shape[:-2])
-  if rows < DENSE_H_MIN_ROWS:
+  if not routing_lib.or_xla(routing).dense_h(rows):
     return _apply_factorised(jac, hidden_row, v)
   h_t = recurrent_jacobian_t(jac, hidden_row)
   flat = v.reshape(rows, num_rows * n)
@@ -81,12 +85,9 @@ def apply_recurrent_jacobian(
 # axis last. Then `H A` for all copies of an example is ONE
 # GEMM `(S n, S n) @ (S n, K n r)`, and the Gram matrix and the mixing of the
 # copies contract a tall `(S n K n, r)` matrix over its long side, the shape
-# XLA's GEMMs run fastest (measured on 2-core XLA:CPU at 16-OK, n=128, in a
-# scan: Gram 4 ms vs 21 ms, Gram + mix 12 ms vs 31 ms for rank-first rows).
-# The state row and the unit share one axis: with a separate `S` axis of
-# size 1 (RNN, RHN, GRU) XLA:CPU gave the scan's carried factors a layout
-# it did not recognise as row-major and copied the whole tangent every step
-# (3.6 of the 34 ms of a 16-OK RHN-128 step; exact RTRL's influence too).
+# XLA's GEMMs run fastest. The state row and the unit share one axis: with a
+# separate `S` axis of size 1 XLA:CPU copied the carried tangent every step.
+# Measurements of both: docs/benchmarks/routing.md.
 
 
 def propagate_factors(
@@ -158,87 +159,44 @@ def contract_factors(factors: jax.Array, g: jax.Array) -> jax.Array:
   )
 
 
-# XLA:CPU runs the Gram matrix and the mixing of a SMALL stack of FEW
-# factors faster on the transposed, row-major `(r, S n K n)` copy: measured
-# at batch 16, in a scan, n=64 r=2: 0.15 vs 1.3 ms; n=128 r=2: 1.0 vs 4.1 ms;
-# but n=128 r=16: 28 vs 9 ms. The crossover is near r * S n K n = 2^17
-# floats per example, and above r = 4 the copies cost more than they save
-# (full 8-OK step, RHN-64: 3.9 ms tall, 4.2 row-major; 4-OK: 2.35 tall, 2.0
-# row-major at n=64, 6.4 tall, 7.1 row-major at n=128).
-_ROWS_FIRST_MAX_FLOATS = 2**17
-_ROWS_FIRST_MAX_RANK = 4
-
-
-def _rows_first(num_floats: int, rank: int) -> bool:
-  return (
-    jax.default_backend() == "cpu"
-    and rank <= _ROWS_FIRST_MAX_RANK
-    and num_floats < _ROWS_FIRST_MAX_FLOATS
-  )
-
-
-# The mixing `(S n K n, r) @ (r, m)` of a few tall columns ran faster on
-# XLA:CPU as `r` broadcast multiply-adds in one loop fusion than as a GEMM
-# (a YNNPACK call: 1.18 ms for 4 MB in, 4 MB out at 8-OK RHN-64, batch 16,
-# about the DRAM streaming rate for data that sits in cache).
-# Full r-OK steps, batch 16, the two forms alternating three times in one
-# sitting (ms): 8-OK RHN-64 4.52-4.86 -> 3.88-4.64, RHN-128 13.6-14.8 ->
-# 9.5-13.2, GRU-128 27.6-32.3 -> 26.5-32.8, LSTM-128 75-92 -> 71-87; 4-OK
-# RHN-128 8.6-9.3 -> 6.3-7.6. Above rank 8 the fused loop lost to the GEMM
-# (12-OK RHN-64 6.3-6.8 -> 9.0; 16-OK RHN-128 22-28 -> 36-53).
-_ELEMENTWISE_MIX_MAX_RANK = 8
-
-
-def _elementwise_mix(rank: int) -> bool:
-  return jax.default_backend() == "cpu" and rank <= _ELEMENTWISE_MIX_MAX_RANK
-
-
-# On CPU, from rank 2 to 16, the Gram matrix and the mixing go to
-# `rtrl.cpu_kernels` (one pass over the factors each, a row per SIMD
-# register) instead of any of the XLA forms above. Full r-OK steps, batch
-# 16, the library's XLA forms against the kernels in one sitting
-# (`scripts/bench_cpu_kernels.py`, ms): RHN-64 2-OK 1.64 -> 1.06, 4-OK
-# 2.45 -> 1.84, 8-OK 4.54 -> 3.40, 16-OK 7.54 -> 5.60; RHN-128 2-OK 6.58 ->
-# 6.26, 8-OK 13.0 -> 10.8, 16-OK 27.3 -> 22.1. At rank 1 XLA's forms were
-# faster (RHN-64 0.75 vs 0.92 ms).
-_CPU_KERNELS_MIN_RANK = 2
-
-
-def _cpu_kernels(rank: int, dtype) -> bool:
-  return rank >= _CPU_KERNELS_MIN_RANK and cpu_kernels.usable(rank, dtype)
-
-
-def factors_and_D_rows(factors: jax.Array, jac: StepJacobians):
+def factors_and_D_rows(
+  factors: jax.Array,
+  jac: StepJacobians,
+  *,
+  routing: routing_lib.Routing | None = None,
+):
   """The `r + 1` right factors `[A_1..A_r, dense_D_factor]` as
   `kronecker.Rows`, for state-major factors `(S n, K, n, r)`.
 
   The Gram matrix is one GEMM over the tall `(S n K n, r)` matrix plus a
   gather of its diagonal entries; a combination `X (m, r + 1)` is one GEMM
   plus a scatter-add, returned state-major `(S n, K, n, m)`. The stacked
-  `(r + 1, S n K n)` rows are never formed. On CPU, ranks 2-16 use
-  `rtrl.cpu_kernels` for both (`_CPU_KERNELS_MIN_RANK`); without them,
-  small stacks go through an explicit row-major copy (see
-  `_ROWS_FIRST_MAX_FLOATS`) and low ranks mix by multiply-adds instead of a
-  GEMM (`_ELEMENTWISE_MIX_MAX_RANK`).
+  `(r + 1, S n K n)` rows are never formed. `routing` (None: `Routing()`,
+  XLA's GEMMs) may send both to `rtrl.cpu_kernels`
+  (`Routing.cpu_kernel_products`), or, for small stacks, through an
+  explicit row-major copy (`Routing.rows_first`), or mix low ranks by
+  multiply-adds instead of a GEMM (`Routing.elementwise_mix`): the same
+  numbers by every route.
   """
+  routing = routing_lib.or_xla(routing)
   rank = factors.shape[-1]
   columns = factors.reshape(-1, rank)
   d_norm_sq = jnp.sum(jac.D * jac.D)
-  if _cpu_kernels(rank, columns.dtype):
+  if routing.products_on_cpu_kernels(rank, columns.dtype):
     gram_of_stack = lambda: cpu_kernels.gram_of_columns(columns)
     mix = lambda coef: (
       cpu_kernels.mix_columns(columns, coef)
-      if cpu_kernels.usable(rank, columns.dtype, out_columns=coef.shape[0])
+      if routing.products_on_cpu_kernels(rank, columns.dtype, coef.shape[0])
       else linalg.matmul(columns, coef.T)
     )
-  elif _rows_first(columns.size, rank):
+  elif routing.rows_first(columns.size, rank):
     # The barrier keeps XLA from folding the transpose back into the GEMMs.
     rows = jax.lax.optimization_barrier(columns.T)
     gram_of_stack = lambda: linalg.gram(rows)
     mix = lambda coef: jax.lax.optimization_barrier(linalg.matmul(coef, rows)).T
   else:
     gram_of_stack = lambda: linalg.gram_of_columns(columns)
-    if _elementwise_mix(rank):
+    if routing.elementwise_mix(rank):
       mix = lambda coef: linalg.matmul_unrolled(columns, coef.T)
     else:
       mix = lambda coef: linalg.matmul(columns, coef.T)
@@ -283,9 +241,9 @@ def block_svd_of_D(jac: StepJacobians):
 
   The built-in cells' blocks are one row (RNN, RHN, GRU: `S = 1`) or two
   (LSTM), and get a closed form (`_rank_one_blocks`, `_two_row_blocks`): a
-  library SVD per block is one LAPACK call per unit and example on a CPU
-  (`n B` of them per step: 2.6 of an RNN-128 KF-APPROX step's 3.4 ms).
-  Other shapes use `jnp.linalg.svd`.
+  library SVD per block is one LAPACK call per unit and example on a CPU,
+  `n B` of them per step, most of a KF-APPROX step
+  (docs/benchmarks/routing.md). Other shapes use `jnp.linalg.svd`.
   """
   n, num_rows, num_gates = jac.D.shape
   if num_rows == 1 or num_gates == 1:
@@ -338,3 +296,18 @@ def _two_row_blocks(blocks: jax.Array):
   positive = singular_values > 0
   right = projected / jnp.where(positive, singular_values, 1)[:, None, :]
   return left, singular_values, right
+
+
+__all__ = [
+  "D_transpose",
+  "add_scaled_D_to_factors",
+  "apply_recurrent_jacobian",
+  "block_svd_of_D",
+  "contract_factors",
+  "contract_state",
+  "dense_D_factor",
+  "factors_and_D_rows",
+  "inner_with_D_factors",
+  "propagate_factors",
+  "recurrent_jacobian_t",
+]

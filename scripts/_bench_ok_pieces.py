@@ -46,9 +46,8 @@ def ok_pieces(cell, cell_params, chunk, rank, batch, steps):
   def reduce(jac, u, factor, keys):
     def one(jac, u, factor, key):
       us = jnp.concatenate([u, jac.hhat[None]], 0)
-      return kronecker.reduce_rows(
-        us, tangents.factors_and_D_rows(factor, jac), key
-      )
+      rows = tangents.factors_and_D_rows(factor, jac, routing=estimator.routing)
+      return kronecker.reduce_rows(us, rows, key, routing=estimator.routing)
 
     def body(carry):
       u, factor, keys = carry

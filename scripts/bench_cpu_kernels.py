@@ -10,14 +10,14 @@ each program compiled once and timed alternately, best of `--repeats`):
    (ms per call, and the rate at which it reads and writes the factors).
 2. Full online training steps (`make_online_trainer(...).run`, Adam,
    Copy-task inputs, batch `--batch`) of the estimators that use them
-   (r-OK and r-B-OK) in three forms: "XLA" (XLA's GEMMs, LAPACK's SVDs),
-   "products" (the tall-skinny kernels, LAPACK's SVDs) and "+svd" (both
-   kernels, the library's default on CPU: the products at ranks 2-16,
-   `tangents._CPU_KERNELS_MIN_RANK`, forced here at any rank; the Jacobi
-   SVD for the `(r + 1)`-square factorisations,
-   `linalg.SMALL_SVD_ON_CPU_KERNEL`), with r-KF-AVG at the same rank for
+   (r-OK and r-B-OK) in three forms, each an estimator built with its own
+   `rtrl.routing.Routing`: "XLA" (XLA's GEMMs, LAPACK's SVDs), "products"
+   (the tall-skinny kernels, LAPACK's SVDs) and "+svd" (both kernels, the
+   library's default on CPU, `Routing.auto()`: the products from rank
+   `cpu_kernel_products_min_rank`, set to 1 here; the Jacobi SVD for the
+   `(r + 1)`-square factorisations), with r-KF-AVG at the same rank for
    the overhead ratio the performance issue tracks (it uses neither, so it
-   is timed once).
+   is timed once, with `Routing.auto()`).
 
   python scripts/bench_cpu_kernels.py                        # RHN-64/128, ranks 12, 16
   python scripts/bench_cpu_kernels.py --skip_ops --ranks 2,4,8 --estimators ok
@@ -27,6 +27,7 @@ each program compiled once and timed alternately, best of `--repeats`):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import pathlib
 import sys
@@ -46,9 +47,8 @@ from experiments.online.setup import init_params  # noqa: E402
 from rtrl import cells  # noqa: E402
 from rtrl import cpu_kernels  # noqa: E402
 from rtrl import estimators  # noqa: E402
-from rtrl import linalg  # noqa: E402
 from rtrl import online  # noqa: E402
-from rtrl import tangents  # noqa: E402
+from rtrl.routing import Routing  # noqa: E402
 from rtrl.tasks import copy_task  # noqa: E402
 
 FORMS = ("xla", "kernels")
@@ -58,21 +58,19 @@ STEP_FORMS = {
   "products": (True, False),
   "+svd": (True, True),
 }
-LIBRARY_MIN_RANK = tangents._CPU_KERNELS_MIN_RANK  # pylint: disable=protected-access
 
 
-def _use_kernels(products: bool, svd: bool = False) -> None:
-  """Routes the programs traced next: r-OK's products on the kernels at
-  every rank or on XLA's GEMMs; its small SVDs on the Jacobi kernel or on
-  LAPACK."""
-  tangents._CPU_KERNELS_MIN_RANK = 1 if products else 2**62  # pylint: disable=protected-access
-  linalg.SMALL_SVD_ON_CPU_KERNEL = svd
-
-
-def _library_routes() -> None:
-  """The library's own choices again (r-KF-AVG is timed with them)."""
-  tangents._CPU_KERNELS_MIN_RANK = LIBRARY_MIN_RANK  # pylint: disable=protected-access
-  linalg.SMALL_SVD_ON_CPU_KERNEL = True
+def step_routing(products: bool, svd: bool) -> Routing:
+  """The CPU routes of `Routing.auto()` with r-OK's products on the kernels
+  at every rank or on XLA's GEMMs, and its small SVDs on the Jacobi kernel
+  or on LAPACK."""
+  auto = Routing.auto("cpu")
+  return dataclasses.replace(
+    auto,
+    cpu_kernel_products=products,
+    cpu_kernel_products_min_rank=1,
+    cpu_kernel_svd=svd,
+  )
 
 
 def _products(form):
@@ -154,11 +152,13 @@ def op_table(batch, rows_list, ranks, steps, repeats):
     )
 
 
-def _trainer_entry(cell_name, hidden_size, name, rank, batch, steps):
+def _trainer_entry(
+  cell_name, hidden_size, name, rank, batch, steps, routing=None
+):
   cell = cells.make(cell_name, hidden_size)
   vocab = copy_task.VOCAB_SIZE
   params = init_params(cell, jax.random.PRNGKey(0), vocab, vocab)
-  estimator = estimators.make(name, cell, rank=rank)
+  estimator = estimators.make(name, cell, rank=rank, routing=routing)
   trainer = online.make_online_trainer(cell, estimator, optax.adam(1e-3))
   state = trainer.init(params, jax.random.PRNGKey(1), batch)
   key = jax.random.PRNGKey(2)
@@ -189,11 +189,9 @@ def step_table(
     entries = {}
     for name in estimator_names:
       for form, routes in STEP_FORMS.items():
-        _use_kernels(*routes)
         entries[(name, form)] = _trainer_entry(
-          cell_name, n, name, rank, batch, steps
+          cell_name, n, name, rank, batch, steps, step_routing(*routes)
         )
-    _library_routes()
     entries[("kf_avg", "XLA")] = _trainer_entry(
       cell_name, n, "kf_avg", rank, batch, steps
     )
@@ -209,7 +207,6 @@ def step_table(
         f"{times[-1] / kf_avg:8.2f}",
         flush=True,
       )
-  _library_routes()
 
 
 def main(argv=None) -> int:
@@ -225,7 +222,7 @@ def main(argv=None) -> int:
     "--skip_ops", action="store_true", help="only the full-step table"
   )
   args = parser.parse_args(argv)
-  if not cpu_kernels.usable(16, jnp.float32):
+  if jax.default_backend() != "cpu" or not cpu_kernels.available():
     print(
       "rtrl.cpu_kernels is not available here (no C++ compiler, "
       "RTRL_CPU_KERNELS=0, or not a CPU backend): nothing to compare."

@@ -27,7 +27,7 @@ shows the H·A GEMM's own GFLOP/s as a percentage of the large matmul's.
 `--core` also times the tangent step alone (vmapped `estimator.step`).
 `--generic` adds, beside exact RTRL, UORO and SnAp-1, their generic autodiff
 twins (`generic-*`: the same cell wrapped by `cells.as_custom`, so served by
-`rtrl.estimators.generic`) and prints each twin's full step over the
+`rtrl.estimators.autodiff`) and prints each twin's full step over the
 analytic one's.
 
 Timing: every configuration of one size is compiled ahead of time and run once

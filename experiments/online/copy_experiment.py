@@ -34,6 +34,7 @@ import jax
 from experiments.loop import checks
 from experiments.loop import runner
 from experiments.online import setup as online_setup
+from rtrl import losses as losses_lib
 from rtrl import online
 from rtrl import readout
 from rtrl.readout import LOG2
@@ -62,9 +63,10 @@ def validate(config) -> None:
 def per_example_loss(cell, readout_params, cell_state, targets):
   """(B,) softmax cross-entropy (nats) of the readout at `cell_state`."""
   hidden = jax.vmap(cell.output)(cell_state)
-  return jax.vmap(readout.step_loss, in_axes=(None, 0, 0, None))(
-    readout_params, hidden, targets, 1.0
+  logits = jax.vmap(readout.linear().apply, in_axes=(None, 0))(
+    readout_params, hidden
   )
+  return jax.vmap(losses_lib.softmax_cross_entropy)(logits, targets)
 
 
 def make_online_chunk(config, cell, trainer):

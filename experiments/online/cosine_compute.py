@@ -14,6 +14,7 @@ from experiments.online import cosine_specs
 from experiments.online import cosine_tasks
 from experiments.online import setup as online_setup
 from rtrl import estimators
+from rtrl import losses
 from rtrl import online
 from rtrl import readout
 
@@ -62,8 +63,12 @@ def make_runner(cell, estimator, params_axis):
     )
     tstate, state = estimator.step(params["cell"])(tstate, state, batch.inputs)
     dloss_dstate = jax.grad(
-      lambda s: readout.step_loss(
-        params["readout"], cell.output(s), batch.targets, batch.weights
+      lambda s: (
+        batch.weights
+        * losses.softmax_cross_entropy(
+          readout.linear().apply(params["readout"], cell.output(s)),
+          batch.targets,
+        )
       )
     )(state)
     return (tstate, state), estimator.gradient(

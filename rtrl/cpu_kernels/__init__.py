@@ -5,22 +5,25 @@ r-OK's step makes two passes over its `(S n K n, r)` tangent factors besides
 `H A`: their Gram matrix `Aᵀ A` `(r, r)` and their mixing `A Xᵀ` by a small
 `(r, r)` (or `(r + 1, r)`) matrix. XLA:CPU runs both as general GEMMs, at a
 fraction of the machine's rate for an output (or inner dimension) this
-small: at 16-OK, RHN-128, batch 16, 5.5 and 5.4 of a 27 ms step. The two
-custom calls here (`tall_skinny.cc`, built once per machine by `build.py`)
-keep one row of `A` in one SIMD register and read each row once.
+small. The two custom calls here (`tall_skinny.cc`, built once per machine
+by `build.py`) keep one row of `A` in one SIMD register and read each row
+once. The same step also factorises three `(r + 1, r + 1)` matrices per
+example (`rtrl.linalg.small_svd`), which LAPACK takes one at a time; `svd`
+(`small_svd.cc`) is a one-sided Jacobi SVD with one matrix per SIMD lane,
+for float32 or float64 matrices up to `MAX_SVD_SIZE` square. What they
+gained: the documentation's page "Routing: the speed choices and their
+measurements".
 
-Use `usable(width, dtype, out_columns)` to ask whether a product can go
-here (a CPU program, the library built, float32 or float64, `1 <= width <=
-16`, `out_columns` in `{width, width + 1}`); callers fall back to XLA's
-products otherwise, so nothing depends on a compiler being present.
-`RTRL_CPU_KERNELS=0` turns them off. Where they are used and what they
-gained: `rtrl.tangents._cpu_kernels`.
-
-The same step also factorises three `(r + 1, r + 1)` matrices per example
-(`rtrl.linalg.small_svd`), which LAPACK takes one at a time (about 24 us at
-17 x 17). `svd` (`small_svd.cc`) is a one-sided Jacobi SVD with one matrix
-per SIMD lane, for float32 or float64 matrices up to `MAX_SVD_SIZE`
-square; `svd_usable(size, dtype)` says when it can be used.
+Whether they are used is a value decided when an estimator is built, an
+`rtrl.routing.Routing` (`Routing.auto()` asks `available()`), never while
+tracing. `available()` says whether this process can run them (a CPU
+backend, the library built and loaded; `RTRL_CPU_KERNELS=0` in the
+environment turns them off, read once per process). `fits(width, dtype,
+out_columns)` and `svd_fits(size, dtype)` say whether a product or an SVD
+is within their limits (float32 or float64, `1 <= width <= MAX_WIDTH`,
+`out_columns` in `{width, width + 1}`; `1 <= size <= MAX_SVD_SIZE`).
+`usable` and `svd_usable` are both together, for the default backend.
+Nothing depends on a compiler being present: the routes fall back to XLA.
 
 All three functions take any leading batch axes and are differentiable
 (their derivatives are built from XLA's operations, so reverse mode works
@@ -40,27 +43,46 @@ MAX_SVD_SIZE = 32
 _DTYPES = (jnp.float32, jnp.float64)
 
 
-def _cpu_float(dtype) -> bool:
-  """A CPU program and a float32 or float64 dtype."""
-  return jax.default_backend() == "cpu" and jnp.dtype(dtype) in [
-    jnp.dtype(d) for d in _DTYPES
-  ]
+def _float(dtype) -> bool:
+  """A float32 or float64 dtype."""
+  return jnp.dtype(dtype) in [jnp.dtype(d) for d in _DTYPES]
 
 
-def usable(width: int, dtype, out_columns: int | None = None) -> bool:
-  """Whether a product of `width`-column factors (mixed into `out_columns`
-  columns, if given) runs on these kernels in the program being traced."""
-  if not _cpu_float(dtype) or not 1 <= width <= MAX_WIDTH:
-    return False
-  if out_columns is not None and out_columns not in (width, width + 1):
-    return False
+def available() -> bool:
+  """Whether this process can run the kernels: a CPU backend exists, the
+  library builds and loads (once per process), and `RTRL_CPU_KERNELS` is
+  not `0`."""
   return build.load()
 
 
+def fits(width: int, dtype, out_columns: int | None = None) -> bool:
+  """Whether a product of `width`-column factors of `dtype` (mixed into
+  `out_columns` columns, if given) is within the kernels' limits."""
+  if not _float(dtype) or not 1 <= width <= MAX_WIDTH:
+    return False
+  return out_columns is None or out_columns in (width, width + 1)
+
+
+def svd_fits(size: int, dtype) -> bool:
+  """Whether `(..., size, size)` matrices of `dtype` are within `svd`'s
+  limits."""
+  return _float(dtype) and 1 <= size <= MAX_SVD_SIZE
+
+
+def usable(width: int, dtype, out_columns: int | None = None) -> bool:
+  """`fits` and `available`, with `jax.default_backend()` the CPU."""
+  return (
+    jax.default_backend() == "cpu"
+    and fits(width, dtype, out_columns)
+    and available()
+  )
+
+
 def svd_usable(size: int, dtype) -> bool:
-  """Whether `(..., size, size)` matrices of `dtype` can be factorised by
-  `svd` in the program being traced."""
-  return _cpu_float(dtype) and 1 <= size <= MAX_SVD_SIZE and build.load()
+  """`svd_fits` and `available`, with `jax.default_backend()` the CPU."""
+  return (
+    jax.default_backend() == "cpu" and svd_fits(size, dtype) and available()
+  )
 
 
 def _check_loaded(name: str) -> None:
@@ -68,7 +90,7 @@ def _check_loaded(name: str) -> None:
     raise RuntimeError(
       f"{name}: the CPU kernels are not available here "
       "(see the warning above, or RTRL_CPU_KERNELS=0); "
-      "check rtrl.cpu_kernels.usable or svd_usable first"
+      "check rtrl.cpu_kernels.available first"
     )
 
 
@@ -170,7 +192,7 @@ def svd(matrices: jax.Array):
       f"svd needs square matrices (..., c, c) with 1 <= c <= "
       f"{MAX_SVD_SIZE}, got shape {matrices.shape}"
     )
-  if jnp.dtype(matrices.dtype) not in [jnp.dtype(d) for d in _DTYPES]:
+  if not _float(matrices.dtype):
     raise ValueError(
       f"svd needs float32 or float64 matrices, got {matrices.dtype}"
     )
@@ -203,3 +225,17 @@ def _svd_jvp(primals, tangents):
   d_u = product(u, f * (d_p_s + jnp.swapaxes(d_p_s, -1, -2)))
   d_v = product(v, f * (s_d_p + jnp.swapaxes(s_d_p, -1, -2)))
   return (u, s, vt), (d_u, d_s, jnp.swapaxes(d_v, -1, -2))
+
+
+__all__ = [
+  "MAX_SVD_SIZE",
+  "MAX_WIDTH",
+  "available",
+  "fits",
+  "gram_of_columns",
+  "mix_columns",
+  "svd",
+  "svd_fits",
+  "svd_usable",
+  "usable",
+]

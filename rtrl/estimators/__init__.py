@@ -1,28 +1,33 @@
-"""RTRL gradient estimators behind one contract: `make(name, cell, **hparams)`.
+"""RTRL gradient estimators: one named factory per algorithm, and `make`.
 
-Names (`names()`): 'rtrl' (exact), 'uoro', 'kf' (KF-RTRL), 'kf_avg' (rank
-copies of KF-RTRL averaged), 'kf_approx' (KF-RTRL with a rank-`rank` D), 'ok'
-(r-OK), 'ok_biased' (r-B-OK), 'ktp' (Kronecker triple product), 'snap1'
-(SnAp-1), 'rflo' (RFLO's eligibility trace). Each returns
-an `Estimator` (see `base.Estimator`); `hyperparameters(name)` says which
-keyword arguments it takes (`('rank',)` or none), read from the registry.
+Each factory returns an `Estimator` (pure functions, optax style: see
+`base.Estimator`) and documents its paper, its cost per example and step
+and its hyper-parameters:
 
-For a `rtrl.cells.CustomCell` (any step function), `make` takes 'rtrl',
-'uoro' and 'snap1' and builds them by autodiff (`generic.py`); for an
-`rtrl.cells.LRU`, 'rtrl' (= 'snap1') is the exact element-wise RTRL of its
-diagonal recurrence (`diagonal.py`) and 'uoro' the autodiff one.
+  exact_rtrl      exact RTRL, Lemma-1 cells (`exact.py`)
+  autodiff_rtrl   exact RTRL for any cell, by autodiff (`autodiff.py`)
+  diagonal_rtrl   the LRU's exact element-wise RTRL (`lru_exact.py`)
+  uoro            UORO, Lemma-1 cells (`uoro.py`)
+  autodiff_uoro   UORO for any cell, by autodiff
+  kf, kf_avg, kf_approx, ok, ok_biased
+                  the Kronecker-sum family (`kronecker_sum.py`)
+  ktp             the Kronecker triple product (`ktp.py`)
+  snap1, rflo     SnAp-1 and RFLO, Lemma-1 cells (`snap.py`)
+  autodiff_snap1  SnAp-1 for any cell, by autodiff
+
+The Lemma-1 factories take `routing=` (an `rtrl.routing.Routing`: the
+speed choices, resolved when the estimator is built). `make(name, cell,
+**hparams)` is the same by registry name, for configs: names
+(`names()`) 'rtrl', 'uoro', 'kf', 'kf_avg', 'kf_approx', 'ok',
+'ok_biased', 'ktp', 'snap1', 'rflo'; `hyperparameters(name)` says which
+keyword arguments each takes, as declared in `registry.py`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-import inspect
-
-from rtrl.cells import LRU
-from rtrl.cells import Cell
-from rtrl.cells import CustomCell
-from rtrl.estimators import diagonal
-from rtrl.estimators import generic
+from rtrl.estimators.autodiff import autodiff_rtrl
+from rtrl.estimators.autodiff import autodiff_snap1
+from rtrl.estimators.autodiff import autodiff_uoro
 from rtrl.estimators.base import Estimator
 from rtrl.estimators.base import TangentState
 from rtrl.estimators.exact import exact_rtrl
@@ -32,82 +37,57 @@ from rtrl.estimators.kronecker_sum import kf_avg
 from rtrl.estimators.kronecker_sum import ok
 from rtrl.estimators.kronecker_sum import ok_biased
 from rtrl.estimators.ktp import ktp
+from rtrl.estimators.lru_exact import diagonal_rtrl
+from rtrl.estimators.registry import EstimatorSpec
+from rtrl.estimators.registry import Hyperparameter
+from rtrl.estimators.registry import hyperparameters
+from rtrl.estimators.registry import make
+from rtrl.estimators.registry import names
+from rtrl.estimators.registry import spec
 from rtrl.estimators.snap import rflo
 from rtrl.estimators.snap import snap1
 from rtrl.estimators.uoro import uoro
 
-_REGISTRY: dict[str, Callable[..., Estimator]] = {
-  "rtrl": exact_rtrl,
-  "uoro": uoro,
-  "kf": kf,
-  "kf_avg": kf_avg,
-  "kf_approx": kf_approx,
-  "ok": ok,
-  "ok_biased": ok_biased,
-  "ktp": ktp,
-  "snap1": snap1,
-  "rflo": rflo,
-}
-
-
-def names() -> list[str]:
-  """The registered estimator names."""
-  return sorted(_REGISTRY)
-
-
-def register(name: str, factory: Callable[..., Estimator]) -> None:
-  """Adds an estimator factory `factory(cell, **hparams) -> Estimator`."""
-  _REGISTRY[name] = factory
-
-
-def hyperparameters(name: str) -> tuple[str, ...]:
-  """The hyper-parameters estimator `name` takes (e.g. `('rank',)`), read from
-  its factory's signature: `make(name, cell, **{h: ... for h in these})`."""
-  if name not in _REGISTRY:
-    raise ValueError(f"estimator must be one of {names()}, got {name!r}")
-  parameters = inspect.signature(_REGISTRY[name]).parameters
-  return tuple(h for h in parameters if h != "cell")
-
-
-def make(name: str, cell: Cell, **hparams) -> Estimator:
-  """Builds the estimator `name` for `cell`.
-
-  Args:
-    name: one of `names()`; for a `CustomCell`, one of `generic.GENERIC`
-      ('rtrl', 'uoro', 'snap1').
-    cell: a cell from `rtrl.cells`, a `CustomCell` included.
-    **hparams: the estimator's hyper-parameters (e.g. `rank`).
-
-  Raises:
-    ValueError: unknown name, a hyper-parameter the estimator does not take,
-      an invalid value, or an estimator that needs a Lemma-1 cell given a
-      `CustomCell`.
-  """
-  if isinstance(cell, CustomCell):
-    return generic.for_custom_cell(name, cell, **hparams)
-  if isinstance(cell, LRU):
-    return diagonal.for_lru(name, cell, **hparams)
-  accepted = hyperparameters(name)
-  if not isinstance(cell, Cell):
-    raise ValueError(
-      "cell must be an rtrl.cells cell (RNN, RHN, LSTM, GRU, "
-      f"a Cell subclass or a CustomCell), got {cell!r}"
-    )
-  unknown = set(hparams) - set(accepted)
-  if unknown:
-    takes = ", ".join(accepted) or "no hyper-parameters"
-    raise ValueError(
-      f"estimator {name!r} does not take "
-      f"{', '.join(sorted(unknown))} (it takes {takes})"
-    )
-  return _REGISTRY[name](cell, **hparams)
-
+# The factories, in the order of the docstring above.
+FACTORIES = (
+  "exact_rtrl",
+  "autodiff_rtrl",
+  "diagonal_rtrl",
+  "uoro",
+  "autodiff_uoro",
+  "kf",
+  "kf_avg",
+  "kf_approx",
+  "ok",
+  "ok_biased",
+  "ktp",
+  "snap1",
+  "rflo",
+  "autodiff_snap1",
+)
 
 __all__ = [
+  "exact_rtrl",
+  "autodiff_rtrl",
+  "diagonal_rtrl",
+  "uoro",
+  "autodiff_uoro",
+  "kf",
+  "kf_avg",
+  "kf_approx",
+  "ok",
+  "ok_biased",
+  "ktp",
+  "snap1",
+  "rflo",
+  "autodiff_snap1",
   "Estimator",
+  "EstimatorSpec",
+  "FACTORIES",
+  "Hyperparameter",
   "TangentState",
   "hyperparameters",
   "make",
   "names",
-  "register",
+  "spec",
 ]

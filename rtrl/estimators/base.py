@@ -9,8 +9,10 @@ import jax
 import jax.numpy as jnp
 
 from rtrl import linalg
+from rtrl import routing as routing_lib
 from rtrl.cells import Cell
 from rtrl.cells import StepJacobians
+from rtrl.routing import Routing
 
 
 class Estimator(NamedTuple):
@@ -28,7 +30,8 @@ class Estimator(NamedTuple):
       `dL_t/dθ` at this step, with the structure of the cell's params.
     reset: `tstate -> tstate` with the tangent zeroed and the key kept (a new
       sequence starts; the trainer calls it where the reset mask is set).
-    name: the registry name, for logs.
+    name: the registry name (`make`'s), for logs: 'rtrl' for every exact
+      RTRL, whichever implementation.
     folds_reset: `step` takes the reset flag (the trainers then pass it
       instead of calling `reset`).
     batch_gradient: optional `(params, tstates, dloss_dstates) -> grads`,
@@ -36,6 +39,11 @@ class Estimator(NamedTuple):
       leading batch axis), for estimators that can contract the batch
       inside their products instead of forming every example's gradient;
       None: `gradient` vmapped and summed (`rtrl.online.summed_gradient`).
+    implementation: the factory that built it (`'exact_rtrl'`,
+      `'autodiff_rtrl'`, `'diagonal_rtrl'`, `'ok'`, ...): which algorithm
+      and code computes the estimate.
+    routing: the speed choices it was built with (`rtrl.routing.Routing`),
+      None for an estimator with no routed operation.
   """
 
   init: Callable[..., Any]
@@ -45,6 +53,8 @@ class Estimator(NamedTuple):
   name: str
   folds_reset: bool = False
   batch_gradient: Callable[..., Any] | None = None
+  implementation: str = ""
+  routing: Routing | None = None
 
 
 class TangentState(NamedTuple):
@@ -67,6 +77,8 @@ def build(
   update: TangentUpdate,
   readout: TangentReadout,
   *,
+  implementation: str | None = None,
+  routing: Routing | None = None,
   jacobians_once: bool = False,
   forget: Callable[[Any, jax.Array], Any] | None = None,
   batch_readout: Callable[[Any, jax.Array], jax.Array] | None = None,
@@ -79,26 +91,31 @@ def build(
     zeros: `params -> tangent` of zeros (the state at a sequence start).
     update: the tangent recursion of one step (`G_t ≈ H_t G_{t-1} + F_t`).
     readout: turns the tangent and `dL_t/dstate` rows into `dL_t/dW`.
-    jacobians_once: evaluate the step's `D` and `dfds` once before `update`
-      (`rtrl.linalg.computed_once`), for updates that combine them
-      element-wise with a tangent much larger than they are (SnAp-1, RFLO,
-      UORO: 1.2-4x faster steps on GRU and RHN cells on XLA:CPU, where the
-      per-unit derivatives were otherwise recomputed inside the tangent's
-      loop; the Kronecker-sum family and exact RTRL gain nothing and are
-      left as they are).
+    implementation: the factory's name (`Estimator.implementation`);
+      None: `name`.
+    routing: the speed choices (`Estimator.routing`); None:
+      `Routing.auto()`, resolved here, when the estimator is built.
+    jacobians_once: the update combines `D` and `dfds` element-wise with a
+      tangent much larger than they are (SnAp-1, RFLO, UORO): where
+      `routing.jacobians_once`, evaluate them once before `update`
+      (`rtrl.linalg.computed_once`) rather than inside the tangent's loop
+      (docs/benchmarks/routing.md; the Kronecker-sum family and exact RTRL
+      gain nothing and are left as they are).
     forget: `(tangent, keep) -> tangent`, with `keep` 0 at a sequence start
       and 1 otherwise: what must be zeroed, besides `H` (the step's
       `jac.history`), for `update` to give exactly what it gives from a
       zero tangent (the small factors: a Kronecker sum's `u`, UORO's state
       vector; nothing for exact RTRL and SnAp-1, whose tangent is only ever
       multiplied by `H`). Given, the estimator `folds_reset`: a reset costs
-      no pass over the large factors (16-OK, RHN-128, batch 16: such a pass
-      was 2.0 of 27 ms).
+      no pass over the large factors (what a pass costs:
+      docs/benchmarks/routing.md).
     batch_readout: optional `(tangents, g rows (B, S, n)) -> dL/dW` summed
       over the batch (tangents with a leading batch axis), for a readout
       that contracts the batch inside one product rather than forming each
       example's `(P, K n)` gradient (the Estimator's `batch_gradient`).
   """
+  routing = routing_lib.resolve(routing)
+  implementation = name if implementation is None else implementation
 
   def init(params, state, key):
     del state  # tangents start at zero whatever the state
@@ -108,7 +125,7 @@ def build(
   def step(params):
     def step_fn(tstate: TangentState, state, x, reset=None):
       new_state, jac = cell.linearized_step(params, state, x)
-      if jacobians_once:
+      if jacobians_once and routing.jacobians_once:
         jac = jac._replace(
           D=linalg.computed_once(jac.D), dfds=linalg.computed_once(jac.dfds)
         )
@@ -135,6 +152,7 @@ def build(
 
   def batch_gradient(params, tstates: TangentState, dloss_dstates):
     del params
+    assert batch_readout is not None  # only returned when given
     rows = jax.vmap(cell.state_to_rows)(dloss_dstates)
     return {"W": cell.mask_gradient(batch_readout(tstates.tangent, rows))}
 
@@ -151,6 +169,8 @@ def build(
     name=name,
     folds_reset=forget is not None,
     batch_gradient=(batch_gradient if batch_readout else None),
+    implementation=implementation,
+    routing=routing,
   )
 
 
@@ -177,3 +197,59 @@ def sizes(cell: Cell, params: dict) -> tuple[int, int, int, int]:
   """`(P, K, S, n)` of the cell's influence matrix."""
   n = cell.hidden_size
   return params["W"].shape[0], cell.num_gates, cell.num_state_rows, n
+
+
+LEMMA1_FORM = (
+  "a cell in the Lemma-1 form (z = [x, h, 1] @ W followed by a per-unit "
+  "map, as rtrl.cells.Cell subclasses are: RNN, RHN, LSTM, GRU)"
+)
+# What serves the other cell kinds, for the refusals below.
+FOR_CUSTOM_CELLS = "autodiff_rtrl, autodiff_uoro or autodiff_snap1"
+FOR_LRUS = "diagonal_rtrl (exact and element-wise) or autodiff_uoro"
+
+
+def require_lemma1_cell(
+  cell: Any,
+  factory: str,
+  *,
+  custom_instead: str = FOR_CUSTOM_CELLS,
+  lru_instead: str = FOR_LRUS,
+) -> Cell:
+  """`cell` if it is a Lemma-1 `Cell`, else a ValueError naming what serves
+  it (`custom_instead` for a `CustomCell`, `lru_instead` for an `LRU`).
+
+  Raises:
+    ValueError: any other cell, saying which factory to use instead.
+  """
+  from rtrl.cells import LRU  # pylint: disable=g-import-not-at-top
+  from rtrl.cells import CustomCell  # pylint: disable=g-import-not-at-top
+
+  if isinstance(cell, Cell):
+    return cell
+  if isinstance(cell, CustomCell):
+    raise ValueError(
+      f"{factory} needs {LEMMA1_FORM}; for {cell!r} use {custom_instead} "
+      f"(autodiff, any step function), or write the cell as a Cell subclass"
+    )
+  if isinstance(cell, LRU):
+    raise ValueError(
+      f"{factory} needs {LEMMA1_FORM}, which a complex diagonal recurrence "
+      f"is not; for {cell!r} use {lru_instead}"
+    )
+  raise ValueError(f"{factory} needs {LEMMA1_FORM}, got {cell!r}")
+
+
+__all__ = [
+  "Estimator",
+  "FOR_CUSTOM_CELLS",
+  "FOR_LRUS",
+  "LEMMA1_FORM",
+  "TangentReadout",
+  "TangentState",
+  "TangentUpdate",
+  "build",
+  "forget_nothing",
+  "require_lemma1_cell",
+  "sizes",
+  "zeroed_where_reset",
+]

@@ -1,11 +1,11 @@
-"""Exact RTRL: `G_t = H_t G_{t-1} + hhat_t ⊗ D_t`, stored densely.
+"""Exact RTRL for Lemma-1 cells: `G_t = H_t G_{t-1} + hhat_t ⊗ D_t`, dense.
 
-Memory `P K n S n ~ n^3` and time `~ n^4` per example (paper Table 1). The
-recursion uses the Lemma-1 factorisation of `F_t` rather than differentiating
-the step w.r.t. all parameters, the same structure the approximations reuse:
-the influence is stored like the Kronecker estimators' right factors,
-state-major with the `P` rows of `W` as the trailing copies axis,
-`G[s n + i, k, j, p] = d state[s, i] / d W[p, k n + j]` (`rtrl.tangents`).
+The recursion uses the Lemma-1 factorisation of `F_t` rather than
+differentiating the step w.r.t. all parameters, the same structure the
+approximations reuse: the influence is stored like the Kronecker estimators'
+right factors, state-major with the `P` rows of `W` as the trailing copies
+axis, `G[s n + i, k, j, p] = d state[s, i] / d W[p, k n + j]`
+(`rtrl.tangents`).
 
 References:
   Williams & Zipser, "A learning algorithm for continually running fully
@@ -16,13 +16,44 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from rtrl import routing as routing_lib
 from rtrl import tangents
 from rtrl.cells import Cell
 from rtrl.estimators import base
 
 
-def exact_rtrl(cell: Cell) -> base.Estimator:
-  """The exact RTRL estimator (`make('rtrl', cell)`)."""
+def exact_rtrl(
+  cell: Cell, *, routing: routing_lib.Routing | None = None
+) -> base.Estimator:
+  """Exact RTRL (Williams & Zipser 1989) for a Lemma-1 cell.
+
+  The influence `G = d state / d W` is propagated exactly,
+  `G_t = H_t G_{t-1} + hhat_t ⊗ D_t`, with `H_t G_{t-1}` one GEMM per
+  example and step: the gradient equals full BPTT's (float64 tests).
+  `make('rtrl', cell)` builds it for a Lemma-1 cell.
+
+  Cost per example and step (paper Table 1): memory `P K S n^2 ~ n^3`
+  (`P = input_size + n + 1`, `K` gates, `S` state rows), time `~ n^4`.
+
+  Args:
+    cell: a Lemma-1 `rtrl.cells.Cell` (RNN, RHN, LSTM, GRU or a subclass).
+      A `CustomCell` takes `autodiff_rtrl`, an `LRU` `diagonal_rtrl`.
+    routing: speed choices (`rtrl.routing.Routing`); None:
+      `Routing.auto()`, resolved now.
+
+  Returns:
+    The `Estimator`, `name='rtrl'`, `implementation='exact_rtrl'`.
+
+  Raises:
+    ValueError: a cell not in the Lemma-1 form (naming what serves it).
+  """
+  base.require_lemma1_cell(
+    cell,
+    "exact_rtrl",
+    custom_instead="autodiff_rtrl",
+    lru_instead="diagonal_rtrl (exact and element-wise) or autodiff_rtrl",
+  )
+  routing = routing_lib.resolve(routing)
 
   def zeros(params):
     p, k, s, n = base.sizes(cell, params)
@@ -39,5 +70,15 @@ def exact_rtrl(cell: Cell) -> base.Estimator:
     return jnp.moveaxis(right, -1, 0).reshape(right.shape[-1], -1)
 
   return base.build(
-    "rtrl", cell, zeros, update, readout, forget=base.forget_nothing
+    "rtrl",
+    cell,
+    zeros,
+    update,
+    readout,
+    implementation="exact_rtrl",
+    routing=routing,
+    forget=base.forget_nothing,
   )
+
+
+__all__ = ["exact_rtrl"]

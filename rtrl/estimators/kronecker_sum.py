@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from rtrl import kronecker
+from rtrl import routing as routing_lib
 from rtrl import tangents
 from rtrl import validation
 from rtrl.cells import Cell
@@ -31,6 +32,7 @@ from rtrl.estimators import base
 
 
 def check_rank(rank, name: str) -> int:
+  """`rank` if it is an int >= 1, else a ValueError naming the estimator."""
   return validation.positive_int(f"rank of estimator {name!r}", rank)
 
 
@@ -131,20 +133,65 @@ def unbiased_low_rank_D(jac, rank: int, key) -> jax.Array:
   return dense.reshape((-1,) + dense.shape[2:])
 
 
-def kf(cell: Cell) -> base.Estimator:
-  """KF-RTRL (`make('kf', cell)`)."""
+def _lemma1(cell, factory: str) -> Cell:
+  return base.require_lemma1_cell(cell, factory)
+
+
+def kf(
+  cell: Cell, *, routing: routing_lib.Routing | None = None
+) -> base.Estimator:
+  """KF-RTRL (Mujika, Meier & Steger, "Approximating Real-Time Recurrent
+  Learning with Random Kronecker Factors", NeurIPS 2018).
+
+  One Kronecker product `G ≈ u ⊗ A`: `H G` is `u ⊗ (H A)`, mixed with
+  `F = hhat ⊗ D` by the sign trick with norm balancing. Unbiased.
+  Cost per example and step: memory `P + K S n^2 ~ n^2`, time `~ n^3`.
+
+  Args:
+    cell: a Lemma-1 `rtrl.cells.Cell`.
+    routing: speed choices (`rtrl.routing.Routing`); None: `Routing.auto()`.
+
+  Returns:
+    The `Estimator` (`name='kf'`, `implementation='kf'`).
+
+  Raises:
+    ValueError: a cell not in the Lemma-1 form.
+  """
+  _lemma1(cell, "kf")
   return base.build(
     "kf",
     cell,
     lambda p: _kronecker_zeros(cell, p, None),
     _kf_update(cell),
     _kronecker_readout,
+    implementation="kf",
+    routing=routing_lib.resolve(routing),
     forget=_forget_u,
   )
 
 
-def kf_approx(cell: Cell, rank: int) -> base.Estimator:
-  """KF-RTRL-`rank`-APPROX (`make('kf_approx', cell, rank=r)`)."""
+def kf_approx(
+  cell: Cell, rank: int, *, routing: routing_lib.Routing | None = None
+) -> base.Estimator:
+  """KF-RTRL-`rank`-APPROX (Benzing et al. 2019, section 4.3).
+
+  KF-RTRL with `F = hhat ⊗ D'`, `D'` the optimal unbiased rank-`rank`
+  approximation of the block-diagonal `D` (from its per-unit block SVD).
+  Unbiased. Cost per example and step: KF-RTRL's, `~ n^2` memory and
+  `~ n^3` time.
+
+  Args:
+    cell: a Lemma-1 `rtrl.cells.Cell`.
+    rank: an int, `1 <= rank <= n min(S, K)` (the rank of `D`).
+    routing: speed choices (`rtrl.routing.Routing`); None: `Routing.auto()`.
+
+  Returns:
+    The `Estimator` (`name='kf_approx'`).
+
+  Raises:
+    ValueError: a cell not in the Lemma-1 form, or `rank` out of range.
+  """
+  _lemma1(cell, "kf_approx")
   rank = check_rank(rank, "kf_approx")
   if rank > max_rank_of_D(cell):
     raise ValueError(
@@ -158,13 +205,33 @@ def kf_approx(cell: Cell, rank: int) -> base.Estimator:
     lambda p: _kronecker_zeros(cell, p, None),
     _kf_update(cell, approximate_D_rank=rank),
     _kronecker_readout,
+    implementation="kf_approx",
+    routing=routing_lib.resolve(routing),
     forget=_forget_u,
   )
 
 
-def kf_avg(cell: Cell, rank: int) -> base.Estimator:
-  """r-KF-RTRL-AVG (`make('kf_avg', cell, rank=r)`): `rank` independent
-  KF-RTRL copies whose gradients are averaged."""
+def kf_avg(
+  cell: Cell, rank: int, *, routing: routing_lib.Routing | None = None
+) -> base.Estimator:
+  """r-KF-RTRL-AVG (Benzing et al. 2019): `rank` independent KF-RTRL
+  copies whose gradients are averaged (variance `1/rank` of KF-RTRL's).
+
+  Unbiased. Cost per example and step: memory `r (P + K S n^2) ~ r n^2`,
+  time `~ r n^3` (all copies propagated by one GEMM).
+
+  Args:
+    cell: a Lemma-1 `rtrl.cells.Cell`.
+    rank: the number of copies, an int >= 1.
+    routing: speed choices (`rtrl.routing.Routing`); None: `Routing.auto()`.
+
+  Returns:
+    The `Estimator` (`name='kf_avg'`).
+
+  Raises:
+    ValueError: a cell not in the Lemma-1 form, or `rank` not an int >= 1.
+  """
+  _lemma1(cell, "kf_avg")
   rank = check_rank(rank, "kf_avg")
   update = _kf_update(cell, copies=rank)
 
@@ -177,12 +244,18 @@ def kf_avg(cell: Cell, rank: int) -> base.Estimator:
     lambda p: _kronecker_zeros(cell, p, rank),
     update,
     readout,
+    implementation="kf_avg",
+    routing=routing_lib.resolve(routing),
     forget=_forget_u,
   )
 
 
-def _ok(cell: Cell, rank: int, biased: bool, name: str) -> base.Estimator:
+def _ok(
+  cell: Cell, rank: int, biased: bool, name: str, routing
+) -> base.Estimator:
+  _lemma1(cell, name)
   rank = check_rank(rank, name)
+  routing = routing_lib.resolve(routing)
 
   def zeros(params):
     p, k, s, n = base.sizes(cell, params)
@@ -199,21 +272,78 @@ def _ok(cell: Cell, rank: int, biased: bool, name: str) -> base.Estimator:
     u, factor = tangent
     propagated = tangents.propagate_factors(jac, cell.hidden_row, factor)
     us = jnp.concatenate([u, jac.hhat[None]], axis=0)
-    return kronecker.reduce_rows(
-      us, tangents.factors_and_D_rows(propagated, jac), key, biased=biased
-    )
+    rows = tangents.factors_and_D_rows(propagated, jac, routing=routing)
+    return kronecker.reduce_rows(us, rows, key, biased=biased, routing=routing)
 
   return base.build(
-    name, cell, zeros, update, _kronecker_readout, forget=_forget_u
+    name,
+    cell,
+    zeros,
+    update,
+    _kronecker_readout,
+    implementation=name,
+    routing=routing,
+    forget=_forget_u,
   )
 
 
-def ok(cell: Cell, rank: int) -> base.Estimator:
-  """r-OK (`make('ok', cell, rank=r)`), the optimal unbiased Kronecker-sum
-  approximation of RTRL."""
-  return _ok(cell, rank, biased=False, name="ok")
+def ok(
+  cell: Cell, rank: int, *, routing: routing_lib.Routing | None = None
+) -> base.Estimator:
+  """r-OK, the optimal unbiased Kronecker-sum approximation of RTRL
+  (Benzing, Gauy, Mujika, Martinsson & Steger, ICML 2019, Algorithms 4-5).
+
+  `G ≈ Σ_{i<=r} u_i ⊗ A_i`; each step the `r + 1` summands `u_i ⊗ H A_i`
+  and `hhat ⊗ D` are reduced to `r` by the minimum-variance unbiased
+  Kronecker-sum approximation (Theorem 1). Cost per example and step:
+  memory `r (P + K S n^2) ~ r n^2`, time `~ r n^3` (the `H A_i`).
+
+  Args:
+    cell: a Lemma-1 `rtrl.cells.Cell`.
+    rank: an int, `1 <= rank <= min(P, K S n^2) - 1` (checked at `init`,
+      where `P` is known).
+    routing: speed choices (`rtrl.routing.Routing`: the Gram matrix, the
+      mixing and the small SVDs of the reduction); None: `Routing.auto()`.
+
+  Returns:
+    The `Estimator` (`name='ok'`).
+
+  Raises:
+    ValueError: a cell not in the Lemma-1 form, or `rank` not an int >= 1.
+  """
+  return _ok(cell, rank, biased=False, name="ok", routing=routing)
 
 
-def ok_biased(cell: Cell, rank: int) -> base.Estimator:
-  """r-B-OK (`make('ok_biased', cell, rank=r)`): Eckart–Young truncation."""
-  return _ok(cell, rank, biased=True, name="ok_biased")
+def ok_biased(
+  cell: Cell, rank: int, *, routing: routing_lib.Routing | None = None
+) -> base.Estimator:
+  """r-B-OK (Benzing et al. 2019, appendix Algorithm 6): r-OK's reduction
+  by the Eckart-Young truncation instead of the unbiased mixing (biased,
+  the closest `r`-Kronecker-sum). Cost as `ok`: `~ r n^2` memory and
+  `~ r n^3` time per example and step.
+
+  Args:
+    cell: a Lemma-1 `rtrl.cells.Cell`.
+    rank: an int, `1 <= rank <= min(P, K S n^2) - 1` (checked at `init`).
+    routing: speed choices (`rtrl.routing.Routing`); None: `Routing.auto()`.
+
+  Returns:
+    The `Estimator` (`name='ok_biased'`).
+
+  Raises:
+    ValueError: a cell not in the Lemma-1 form, or `rank` not an int >= 1.
+  """
+  return _ok(cell, rank, biased=True, name="ok_biased", routing=routing)
+
+
+__all__ = [
+  "check_rank",
+  "kf",
+  "kf_approx",
+  "kf_avg",
+  "low_rank_D_factors",
+  "max_rank_of_D",
+  "ok",
+  "ok_biased",
+  "unbiased_low_rank_D",
+]

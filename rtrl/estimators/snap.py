@@ -47,6 +47,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
+from rtrl import routing as routing_lib
 from rtrl.cells import Cell
 from rtrl.cells import StepJacobians
 from rtrl.estimators import base
@@ -77,6 +78,7 @@ def _unit_diagonal(
   name: str,
   cell: Cell,
   unit_jacobian: Callable[[StepJacobians, int], jax.Array],
+  routing: routing_lib.Routing | None,
 ) -> base.Estimator:
   """An estimator whose influence is kept on the one-step pattern and
   propagated by `unit_jacobian(jac, hidden_row) -> (n, S, S)`."""
@@ -107,25 +109,78 @@ def _unit_diagonal(
     return per_unit.reshape(per_unit.shape[0], -1)
 
   # No `batch_readout`: contracting the batch inside one einsum per state
-  # row ("bj,bpkj->pkj", unit j a batch dimension of the product) measured
-  # 0.71-0.82x of the per-example readout plus its GEMV sum on XLA:CPU
-  # (RHN, GRU, LSTM at n=128, batch 16): the product transposes the trace.
+  # row was slower on XLA:CPU (docs/benchmarks/routing.md).
   return base.build(
     name,
     cell,
     zeros,
     update,
     readout,
+    implementation=name,
+    routing=routing_lib.resolve(routing),
     jacobians_once=True,
     forget=base.forget_nothing,
   )
 
 
-def snap1(cell: Cell) -> base.Estimator:
-  """SnAp-1 (`make('snap1', cell)`)."""
-  return _unit_diagonal("snap1", cell, snap1_unit_jacobian)
+def snap1(
+  cell: Cell, *, routing: routing_lib.Routing | None = None
+) -> base.Estimator:
+  """SnAp-1 (Menick et al., "Practical Real Time Recurrent Learning with a
+  Sparse Approximation", ICLR 2021) for a Lemma-1 cell.
+
+  The influence kept where a parameter reaches a unit within one step,
+  propagated by the unit's own diagonal block of `H`. Deterministic,
+  biased; exact when the recurrent weights are diagonal. Cost per example
+  and step: memory `S P K n ~ K n^2`, time `~ S^2 K n^2`.
+
+  Args:
+    cell: a Lemma-1 `rtrl.cells.Cell`. A `CustomCell` takes
+      `autodiff_snap1`; an `LRU` `diagonal_rtrl` (its SnAp-1 is exact).
+    routing: speed choices (`rtrl.routing.Routing`: `jacobians_once`);
+      None: `Routing.auto()`.
+
+  Returns:
+    The `Estimator` (`name='snap1'`).
+
+  Raises:
+    ValueError: a cell not in the Lemma-1 form.
+  """
+  base.require_lemma1_cell(
+    cell,
+    "snap1",
+    custom_instead="autodiff_snap1",
+    lru_instead="diagonal_rtrl (SnAp-1 of a diagonal recurrence is exact)",
+  )
+  return _unit_diagonal("snap1", cell, snap1_unit_jacobian, routing)
 
 
-def rflo(cell: Cell) -> base.Estimator:
-  """RFLO's eligibility trace (`make('rflo', cell)`)."""
-  return _unit_diagonal("rflo", cell, rflo_unit_jacobian)
+def rflo(
+  cell: Cell, *, routing: routing_lib.Routing | None = None
+) -> base.Estimator:
+  """RFLO's eligibility trace (Murray, "Local online learning in recurrent
+  networks with random feedback", eLife 2019) for a Lemma-1 cell.
+
+  SnAp-1's pattern propagated through the cell's direct state path only
+  (every path through the recurrent weights dropped). Deterministic,
+  biased; exact when there are no recurrent weights. RFLO's random
+  feedback is a readout option (`rtrl.readout.feedback_alignment`). Cost
+  per example and step: memory `S P K n ~ K n^2`, time `~ S^2 K n^2`.
+
+  Args:
+    cell: a Lemma-1 `rtrl.cells.Cell` (a general step function does not
+      separate its direct path from the recurrent one).
+    routing: speed choices (`rtrl.routing.Routing`: `jacobians_once`);
+      None: `Routing.auto()`.
+
+  Returns:
+    The `Estimator` (`name='rflo'`).
+
+  Raises:
+    ValueError: a cell not in the Lemma-1 form.
+  """
+  base.require_lemma1_cell(cell, "rflo")
+  return _unit_diagonal("rflo", cell, rflo_unit_jacobian, routing)
+
+
+__all__ = ["rflo", "rflo_unit_jacobian", "snap1", "snap1_unit_jacobian"]

@@ -16,13 +16,39 @@ import jax.numpy as jnp
 
 from rtrl import kronecker
 from rtrl import linalg
+from rtrl import routing as routing_lib
 from rtrl import tangents
 from rtrl.cells import Cell
 from rtrl.estimators import base
 
 
-def uoro(cell: Cell) -> base.Estimator:
-  """UORO (`make('uoro', cell)`)."""
+def uoro(
+  cell: Cell, *, routing: routing_lib.Routing | None = None
+) -> base.Estimator:
+  """UORO (Tallec & Ollivier, "Unbiased Online Recurrent Optimization",
+  ICLR 2018) for a Lemma-1 cell.
+
+  `G ≈ u ⊗ v` (a state vector and a parameter vector); `F` is replaced by
+  `ν ⊗ νᵀF` with random signs `ν`, mixed in by the sign trick with norm
+  balancing. Unbiased. Cost per example and step: memory and time
+  `~ K n^2` (`P K n + S n`).
+
+  Args:
+    cell: a Lemma-1 `rtrl.cells.Cell`. A `CustomCell` or an `LRU` takes
+      `autodiff_uoro`.
+    routing: speed choices (`rtrl.routing.Routing`: `jacobians_once`);
+      None: `Routing.auto()`.
+
+  Returns:
+    The `Estimator` (`name='uoro'`).
+
+  Raises:
+    ValueError: a cell not in the Lemma-1 form.
+  """
+  base.require_lemma1_cell(
+    cell, "uoro", custom_instead="autodiff_uoro", lru_instead="autodiff_uoro"
+  )
+  routing = routing_lib.resolve(routing)
 
   def zeros(params):
     p, k, s, n = base.sizes(cell, params)
@@ -32,7 +58,7 @@ def uoro(cell: Cell) -> base.Estimator:
   def update(tangent, jac, key):
     state_vector, param_vector = tangent
     propagated = tangents.apply_recurrent_jacobian(
-      jac, cell.hidden_row, state_vector
+      jac, cell.hidden_row, state_vector, routing=routing
     )
     sign_key, mix_key = jax.random.split(key)
     nu = jax.random.rademacher(
@@ -40,7 +66,9 @@ def uoro(cell: Cell) -> base.Estimator:
     )
     # νᵀF = hhat ⊗ w is never formed for its norm (|hhat| |w|), and w once,
     # not inside the loop that writes the new (P, K n) factor.
-    w = linalg.computed_once(tangents.D_transpose(jac, nu).reshape(-1))
+    w = tangents.D_transpose(jac, nu).reshape(-1)
+    if routing.jacobians_once:
+      w = linalg.computed_once(w)
     norm = lambda x: jnp.linalg.norm(jnp.ravel(x))
     propagated_norm = norm(propagated)
     p1, p2, sign = kronecker.sign_trick_scales(
@@ -85,7 +113,12 @@ def uoro(cell: Cell) -> base.Estimator:
     zeros,
     update,
     readout,
+    implementation="uoro",
+    routing=routing,
     jacobians_once=True,
     forget=forget,
     batch_readout=batch_readout,
   )
+
+
+__all__ = ["uoro"]

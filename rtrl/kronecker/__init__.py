@@ -27,7 +27,7 @@ the flattened matrices `A_i`). `G` is a re-arrangement of the entries of the
 Kronecker sum, so Frobenius norms, expectations and variances are the same for
 both. Variance always means `E ||X' - E X'||_F^2`.
 
-Modules: `diagonal` (Theorems 6 and 7, Lemmas 5 and 6; also the Lemma-6
+Modules: `diagonal_mixing` (Theorems 6 and 7, Lemmas 5 and 6; also the Lemma-6
 constructions `projection_with_diagonal_givens` / `_householder` and
 `diagonal_mixing_with_signs`, the mixing at given signs), `low_rank`
 (Theorem 2, Eckart-Young), `reduce` (Algorithm 4), `sign_trick`.
@@ -35,8 +35,8 @@ constructions `projection_with_diagonal_givens` / `_householder` and
 
 from __future__ import annotations
 
-from rtrl.kronecker.diagonal import optimal_diagonal_mixing
-from rtrl.kronecker.diagonal import optimal_diagonal_variance
+from rtrl.kronecker.diagonal_mixing import optimal_diagonal_mixing
+from rtrl.kronecker.diagonal_mixing import optimal_diagonal_variance
 from rtrl.kronecker.low_rank import biased_low_rank
 from rtrl.kronecker.low_rank import optimal_variance
 from rtrl.kronecker.low_rank import unbiased_low_rank

@@ -1,5 +1,9 @@
 """Unbiased (Theorem 2) and biased (Eckart-Young) low-rank approximations of
-any matrix, through its SVD and the diagonal construction of `diagonal.py`.
+any matrix, through its SVD and the diagonal construction of
+`diagonal_mixing.py`.
+
+Every function takes `routing` (an `rtrl.routing.Routing`, keyword only):
+where its small SVD runs; None: `Routing()`, `jnp.linalg.svd`.
 """
 
 from __future__ import annotations
@@ -11,15 +15,16 @@ from rtrl.kronecker._common import Array
 from rtrl.kronecker._common import _check_matrix
 from rtrl.kronecker._common import _random_signs
 from rtrl.kronecker._common import _static_rank
-from rtrl.kronecker.diagonal import _diagonal_factor_sorted
-from rtrl.kronecker.diagonal import _sorted_variance
+from rtrl.kronecker.diagonal_mixing import _diagonal_factor_sorted
+from rtrl.kronecker.diagonal_mixing import _sorted_variance
+from rtrl.routing import Routing
 
 # --------------------------------------------------------------------------
 # General matrices: Theorem 2 (unbiased) and Eckart-Young (biased).
 # --------------------------------------------------------------------------
 
 
-def _svd_with_clean_spectrum(C: Array):
+def _svd_with_clean_spectrum(C: Array, routing: Routing | None):
   """Thin SVD with numerically-zero singular values set to exactly 0.
 
   Singular values below `max(m, n) * eps * s_max` (numpy's matrix_rank
@@ -28,30 +33,34 @@ def _svd_with_clean_spectrum(C: Array):
   rounding level, to matrices that are exactly representable at the target
   rank. Zeroing them changes C by at most that tolerance.
   """
-  u, s, vt = linalg.small_svd(C)
+  u, s, vt = linalg.small_svd(C, routing=routing)
   tolerance = max(C.shape) * jnp.finfo(C.dtype).eps * s[0]
   s = jnp.where(s > tolerance, s, 0)
   return u, s, vt
 
 
-def _unbiased_factors(C: Array, rank: int, key) -> tuple[Array, Array]:
+def _unbiased_factors(
+  C: Array, rank: int, key, routing: Routing | None
+) -> tuple[Array, Array]:
   """Theorem 2 for any shape; `rank >= min(m, n)` gives C exactly."""
   signs = _random_signs(key, (min(C.shape),), C.dtype)
-  return _unbiased_factors_with_signs(C, rank, signs)
+  return _unbiased_factors_with_signs(C, rank, signs, routing)
 
 
 def _unbiased_factors_with_signs(
-  C: Array, rank: int, signs: Array
+  C: Array, rank: int, signs: Array, routing: Routing | None
 ) -> tuple[Array, Array]:
-  u, s, vt = _svd_with_clean_spectrum(C)
+  u, s, vt = _svd_with_clean_spectrum(C, routing)
   # small_svd returns s non-increasing: no sort needed.
   factor = _diagonal_factor_sorted(s, rank, signs)  # (q, rank)
   return u @ factor, vt.T @ factor
 
 
-def _truncated_factors(C: Array, rank: int) -> tuple[Array, Array]:
+def _truncated_factors(
+  C: Array, rank: int, routing: Routing | None
+) -> tuple[Array, Array]:
   """Eckart-Young factors (m, rank), (n, rank); zero-padded if rank > q."""
-  u, s, vt = linalg.small_svd(C)
+  u, s, vt = linalg.small_svd(C, routing=routing)
   q = s.shape[0]
   keep = min(q, rank)
   root = jnp.sqrt(s[:keep])
@@ -63,7 +72,9 @@ def _truncated_factors(C: Array, rank: int) -> tuple[Array, Array]:
   return left, right
 
 
-def unbiased_low_rank(C, rank: int, key) -> tuple[Array, Array]:
+def unbiased_low_rank(
+  C, rank: int, key, *, routing: Routing | None = None
+) -> tuple[Array, Array]:
   """Minimum-variance unbiased rank-`rank` approximation of a matrix.
 
   `C = U diag(s) V^T` (thin SVD); `diag(s)` is approximated optimally by
@@ -76,6 +87,7 @@ def unbiased_low_rank(C, rank: int, key) -> tuple[Array, Array]:
     C: (m, n) matrix.
     rank: static Python int, 1 <= rank <= min(m, n).
     key: a JAX PRNG key.
+    routing: where the SVD runs (`rtrl.routing`); None: `jnp.linalg.svd`.
 
   Returns:
     `(L, R)` with shapes (m, rank) and (n, rank).
@@ -89,10 +101,12 @@ def unbiased_low_rank(C, rank: int, key) -> tuple[Array, Array]:
   """
   C = _check_matrix(C)
   rank = _static_rank(rank, min(C.shape), f"C of shape {C.shape}")
-  return _unbiased_factors(C, rank, key)
+  return _unbiased_factors(C, rank, key, routing)
 
 
-def unbiased_low_rank_with_signs(C, rank: int, signs) -> tuple[Array, Array]:
+def unbiased_low_rank_with_signs(
+  C, rank: int, signs, *, routing: Routing | None = None
+) -> tuple[Array, Array]:
   """`unbiased_low_rank` with its random signs given explicitly.
 
   `unbiased_low_rank(C, rank, key)` draws `q = min(m, n)` independent
@@ -105,6 +119,7 @@ def unbiased_low_rank_with_signs(C, rank: int, signs) -> tuple[Array, Array]:
     rank: static Python int, 1 <= rank <= min(m, n).
     signs: (min(m, n),) entries +-1, indexed like the non-increasing
       singular values of C.
+    routing: as for `unbiased_low_rank`.
   """
   C = _check_matrix(C)
   rank = _static_rank(rank, min(C.shape), f"C of shape {C.shape}")
@@ -114,15 +129,18 @@ def unbiased_low_rank_with_signs(C, rank: int, signs) -> tuple[Array, Array]:
       f"signs must have shape ({min(C.shape)},) for C of "
       f"shape {C.shape}, got {signs.shape}"
     )
-  return _unbiased_factors_with_signs(C, rank, signs)
+  return _unbiased_factors_with_signs(C, rank, signs, routing)
 
 
-def biased_low_rank(C, rank: int) -> tuple[Array, Array]:
+def biased_low_rank(
+  C, rank: int, *, routing: Routing | None = None
+) -> tuple[Array, Array]:
   """Best rank-`rank` approximation in Frobenius norm (Eckart-Young).
 
   Args:
     C: (m, n) matrix.
     rank: static Python int, 1 <= rank <= min(m, n).
+    routing: as for `unbiased_low_rank`.
 
   Returns:
     `(L, R)` with shapes (m, rank) and (n, rank): `L = U_r sqrt(S_r)`,
@@ -136,10 +154,10 @@ def biased_low_rank(C, rank: int) -> tuple[Array, Array]:
   """
   C = _check_matrix(C)
   rank = _static_rank(rank, min(C.shape), f"C of shape {C.shape}")
-  return _truncated_factors(C, rank)
+  return _truncated_factors(C, rank, routing)
 
 
-def optimal_variance(C, rank: int) -> Array:
+def optimal_variance(C, rank: int, *, routing: Routing | None = None) -> Array:
   """Variance `E||C' - C||^2` of `unbiased_low_rank(C, rank, key)`.
 
   This is the minimum over all unbiased approximators of rank <= `rank`:
@@ -149,6 +167,7 @@ def optimal_variance(C, rank: int) -> Array:
   Args:
     C: (m, n) matrix.
     rank: static Python int, 1 <= rank <= min(m, n).
+    routing: as for `unbiased_low_rank`.
 
   Returns:
     Scalar variance.
@@ -158,7 +177,15 @@ def optimal_variance(C, rank: int) -> Array:
   """
   C = _check_matrix(C)
   rank = _static_rank(rank, min(C.shape), f"C of shape {C.shape}")
-  _, s, _ = _svd_with_clean_spectrum(C)
+  _, s, _ = _svd_with_clean_spectrum(C, routing)
   if s.shape[0] <= rank:
     return jnp.zeros((), C.dtype)
   return _sorted_variance(s, rank)
+
+
+__all__ = [
+  "biased_low_rank",
+  "optimal_variance",
+  "unbiased_low_rank",
+  "unbiased_low_rank_with_signs",
+]

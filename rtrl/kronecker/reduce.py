@@ -13,6 +13,7 @@ from rtrl import linalg
 from rtrl.kronecker._common import Array
 from rtrl.kronecker.low_rank import _truncated_factors
 from rtrl.kronecker.low_rank import _unbiased_factors
+from rtrl.routing import Routing
 
 # --------------------------------------------------------------------------
 # Algorithm 4: reduce an (r+1)-Kronecker-sum to an r-Kronecker-sum.
@@ -35,7 +36,7 @@ def _balance_columns(left: Array, right: Array) -> tuple[Array, Array]:
 
 
 def kronecker_sum_reduce(
-  us, As, key, *, biased: bool = False
+  us, As, key, *, biased: bool = False, routing: Routing | None = None
 ) -> tuple[Array, Array]:
   """One OK (or B-OK) mixing step: r+1 Kronecker summands down to r.
 
@@ -73,6 +74,8 @@ def kronecker_sum_reduce(
     key: a JAX PRNG key (unused when `biased=True`).
     biased: use the Eckart-Young truncation (r-B-OK) instead of the unbiased
       optimal mixing (r-OK).
+    routing: where the small SVDs run (`rtrl.routing`); None: `Routing()`,
+      `jnp.linalg.svd`.
 
   Returns:
     `(us_new, As_new)` with shapes (r, a) and (r, M).
@@ -113,7 +116,7 @@ def kronecker_sum_reduce(
   us = us.astype(dtype)
   As = As.astype(dtype)
 
-  return reduce_rows(us, dense_rows(As), key, biased=biased)
+  return reduce_rows(us, dense_rows(As), key, biased=biased, routing=routing)
 
 
 class Rows(NamedTuple):
@@ -143,13 +146,20 @@ def dense_rows(rows: Array) -> Rows:
   )
 
 
-def reduce_rows(us: Array, rows: Rows, key, *, biased: bool = False):
+def reduce_rows(
+  us: Array,
+  rows: Rows,
+  key,
+  *,
+  biased: bool = False,
+  routing: Routing | None = None,
+):
   """`kronecker_sum_reduce` with the right factors given as `Rows`.
 
   Args:
     us: (r + 1, a) left factors (validated, floating).
     rows: the r + 1 right factors.
-    key, biased: as for `kronecker_sum_reduce`.
+    key, biased, routing: as for `kronecker_sum_reduce`.
 
   Returns:
     `(us_new (r, a), rows.combine(coefficients (r, r + 1)))`.
@@ -159,15 +169,23 @@ def reduce_rows(us: Array, rows: Rows, key, *, biased: bool = False):
   # CholeskyQR(2) by eigendecomposition (rtrl.linalg): the long rows only meet
   # GEMMs, and the bases are never formed: A'_j = (R'_j^T T_A) As.
   (transform_u, coords_u), (transform_a, coords_a) = linalg.gram_qr_together(
-    [linalg.gram_of_rows(us), rows.gram], refine
+    [linalg.gram_of_rows(us), rows.gram], refine, routing=routing
   )
   core = coords_u @ coords_a.T  # (r+1, r+1)
   if biased:
-    left, right = _truncated_factors(core, rank)
+    left, right = _truncated_factors(core, rank, routing)
   else:
-    left, right = _unbiased_factors(core, rank, key)
+    left, right = _unbiased_factors(core, rank, key, routing)
   left, right = _balance_columns(left, right)
   return (
     linalg.matmul(left.T @ transform_u, us),
     rows.combine(right.T @ transform_a),
   )
+
+
+__all__ = [
+  "Rows",
+  "dense_rows",
+  "kronecker_sum_reduce",
+  "reduce_rows",
+]

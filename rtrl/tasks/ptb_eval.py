@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rtrl import losses as losses_lib
 from rtrl import readout
 from rtrl import validation
 from rtrl.cells import Cell
@@ -100,9 +101,11 @@ def bits_sums(
     x = jax.nn.one_hot(inputs, VOCAB_SIZE, dtype=dtype)
     state = jax.vmap(cell.step, in_axes=(None, 0, 0))(params["cell"], state, x)
     hidden = jax.vmap(cell.output)(state)
-    losses = jax.vmap(readout.step_loss, in_axes=(None, 0, 0, 0))(
-      params["readout"], hidden, targets, weights
+    logits = jax.vmap(readout.linear().apply, in_axes=(None, 0))(
+      params["readout"], hidden
     )
+    losses = jax.vmap(losses_lib.softmax_cross_entropy)(logits, targets)
+    losses = losses * weights
     return (state, total + losses.sum()), None
 
   (_, total), _ = jax.lax.scan(

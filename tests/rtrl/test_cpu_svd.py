@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from rtrl import linalg
+from rtrl.routing import Routing
 
 
 def _check_is_svd(matrices, u, s, vt, tolerance):
@@ -196,24 +197,32 @@ def test_bad_input_is_refused_by_name(kernels, shape, dtype):
     kernels.svd(jnp.ones(shape, dtype))
 
 
-def test_small_svd_routes_square_matrices_to_the_kernel(
-  kernels, x64, monkeypatch
-):
-  """`linalg.small_svd` on CPU: square matrices up to 32 on the kernel
-  (the same values as the kernel's), others on LAPACK, and
-  `SMALL_SVD_ON_CPU_KERNEL = False` sends all to LAPACK."""
+def test_small_svd_routes_square_matrices_to_the_kernel(kernels, x64):
+  """`linalg.small_svd` with `Routing(cpu_kernel_svd=True)`: square matrices
+  up to 32 on the kernel (the same values as the kernel's), others on
+  LAPACK; `Routing()` (the default) sends all to LAPACK."""
+  on_kernel = Routing(cpu_kernel_svd=True)
   square = jnp.asarray(random_normal((5, 9, 9), np.float64, seed=9))
-  for x, y in zip(linalg.small_svd(square), kernels.svd(square)):
+  for x, y in zip(
+    linalg.small_svd(square, routing=on_kernel), kernels.svd(square)
+  ):
     np.testing.assert_array_equal(x, y)
   tall = random_normal((5, 9, 4), np.float64, seed=10)
   for x, y in zip(
-    linalg.small_svd(jnp.asarray(tall)),
+    linalg.small_svd(jnp.asarray(tall), routing=on_kernel),
     np.linalg.svd(tall, full_matrices=False),
   ):
     np.testing.assert_allclose(np.abs(x), np.abs(y), rtol=1e-12, atol=1e-12)
-  monkeypatch.setattr(linalg, "SMALL_SVD_ON_CPU_KERNEL", False)
-  lowered = jax.jit(lambda m: linalg.small_svd(m)).lower(square).as_text()
-  assert "rtrl_small_svd" not in lowered
-  monkeypatch.setattr(linalg, "SMALL_SVD_ON_CPU_KERNEL", True)
-  lowered = jax.jit(lambda m: linalg.small_svd(m)).lower(square).as_text()
+  for routing in (None, Routing()):
+    lowered = (
+      jax.jit(lambda m, r=routing: linalg.small_svd(m, routing=r))
+      .lower(square)
+      .as_text()
+    )
+    assert "rtrl_small_svd" not in lowered
+  lowered = (
+    jax.jit(lambda m: linalg.small_svd(m, routing=on_kernel))
+    .lower(square)
+    .as_text()
+  )
   assert "rtrl_small_svd" in lowered

@@ -1,4 +1,4 @@
-"""`CustomCell` and the generic estimators (`rtrl.estimators.generic`).
+"""`CustomCell` and the generic estimators (`rtrl.estimators.autodiff`).
 
 User cells that are not Lemma-1: the original GRU of Cho et al. (reset gate
 before the recurrent product) and a peephole LSTM with a tuple state. On
@@ -61,7 +61,7 @@ def assert_trees_close(a, b, tol, what):
 
 
 @pytest.mark.parametrize("cell_name", sorted(USER_CELLS))
-def test_generic_rtrl_equals_bptt(cell_name, x64):
+def test_autodiff_rtrl_equals_bptt(cell_name, x64):
   """Σ_t of exact RTRL's per-step gradients (frozen_gradients) == full BPTT
   of Σ_t L_t, every leaf of the params dict, rel. error < 1e-12, over 8
   steps with per-example resets."""
@@ -75,7 +75,7 @@ def test_generic_rtrl_equals_bptt(cell_name, x64):
 
 
 @pytest.mark.parametrize("cls", [cells.RHN, cells.LSTM], ids=["rhn", "lstm"])
-def test_generic_rtrl_on_wrapped_builtin_equals_lemma1_rtrl(cls, x64):
+def test_autodiff_rtrl_on_wrapped_builtin_equals_lemma1_rtrl(cls, x64):
   """A built-in cell wrapped as a CustomCell: the autodiff RTRL's per-step
   gradients == the Lemma-1 RTRL's (rel. error < 1e-12 at every step)."""
   builtin = cls(hidden_size=N)
@@ -121,7 +121,7 @@ def per_step_flat_gradients(cell, est, params, xs, gs, key):
   return jax.lax.scan(body, (tstate, cell.initial_state()), (xs, gs))[1]
 
 
-def test_generic_uoro_is_unbiased(x64):
+def test_autodiff_uoro_is_unbiased(x64):
   """Cho GRU, 5 steps: the mean over 8000 PRNG streams of UORO's per-step
   gradient == exact RTRL's, every entry, within z * std / sqrt(N) (z the
   Bonferroni quantile for a family-wise failure of 1e-4) plus a rounding

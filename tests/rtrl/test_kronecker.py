@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from rtrl import kronecker
-from rtrl.kronecker import diagonal
+from rtrl.kronecker import diagonal_mixing
 
 # The closed forms, jitted: eager dispatch compiles every small op separately.
 _optimal_variance = jax.jit(kronecker.optimal_variance, static_argnums=1)
@@ -305,7 +305,9 @@ def test_diagonal_mixing_exact_expectation_over_all_signs(x64, d, rank):
   signs = jnp.asarray(list(itertools.product([-1.0, 1.0], repeat=q)))
   factors = jax.jit(
     jax.vmap(
-      lambda s: diagonal.diagonal_mixing_with_signs(jnp.asarray(d), rank, s)
+      lambda s: diagonal_mixing.diagonal_mixing_with_signs(
+        jnp.asarray(d), rank, s
+      )
     )
   )(signs)
   products = np.asarray(jnp.einsum("sik,sjk->sij", factors, factors))
@@ -405,9 +407,11 @@ def test_projection_constructions_have_prescribed_diagonal(x64, q, rank):
     np.concatenate([np.ones(rank - 1), np.full(num_mixed, 1 / num_mixed)])
   )
   targets = np.stack(targets)
-  builders = [lambda p: diagonal.projection_with_diagonal_givens(p, rank)]
+  builders = [
+    lambda p: diagonal_mixing.projection_with_diagonal_givens(p, rank)
+  ]
   if q == rank + 1:
-    builders.append(diagonal.projection_with_diagonal_householder)
+    builders.append(diagonal_mixing.projection_with_diagonal_householder)
   for build in builders:
     z = np.asarray(jax.jit(jax.vmap(build))(jnp.asarray(targets)))
     assert z.shape == (len(targets), q, rank)

@@ -5,7 +5,6 @@ SVDs on the CPU Jacobi kernel and on `jnp.linalg.svd` (what GPUs run).
 Monte Carlo tolerances: `monte_carlo.py`.
 """
 
-import contextlib
 import functools
 
 import jax
@@ -19,33 +18,21 @@ import numpy as np
 import pytest
 
 from rtrl import kronecker
-from rtrl import linalg
+from rtrl.routing import Routing
 
 # The closed form, jitted: eager dispatch compiles every small op separately.
 _optimal_variance = jax.jit(kronecker.optimal_variance, static_argnums=1)
 
 
-@contextlib.contextmanager
-def _small_svd_route(kernel_svd):
-  """Traces with the small SVDs on the CPU Jacobi kernel (True), on
-  `jnp.linalg.svd` (False) or on the library's default (None)."""
-  default = linalg.SMALL_SVD_ON_CPU_KERNEL
-  if kernel_svd is not None:
-    linalg.SMALL_SVD_ON_CPU_KERNEL = kernel_svd
-  try:
-    yield
-  finally:
-    linalg.SMALL_SVD_ON_CPU_KERNEL = default
-
-
-# The route is a static argument: `SMALL_SVD_ON_CPU_KERNEL` is read at trace
-# time, so it must be part of the compiled sampler's cache key.
+# The route is a static argument: each `Routing` is its own compiled sampler.
 @functools.partial(jax.jit, static_argnames=("biased", "kernel_svd"))
-def _reduce_samples(us, As, sample_keys, biased=False, kernel_svd=None):
-  with _small_svd_route(kernel_svd):
-    us_new, As_new = jax.vmap(
-      lambda key: kronecker.kronecker_sum_reduce(us, As, key, biased=biased)
-    )(sample_keys)
+def _reduce_samples(us, As, sample_keys, biased=False, kernel_svd=False):
+  routing = Routing(cpu_kernel_svd=kernel_svd)
+  us_new, As_new = jax.vmap(
+    lambda key: kronecker.kronecker_sum_reduce(
+      us, As, key, biased=biased, routing=routing
+    )
+  )(sample_keys)
   return us_new, As_new, jnp.einsum("ska,skm->sam", us_new, As_new)
 
 
@@ -53,6 +40,8 @@ def _reduce_samples(us, As, sample_keys, biased=False, kernel_svd=None):
 def kernel_svd(request):
   """The reduction's small SVDs on the CPU Jacobi kernel (the default on
   CPU where it builds) or on `jnp.linalg.svd` (what GPUs and TPUs run)."""
+  if request.param:
+    request.getfixturevalue("kernels")  # skips where they cannot be built
   return request.param
 
 

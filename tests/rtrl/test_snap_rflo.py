@@ -202,7 +202,7 @@ def _unit_pattern(cell):
 
 
 @pytest.mark.parametrize("cell_name", ["rhn", "lstm", "gru"])
-def test_lemma1_snap1_equals_generic_snap1(cell_name, x64):
+def test_lemma1_snap1_equals_autodiff_snap1(cell_name, x64):
   """The Lemma-1 SnAp-1 and the autodiff one (`CustomCell` wrapping the same
   cell) agree at every step: with the pattern read from the one-step
   Jacobian for the one-row cells, with the unit pattern given for the LSTM

@@ -12,6 +12,7 @@ import pytest
 from rtrl import cells
 from rtrl import cpu_kernels
 from rtrl import tangents
+from rtrl.routing import Routing
 
 N, INPUT, COPIES = 5, 3, 4
 
@@ -78,8 +79,13 @@ def test_factor_helpers_equal_dense_references(cell_cls, x64):
 
 
 @pytest.mark.parametrize(
-  "rows_first_max_floats, elementwise_mix_max_rank, cpu_kernels_min_rank",
-  [(2**62, 0, 2**62), (0, 0, 2**62), (0, 2**62, 2**62), (0, 0, 0)],
+  "routing",
+  [
+    Routing(rows_first_max_floats=2**62),
+    Routing(),
+    Routing(elementwise_mix_max_rank=2**62),
+    Routing(cpu_kernel_products=True, cpu_kernel_products_min_rank=0),
+  ],
   ids=[
     "row-major copy",
     "tall columns, GEMM mix",
@@ -87,24 +93,15 @@ def test_factor_helpers_equal_dense_references(cell_cls, x64):
     "tall columns, CPU kernels",
   ],
 )
-def test_factors_and_D_rows_equal_the_stacked_rows(
-  rows_first_max_floats,
-  elementwise_mix_max_rank,
-  cpu_kernels_min_rank,
-  monkeypatch,
-  x64,
-):
-  """Every path (the CPU row-major copy for small stacks, the tall
+def test_factors_and_D_rows_equal_the_stacked_rows(routing, x64):
+  """Every route (the row-major copy for small stacks, the tall
   `(S n K n, r)` columns mixed by a GEMM or by multiply-adds, and the CPU
   kernels' Gram matrix and mixing) gives the Gram matrix and the
   combinations of the explicit rows `[A_1..A_r, dense_D_factor]`."""
-  if cpu_kernels_min_rank == 0 and not cpu_kernels.usable(COPIES, jnp.float64):
+  if routing.cpu_kernel_products and not cpu_kernels.usable(
+    COPIES, jnp.float64
+  ):
     pytest.skip("rtrl.cpu_kernels not built here (no C++ compiler?)")
-  monkeypatch.setattr(tangents, "_ROWS_FIRST_MAX_FLOATS", rows_first_max_floats)
-  monkeypatch.setattr(
-    tangents, "_ELEMENTWISE_MIX_MAX_RANK", elementwise_mix_max_rank
-  )
-  monkeypatch.setattr(tangents, "_CPU_KERNELS_MIN_RANK", cpu_kernels_min_rank)
   cell, jac, factors = _setup(cells.LSTM, seed=1)
   stacked = np.concatenate(
     [
@@ -112,7 +109,7 @@ def test_factors_and_D_rows_equal_the_stacked_rows(
       np.asarray(tangents.dense_D_factor(jac)).reshape(1, -1),
     ]
   )
-  rows = tangents.factors_and_D_rows(factors, jac)
+  rows = tangents.factors_and_D_rows(factors, jac, routing=routing)
   np.testing.assert_allclose(
     rows.gram(None), stacked @ stacked.T, rtol=1e-13, atol=1e-13
   )
@@ -198,17 +195,17 @@ def test_block_svd_of_D_is_an_svd_of_every_block(shape, x64):
 def test_descending_positions_match_a_stable_argsort(q):
   """Both paths (pairwise comparisons up to PAIRWISE_SORT_MAX, a sort
   above), with many ties; a NaN goes first, not lost."""
-  from rtrl.kronecker import diagonal  # pylint: disable=g-import-not-at-top
+  from rtrl.kronecker import diagonal_mixing  # pylint: disable=g-import-not-at-top
 
   for seed in range(3):
     d = np.random.RandomState(seed).randint(0, 6, size=q).astype(np.float32)
-    positions = np.asarray(diagonal.descending_positions(jnp.asarray(d)))
+    positions = np.asarray(diagonal_mixing.descending_positions(jnp.asarray(d)))
     expected = np.empty(q, int)
     expected[np.argsort(-d, kind="stable")] = np.arange(q)
     np.testing.assert_array_equal(positions, expected)
   if q > 1:
     d = np.arange(q, dtype=np.float32)
     d[q // 2] = np.nan
-    positions = np.asarray(diagonal.descending_positions(jnp.asarray(d)))
+    positions = np.asarray(diagonal_mixing.descending_positions(jnp.asarray(d)))
     assert positions[q // 2] == 0
     assert sorted(positions) == list(range(q))

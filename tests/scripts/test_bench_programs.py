@@ -269,5 +269,8 @@ def test_cpu_kernels_tiny_run(capsys):
   )
   out = capsys.readouterr().out
   assert "The products alone" in out and "4-ok rhn-6" in out
-  assert bench.tangents._CPU_KERNELS_MIN_RANK == bench.LIBRARY_MIN_RANK
-  assert bench.linalg.SMALL_SVD_ON_CPU_KERNEL
+  # The three forms are three routings, the library's untouched.
+  routings = {bench.step_routing(*r) for r in bench.STEP_FORMS.values()}
+  assert len(routings) == 3
+  assert bench.step_routing(True, True).cpu_kernel_svd
+  assert not bench.step_routing(False, False).cpu_kernel_products

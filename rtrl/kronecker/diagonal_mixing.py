@@ -282,9 +282,8 @@ def diagonal_mixing_with_signs(d: Array, rank: int, signs: Array):
 
 
 # Up to this many entries the positions come from all pairwise comparisons
-# (q^2 work, one fused pass and a GEMV) rather than a sort: XLA:CPU sorts 16
-# x 128 floats in 0.32 ms, the comparisons take 0.085 (0.30 against 1.0 at
-# 256; even at 512).
+# (q^2 work, one fused pass and a GEMV) rather than a sort, faster on
+# XLA:CPU (docs/benchmarks/routing.md).
 PAIRWISE_SORT_MAX = 256
 
 
@@ -342,3 +341,14 @@ def optimal_diagonal_mixing(d, rank: int, key) -> tuple[Array, Array]:
   signs = _random_signs(key, d.shape, d.dtype)
   factor = diagonal_mixing_with_signs(d, rank, signs)
   return factor, factor
+
+
+__all__ = [
+  "PAIRWISE_SORT_MAX",
+  "descending_positions",
+  "diagonal_mixing_with_signs",
+  "optimal_diagonal_mixing",
+  "optimal_diagonal_variance",
+  "projection_with_diagonal_givens",
+  "projection_with_diagonal_householder",
+]

@@ -1,11 +1,12 @@
-"""Estimators for any `CustomCell`: exact RTRL, UORO and SnAp-1 by autodiff.
+"""Estimators for any cell by autodiff: exact RTRL, UORO and SnAp-1.
 
 They work on the flattened state `s (d,)` and parameters `θ (p,)`
 (`jax.flatten_util.ravel_pytree`) of the one-step map `s' = f(θ, s, x)`,
 with `H = ∂f/∂s (d, d)` and `F = ∂f/∂θ (d, p)` from JAX's forward and
-reverse mode: nothing to derive per cell, and no Lemma-1 structure assumed.
-The estimators that rely on that structure (`F = hhat ⊗ D`: KF, OK, KTP...)
-do not exist here; `for_custom_cell` says so.
+reverse mode: nothing to derive per cell, and no Lemma-1 structure assumed
+(a `CustomCell`, or any other cell seen through its step,
+`rtrl.cells.as_custom`). The estimators that rely on that structure
+(`F = hhat ⊗ D`: KF, OK, KTP...) do not exist here.
 
     G' = H G + F                    exact RTRL, G (d, p)
     G ≈ u vᵀ,  sign trick           UORO, u (d,), v (p,)
@@ -20,7 +21,6 @@ References:
 from __future__ import annotations
 
 from collections.abc import Callable
-import inspect
 
 import jax
 from jax.flatten_util import ravel_pytree
@@ -30,6 +30,7 @@ import numpy as np
 from rtrl import kronecker
 from rtrl import linalg
 from rtrl.cells.custom import CustomCell
+from rtrl.cells.custom import as_custom
 from rtrl.estimators import sparsity
 from rtrl.estimators.base import Estimator
 from rtrl.estimators.base import TangentState
@@ -44,6 +45,19 @@ def _flat_step(cell: CustomCell, unravel_params, unravel_state, x):
     ]
 
   return flat_step
+
+
+def _as_custom(cell) -> CustomCell:
+  """`cell` as a `CustomCell` (any `rtrl.cells` cell is one through its
+  step)."""
+  if isinstance(cell, CustomCell):
+    return cell
+  if not all(hasattr(cell, a) for a in ("step", "init", "initial_state")):
+    raise ValueError(
+      f"cell must be an rtrl.cells cell (a CustomCell, a Cell or an LRU), "
+      f"got {cell!r}"
+    )
+  return as_custom(cell)
 
 
 def _build(
@@ -62,6 +76,7 @@ def _build(
     readout: `(layout, tangent, g (d,)) -> dL/dθ (p,)`.
     layout: `(params, state) -> static data` the three share, from shapes.
   """
+  implementation = f"autodiff_{name}"
 
   def init(params, state, key):
     cell.check_params(params)
@@ -96,13 +111,36 @@ def _build(
     )
 
   return Estimator(
-    init=init, step=step, gradient=gradient, reset=reset, name=name
+    init=init,
+    step=step,
+    gradient=gradient,
+    reset=reset,
+    name=name,
+    implementation=implementation,
   )
 
 
-def generic_rtrl(cell: CustomCell) -> Estimator:
-  """Exact RTRL with the dense influence `G (d, p)`: memory `d p`, time
-  `d` reverse passes plus `d² p` per step and example."""
+def autodiff_rtrl(cell) -> Estimator:
+  """Exact RTRL (Williams & Zipser 1989) for any cell, by autodiff.
+
+  `G' = H G + F` with the dense influence `G (d, p)` over the flat state
+  `(d,)` and parameters `(p,)`, `H` and `F` from reverse mode: the gradient
+  equals BPTT's. `make('rtrl', custom_cell)` builds it.
+
+  Cost per example and step: memory `d p`, time `d` reverse passes plus
+  `d² p` (for a cell of `n` units, `~ n^3` and `~ n^4`).
+
+  Args:
+    cell: a `CustomCell`, or any `rtrl.cells` cell (seen through its step,
+      `rtrl.cells.as_custom`; a Lemma-1 cell is cheaper with `exact_rtrl`).
+
+  Returns:
+    The `Estimator` (`name='rtrl'`, `implementation='autodiff_rtrl'`).
+
+  Raises:
+    ValueError: not a cell.
+  """
+  cell = _as_custom(cell)
 
   def zeros(layout, theta, s):
     del layout
@@ -124,10 +162,27 @@ def generic_rtrl(cell: CustomCell) -> Estimator:
   return _build("rtrl", cell, zeros, update, readout)
 
 
-def generic_uoro(cell: CustomCell) -> Estimator:
-  """UORO: `G ≈ u vᵀ` with `u (d,)`, `v (p,)`; `H u` by one JVP and `νᵀ F` by
-  one VJP (no Jacobian is formed), mixed by the sign trick with norm
-  balancing exactly as `rtrl.estimators.uoro` does for Lemma-1 cells."""
+def autodiff_uoro(cell) -> Estimator:
+  """UORO (Tallec & Ollivier, ICLR 2018) for any cell, by autodiff.
+
+  `G ≈ u vᵀ` with `u (d,)`, `v (p,)`; `H u` by one JVP and `νᵀ F` by one
+  VJP (no Jacobian is formed), mixed by the sign trick with norm balancing
+  exactly as `rtrl.estimators.uoro` does for Lemma-1 cells. Unbiased.
+  `make('uoro', cell)` builds it for a `CustomCell` or an `LRU`.
+
+  Cost per example and step: memory `d + p`, time one JVP and one VJP of
+  the step (a small multiple of the step).
+
+  Args:
+    cell: a `CustomCell`, or any `rtrl.cells` cell (through its step).
+
+  Returns:
+    The `Estimator` (`name='uoro'`, `implementation='autodiff_uoro'`).
+
+  Raises:
+    ValueError: not a cell.
+  """
+  cell = _as_custom(cell)
 
   def zeros(layout, theta, s):
     del layout
@@ -165,26 +220,37 @@ def _concrete_zeros(tree):
   return jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), tree)
 
 
-def generic_snap1(cell: CustomCell, pattern=None) -> Estimator:
-  """SnAp-1: the influence kept on the pattern `M` of the one-step Jacobian
-  `F`, `J' = (H J + F) ⊙ M`, stored compressed (`sparsity.layout`).
+def autodiff_snap1(cell, pattern=None) -> Estimator:
+  """SnAp-1 (Menick et al., ICLR 2021) for any cell, by autodiff.
 
-  Memory `nnz(M)` per example, not `d p`. Per step: one VJP per row colour
-  for `F`'s entries on `M` (a single one when no parameter reaches two
-  units) and the dense `H` by `d` JVPs, of which only the diagonal blocks
+  The influence kept on the pattern `M` of the one-step Jacobian `F`,
+  `J' = (H J + F) ⊙ M`, stored compressed (`sparsity.layout`).
+  `make('snap1', custom_cell)` builds it.
+
+  Cost per example and step: memory `nnz(M)`, not `d p`; time one VJP per
+  row colour for `F`'s entries on `M` (a single one when no parameter
+  reaches two units) and the dense `H` by `d` JVPs, of which only the
+  diagonal blocks
   on each group's rows are used: a generic step offers no cheaper way to
   them, where the Lemma-1 path reads them off the cell's structure. Exact
   at the first step after a reset (`J = F`), and at every step when `H`
   never carries a group's rows to others (e.g. a diagonal recurrence).
 
   Args:
-    cell: the cell.
+    cell: a `CustomCell`, or any `rtrl.cells` cell (through its step).
     pattern: optional `(d, p)` bool `M` over the flat state and parameters
       (`ravel_pytree` order). By default it is read from `F` at a few random
       points when the estimator first sees the shapes
       (`sparsity.one_step_pattern`: exact zeros at every point are taken as
       structural, wrong for ReLU-like cells, which should pass it).
+
+  Returns:
+    The `Estimator` (`name='snap1'`, `implementation='autodiff_snap1'`).
+
+  Raises:
+    ValueError: not a cell; a `pattern` of the wrong shape (at `init`).
   """
+  cell = _as_custom(cell)
   layouts = {}
 
   def layout(params, state):
@@ -261,47 +327,4 @@ def generic_snap1(cell: CustomCell, pattern=None) -> Estimator:
   return _build("snap1", cell, zeros, update, readout, layout)
 
 
-GENERIC = {"rtrl": generic_rtrl, "uoro": generic_uoro, "snap1": generic_snap1}
-
-
-def for_custom_cell(name: str, cell: CustomCell, **hparams) -> Estimator:
-  """`estimators.make(name, cell, **hparams)` for a `CustomCell`.
-
-  Raises:
-    ValueError: an estimator that needs the Lemma-1 form, an unknown name,
-      or a hyper-parameter the estimator does not take.
-  """
-  if name not in GENERIC:
-    # The registry imports this module: read it at call time.
-    from rtrl.estimators import names
-
-    if name in names():
-      why = (
-        "it propagates along the cell's direct state path only, which "
-        "a general step function does not separate from the path "
-        "through its recurrent weights"
-        if name == "rflo"
-        else "its factorisation F = hhat ⊗ D does not exist for a general "
-        "step function"
-      )
-      raise ValueError(
-        f"estimator {name!r} needs a cell in the Lemma-1 form (z = [x, h, "
-        f"1] @ W followed by a per-unit map, as rtrl.cells.Cell subclasses "
-        f"are): {why}; use {', '.join(map(repr, GENERIC))} for "
-        f"{cell!r}, or write the cell as a Cell subclass"
-      )
-    raise ValueError(
-      f"estimator must be one of {sorted(GENERIC)} for a "
-      f"CustomCell, got {name!r}"
-    )
-  factory = GENERIC[name]
-  accepted = [h for h in inspect.signature(factory).parameters if h != "cell"]
-  unknown = set(hparams) - set(accepted)
-  if unknown:
-    takes = ", ".join(accepted) or "no hyper-parameters"
-    raise ValueError(
-      f"estimator {name!r} does not take "
-      f"{', '.join(sorted(unknown))} (it takes {takes}) for "
-      f"a CustomCell"
-    )
-  return factory(cell, **hparams)
+__all__ = ["autodiff_rtrl", "autodiff_snap1", "autodiff_uoro"]

@@ -15,7 +15,7 @@ state pair); the logs chain through `dλ/dν_log = -exp(ν_log) λ`, `dλ/dθ_lo
 = i exp(θ_log) λ` and `dγ/dγ_log = γ`. Nothing is approximated: the gradient
 equals BPTT's (`tests/rtrl/test_lru.py`, float64). SnAp-1 is this same
 estimator here (a diagonal recurrence drops nothing), so 'snap1' builds it
-too; UORO comes from the generic autodiff path.
+too; UORO comes from the autodiff path (`autodiff_uoro`).
 
 Per example and step: `m (input_size + 2)` complex multiply-adds, as many as
 the step's own `B x`, so an online step costs a small multiple of the
@@ -47,10 +47,36 @@ def _complex_dtype(dtype):
   return jnp.result_type(dtype, jnp.complex64)
 
 
-def exact_diagonal(cell: LRU) -> Estimator:
-  """Exact element-wise RTRL for an `rtrl.cells.LRU` (`make('rtrl', lru)`)."""
+def diagonal_rtrl(cell: LRU) -> Estimator:
+  """Exact RTRL of the LRU's diagonal recurrence, element-wise (Zucchet,
+  Meier, Schug, Mujika & Sacramento, "Online learning of long-range
+  dependencies", NeurIPS 2023; LRU of Orvieto et al., ICML 2023).
+
+  Unit `j` depends only on `λ_j`, `γ_j` and row `j` of `B`, so the
+  influence has one complex entry per such parameter, each a one-term
+  recursion: nothing is approximated (the gradient equals BPTT's).
+  `make('rtrl', lru)` and `make('snap1', lru)` build it (SnAp-1 of a
+  diagonal recurrence drops nothing).
+
+  Cost per example and step: memory `m (input_size + 2)` complex numbers
+  (the recurrence's parameters), time as many multiply-adds (a small
+  multiple of the forward step). No hyper-parameters.
+
+  Args:
+    cell: an `rtrl.cells.LRU`. Other cells: `exact_rtrl` (Lemma-1) or
+      `autodiff_rtrl`.
+
+  Returns:
+    The `Estimator` (`name='rtrl'`, `implementation='diagonal_rtrl'`).
+
+  Raises:
+    ValueError: `cell` is not an LRU.
+  """
   if not isinstance(cell, LRU):
-    raise ValueError(f"exact_diagonal needs an rtrl.cells.LRU, got {cell!r}")
+    raise ValueError(
+      f"diagonal_rtrl needs an rtrl.cells.LRU, got {cell!r}: use exact_rtrl "
+      f"for a Lemma-1 cell or autodiff_rtrl for any other"
+    )
 
   def init(params, state, key):
     cell.check_params(params)
@@ -141,27 +167,8 @@ def exact_diagonal(cell: LRU) -> Estimator:
     reset=reset,
     name="rtrl",
     batch_gradient=batch_gradient,
+    implementation="diagonal_rtrl",
   )
 
 
-def for_lru(name: str, cell: LRU, **hparams) -> Estimator:
-  """`estimators.make(name, cell)` for an LRU: 'rtrl' and 'snap1' (the same
-  exact element-wise estimator), 'uoro' by autodiff; the rest refuse."""
-  from rtrl.cells.custom import as_custom  # pylint: disable=g-import-not-at-top
-  from rtrl.estimators import generic  # pylint: disable=g-import-not-at-top
-
-  if hparams:
-    raise ValueError(
-      f"estimator {name!r} for an LRU takes no "
-      f"hyper-parameters, got {sorted(hparams)}"
-    )
-  if name in ("rtrl", "snap1"):
-    return exact_diagonal(cell)
-  if name == "uoro":
-    return generic.generic_uoro(as_custom(cell))
-  raise ValueError(
-    f"estimator {name!r} does not serve an LRU: use 'rtrl' (exact and "
-    f"element-wise, as cheap as the forward step; 'snap1' is the same), "
-    f"or 'uoro'. The Kronecker family and RFLO need the Lemma-1 form "
-    f"z = [x, h, 1] @ W, which a complex diagonal recurrence is not"
-  )
+__all__ = ["LRUInfluence", "diagonal_rtrl"]
