@@ -125,6 +125,9 @@ def tbptt_gradients(
 
 
 class TBPTTState(NamedTuple):
+  """The TBPTT trainer's state: parameters, optimiser state, the batched
+  cell state carried across windows, and the step count."""
+
   params: Any
   opt_state: Any
   cell_state: Any

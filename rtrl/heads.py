@@ -32,6 +32,15 @@ LAYER_NORM_EPSILON = 1e-5
 
 
 class Head(NamedTuple):
+  """A layer's position-wise map to the next layer's input.
+
+  Attributes:
+    init: `(key, features, inputs) -> params`.
+    apply: `(params, features (n,), layer_input (I,)) -> output`.
+    output_size: `(features, inputs) -> the output's length`.
+    name: for logs.
+  """
+
   init: Callable[..., Any]
   apply: Callable[..., jax.Array]
   output_size: Callable[[int, int], int]
@@ -53,6 +62,7 @@ def _dense(key, fan_in: int, fan_out: int, dtype):
 
 
 def layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array) -> jax.Array:
+  """Layer normalisation of a vector `x`, then `* scale + bias`."""
   mean = x.mean()
   variance = ((x - mean) ** 2).mean()
   return (x - mean) * jax.lax.rsqrt(

@@ -48,11 +48,16 @@ class StepBatch(NamedTuple):
 
 
 class StepMetrics(NamedTuple):
+  """One step's loss over the batch: `loss_sum / weight_sum` is its mean."""
+
   loss_sum: jax.Array  # Σ_b weight_b * loss_b (nats for classification)
   weight_sum: jax.Array  # Σ_b weight_b
 
 
 class OnlineState(NamedTuple):
+  """The online trainer's state: parameters, optimiser state, the batched
+  cell and estimator states, and the step count."""
+
   params: Any  # {'cell': ..., 'readout': ...}
   opt_state: Any
   cell_state: Any  # batched cell state
@@ -80,6 +85,8 @@ def where_reset(resets: jax.Array, fresh: Any, current: Any) -> Any:
 
 
 def broadcast_state(state: Any, batch_size: int) -> Any:
+  """One example's state (a pytree) repeated along a new leading batch
+  axis of size `batch_size`, e.g. `cell.initial_state()` for a batch."""
   return jax.tree_util.tree_map(
     lambda a: jnp.broadcast_to(a, (batch_size,) + a.shape), state
   )

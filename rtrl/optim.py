@@ -38,6 +38,8 @@ import optax
 
 
 class Tf1AdamState(NamedTuple):
+  """`scale_by_tf1_adam`'s state: the step count and both moments."""
+
   count: jax.Array  # () int32, steps taken
   mu: Any
   nu: Any

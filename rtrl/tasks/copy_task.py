@@ -211,6 +211,7 @@ def sample_length(
 
 
 def check_length_rule(length_rule: str) -> str:
+  """`length_rule` if it is one of `LENGTH_RULES`, else a ValueError."""
   if length_rule not in LENGTH_RULES:
     raise ValueError(
       f"length_rule must be one of {LENGTH_RULES}, got {length_rule!r}"
