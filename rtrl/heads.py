@@ -43,7 +43,7 @@ class Head(NamedTuple):
 
   init: Callable[..., Any]
   apply: Callable[..., jax.Array]
-  output_size: Callable[[int, int], int]
+  output_size: Callable[[int, int | None], int]
   name: str = "custom"
 
 

@@ -82,7 +82,7 @@ def check_matmul_precision(name: str) -> str:
 def matmul_precision() -> jax.lax.Precision:
   """The `jax.lax.Precision` the estimators pass to their products: that of
   the enclosing `jax.default_matmul_precision`, `'highest'` when unset."""
-  name = jax.config.jax_default_matmul_precision
+  name = jax.config.jax_default_matmul_precision  # type: ignore[attr-defined]
   return MATMUL_PRECISIONS[check_matmul_precision(name or "highest")]
 
 

@@ -40,7 +40,7 @@ import optax
 class Tf1AdamState(NamedTuple):
   """`scale_by_tf1_adam`'s state: the step count and both moments."""
 
-  count: jax.Array  # () int32, steps taken
+  count: jax.Array  # type: ignore[assignment]  # () int32, steps taken (optax's name)
   mu: Any
   nu: Any
 

@@ -95,9 +95,11 @@ class StackedCell:
   def hidden_size(self) -> int:
     """The top head's output size (what the readout reads); a head's
     output size is taken not to depend on the raw input size."""
-    size = None
+    size: int | None = None
     for layer in self.layers:
       size = layer.head.output_size(layer.cell.hidden_size, size)
+    if size is None:
+      raise ValueError("a stack needs at least one layer")
     return size
 
   def init(self, key: jax.Array, input_size: int) -> tuple:
@@ -329,7 +331,7 @@ def stacked_bptt_gradient(
   stacked = StackedCell(layers)
   batch_size = chunk.targets.shape[1]
   return bptt_gradient(
-    stacked,
+    stacked,  # type: ignore[arg-type]  # a StackedCell serves as a Cell here
     params,
     broadcast_state(stacked.initial_state(), batch_size),
     chunk,

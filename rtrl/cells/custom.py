@@ -55,7 +55,7 @@ def _check_float_tree(what: str, tree, source: str) -> None:
 
 def _same_layout(a, b) -> bool:
   """Same tree structure, and leaf by leaf the same shape and dtype."""
-  if jax.tree_util.tree_structure(a) != jax.tree_util.tree_structure(b):
+  if jax.tree_util.tree_structure(a) != jax.tree_util.tree_structure(b):  # type: ignore[operator]
     return False
   return all(
     jnp.shape(x) == jnp.shape(y) and jnp.result_type(x) == jnp.result_type(y)

@@ -125,7 +125,7 @@ def layout(pattern: np.ndarray) -> Layout:
   # Rows conflict when one group (hence one parameter) reaches both.
   reach = group_rows.astype(np.int64)
   colours = colour_rows((reach.T @ reach) > 0)
-  sizes = {}
+  sizes: dict = {}
   for g, rows in enumerate(group_rows):
     if rows.any():
       cols = np.flatnonzero(group_of == g)
