@@ -1,6 +1,7 @@
 """rls.rls in optax: momentum / L1 equations, jit, inject_hyperparams,
 multi_transform (the hybrid), chains, dtypes, state stability, vmap."""
 
+import chex
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -44,11 +45,7 @@ def _run(tx, params, grad_fn, steps=3):
 
 
 def _assert_trees_close(a, b, rtol=1e-6, atol=1e-7):
-  assert jax.tree.structure(a) == jax.tree.structure(b)
-  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
-    np.testing.assert_allclose(
-      np.asarray(x, np.float64), np.asarray(y, np.float64), rtol=rtol, atol=atol
-    )
+  chex.assert_trees_all_close(a, b, rtol=rtol, atol=atol)
 
 
 def test_momentum_and_l1_follow_equations_98_to_100(x64):

@@ -2,6 +2,7 @@
 == per-example runs (with the 1/B of `online.batch_loss`); accumulate_steps=k
 updates only every k steps, with the mean of the k exact gradients."""
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -47,10 +48,7 @@ def take(chunk, t=None, b=None):
 
 
 def assert_trees_close(a, b, rtol, atol=0.0):
-  la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
-  assert len(la) == len(lb)
-  for x, y in zip(la, lb):
-    np.testing.assert_allclose(x, y, rtol=rtol, atol=atol)
+  chex.assert_trees_all_close(a, b, rtol=rtol, atol=atol)
 
 
 @pytest.mark.parametrize("cls", [cells.RHN, cells.LSTM], ids=["rhn", "lstm"])
