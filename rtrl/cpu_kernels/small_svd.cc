@@ -205,11 +205,15 @@ void SvdLanes(const T* a, int64_t first, int64_t count, int64_t c,
     if (!rotated) break;
   }
 
-  std::vector<Vec<T>> norms(c);
+  std::vector<Vec<T>> norms(c), weighted(c);
   for (int64_t j = 0; j < c; ++j) {
-    Vec<T> sum = zero;
-    for (int64_t i = 0; i < c; ++i) sum += w[j * c + i] * w[j * c + i];
+    Vec<T> sum = zero, dot = zero;
+    for (int64_t i = 0; i < c; ++i) {
+      sum += w[j * c + i] * w[j * c + i];
+      dot += sign_weights[i] * v[j * c + i];
+    }
     norms[j] = Sqrt<T>(sum);
+    weighted[j] = dot;
   }
   std::vector<int64_t> order(c);
   for (int l = 0; l < count; ++l) {
@@ -228,10 +232,7 @@ void SvdLanes(const T* a, int64_t first, int64_t count, int64_t c,
       const int64_t j = order[k];
       const T norm = norms[j][l];
       s[b * c + k] = norm / scale[l];
-      T weighted = 0;
-      for (int64_t i = 0; i < c; ++i)
-        weighted += sign_weights[i] * v[j * c + i][l];
-      const T sign = weighted < 0 ? T(-1) : T(1);
+      const T sign = weighted[j][l] < 0 ? T(-1) : T(1);
       const T inverse = norm > 0 ? sign / norm : T(0);
       for (int64_t i = 0; i < c; ++i) {
         u[(b * c + i) * c + k] = w[j * c + i][l] * inverse;
