@@ -236,7 +236,7 @@ def gram_qr_together(
     )
   transforms, coords = jax.vmap(gram_factor)(jnp.stack(grams))
   if refine:
-    grams = jnp.stack(
+    refined = jnp.stack(
       [gram_of(transform) for gram_of, transform in zip(gram_ofs, transforms)]
     )
     # The refined Gram matrices are the identity to rounding: their
@@ -244,7 +244,7 @@ def gram_qr_together(
     # rows rotated the basis at random (r-OK then took another path).
     transforms2, coords2 = jax.vmap(
       lambda gram: gram_factor(gram, symmetric=True)
-    )(grams)
+    )(refined)
     transforms = transforms2 @ transforms
     coords = coords2 @ coords
   return [(transforms[i], coords[i]) for i in range(len(gram_ofs))]
