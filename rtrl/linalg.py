@@ -146,13 +146,20 @@ def small_svd(
 
 
 def gram_factor(
-  gram_matrix: jax.Array, *, routing: routing_lib.Routing | None = None
+  gram_matrix: jax.Array,
+  *,
+  routing: routing_lib.Routing | None = None,
+  symmetric: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
   """Orthonormalising transform of rows from their Gram matrix alone.
 
   Args:
     gram_matrix: `(c, c)` symmetric positive semi-definite, `rows @ rows.T`.
     routing: the route of its SVD (`small_svd`).
+    symmetric: return `V diag(1 / sqrt(lambda)) V^T` (scaled) instead of
+      `diag(1 / sqrt(lambda)) V^T`: the same basis rotated by `V`, which
+      does not depend on the eigenbasis chosen where eigenvalues (nearly)
+      coincide, as they all do for already orthonormal rows.
 
   Returns:
     `(transform (c, c), coords (c, c))` such that `basis = transform @ rows`
@@ -179,6 +186,8 @@ def gram_factor(
   root = jnp.sqrt(jnp.where(keep, values, 1))
   transform = (vectors * jnp.where(keep, 1 / root, 0)).T * inverse[None, :]
   coords = (vectors * jnp.where(keep, root, 0)).T * norms[None, :]
+  if symmetric:
+    return vectors @ transform, vectors @ coords
   return transform, coords
 
 
@@ -242,7 +251,12 @@ def gram_qr_together(
     refined = jnp.stack(
       [gram_of(transform) for gram_of, transform in zip(gram_ofs, transforms)]
     )
-    transforms2, coords2 = jax.vmap(factor)(refined)
+    # The refined Gram matrices are the identity to rounding: their
+    # eigenbasis is decided by that rounding, so a one-ulp change of the
+    # rows rotated the basis at random (r-OK then took another path).
+    transforms2, coords2 = jax.vmap(functools.partial(factor, symmetric=True))(
+      refined
+    )
     transforms = transforms2 @ transforms
     coords = coords2 @ coords
   return [(transforms[i], coords[i]) for i in range(len(gram_ofs))]

@@ -179,7 +179,10 @@ def svd(matrices: jax.Array):
     `s` non-increasing, as `jnp.linalg.svd(a, full_matrices=False)`. `u`
     has orthonormal columns where `s > 0` and zero columns where `s == 0`
     (LAPACK completes them to an orthonormal basis instead); `vt` is always
-    orthogonal.
+    orthogonal. Each pair's sign is fixed (`w . v_j >= 0` for fixed weights
+    `w`), so where the singular values are distinct the factors move by
+    rounding under a one-ulp change of the input, and a matrix gets the
+    same factors bitwise in any batch.
   """
   _check_loaded("svd")
   matrices = jnp.asarray(matrices)

@@ -23,6 +23,16 @@
 // entry lies in [1/2, 1): the squared column norms cannot overflow or
 // underflow for any finite input.
 //
+// The signs of the singular pairs (u_j, v_j) are fixed at the end: w . v_j
+// >= 0 for a fixed weight vector w of square roots of primes. A pair whose
+// columns have equal norms (every normalised Gram matrix has a unit
+// diagonal) is rotated by +45 or -45 degrees as the rounding of their norm
+// difference decides; the two results differ by the sign of one pair, so
+// without this a one-ulp change of the input flipped u_j and v_j (LAPACK's
+// signs do not jump there). The weights are independent over the
+// rationals, so no exactly structured v_j (entries +-1/sqrt(2), zeros) is
+// orthogonal to them.
+//
 // Built at run time by rtrl/cpu_kernels/build.py, with tall_skinny.cc.
 
 #include <algorithm>
@@ -86,13 +96,29 @@ Rounds RoundRobin(int64_t c) {
   return rounds;
 }
 
+// sqrt(2), sqrt(3), sqrt(5), ...: c weights, one per row of V, for the
+// sign convention (the square roots of distinct primes are linearly
+// independent over the rationals).
+template <typename T>
+std::vector<T> SignWeights(int64_t c) {
+  std::vector<T> weights;
+  for (int64_t candidate = 2; static_cast<int64_t>(weights.size()) < c;
+       ++candidate) {
+    bool prime = true;
+    for (int64_t d = 2; d * d <= candidate && prime; ++d)
+      prime = candidate % d != 0;
+    if (prime) weights.push_back(std::sqrt(static_cast<T>(candidate)));
+  }
+  return weights;
+}
+
 // Factorises the matrices first .. first + count - 1 (count <= lanes) of
 // `a` into `u`, `s`, `vt`. w and v are scratch of c * c vectors each,
 // column-major: w[j * c + i] is row i of column j, one matrix per lane.
 template <typename T>
 void SvdLanes(const T* a, int64_t first, int64_t count, int64_t c,
-              const Rounds& rounds, T* u, T* s, T* vt, Vec<T>* w,
-              Vec<T>* v) {
+              const Rounds& rounds, const T* sign_weights, T* u, T* s,
+              T* vt, Vec<T>* w, Vec<T>* v) {
   constexpr int kLanes = Lanes<T>();
   const Vec<T> zero = Broadcast<T>(0), one = Broadcast<T>(1);
   T scale[kLanes];
@@ -179,11 +205,15 @@ void SvdLanes(const T* a, int64_t first, int64_t count, int64_t c,
     if (!rotated) break;
   }
 
-  std::vector<Vec<T>> norms(c);
+  std::vector<Vec<T>> norms(c), weighted(c);
   for (int64_t j = 0; j < c; ++j) {
-    Vec<T> sum = zero;
-    for (int64_t i = 0; i < c; ++i) sum += w[j * c + i] * w[j * c + i];
+    Vec<T> sum = zero, dot = zero;
+    for (int64_t i = 0; i < c; ++i) {
+      sum += w[j * c + i] * w[j * c + i];
+      dot += sign_weights[i] * v[j * c + i];
+    }
     norms[j] = Sqrt<T>(sum);
+    weighted[j] = dot;
   }
   std::vector<int64_t> order(c);
   for (int l = 0; l < count; ++l) {
@@ -202,10 +232,11 @@ void SvdLanes(const T* a, int64_t first, int64_t count, int64_t c,
       const int64_t j = order[k];
       const T norm = norms[j][l];
       s[b * c + k] = norm / scale[l];
-      const T inverse = norm > 0 ? T(1) / norm : T(0);
+      const T sign = weighted[j][l] < 0 ? T(-1) : T(1);
+      const T inverse = norm > 0 ? sign / norm : T(0);
       for (int64_t i = 0; i < c; ++i) {
         u[(b * c + i) * c + k] = w[j * c + i][l] * inverse;
-        vt[(b * c + k) * c + i] = v[j * c + i][l];
+        vt[(b * c + k) * c + i] = sign * v[j * c + i][l];
       }
     }
   }
@@ -229,11 +260,13 @@ ffi::Error Svd(ffi::ThreadPool pool, ffi::AnyBuffer a,
   T* sp = s->typed_data<T>();
   T* vtp = vt->typed_data<T>();
   const Rounds rounds = RoundRobin(c);
+  const std::vector<T> sign_weights = SignWeights<T>(c);
   ParallelFor(pool, groups, [&](int64_t group) {
     std::vector<Vec<T>> w(c * c), v(c * c);
     const int64_t first = group * kLanes;
     SvdLanes<T>(ap, first, std::min<int64_t>(kLanes, batch - first), c,
-                rounds, up, sp, vtp, w.data(), v.data());
+                rounds, sign_weights.data(), up, sp, vtp, w.data(),
+                v.data());
   });
   return ffi::Error::Success();
 }

@@ -17,9 +17,11 @@ from experiments.loop import run_axes
 from experiments.loop import workdir as workdir_lib
 from experiments.online import copy_experiment
 
-# KF-AVG, not OK: r-OK's update is discontinuous in its inputs (see
-# test_sharding.py), so a vmapped run, whose batched kernels may round
-# differently, follows an equally distributed but different path.
+# KF-AVG and r-OK: a vmapped program rounds differently from a single
+# run's (XLA's reductions depend on the batch shape), so this also checks
+# that r-OK's discrete choices (the SVD's signs, CholeskyQR2's basis) are
+# continuous in their inputs; when they were not, its runs left each other
+# within 20 steps (tests/rtrl/test_batch_position.py).
 TINY = dict(
   estimator="kf_avg",
   rank=2,
@@ -63,13 +65,15 @@ def test_run_grid_order_and_validation():
     run_axes.run_grid(config, ("learning_rate",))
 
 
-def test_vmapped_runs_equal_single_runs(tmp_path, x64):
+@pytest.mark.parametrize("estimator", ["kf_avg", "ok"])
+def test_vmapped_runs_equal_single_runs(tmp_path, x64, estimator):
   """2 seeds x 2 learning rates in one program; each run's parameters,
   optimiser state, tangents, stream and curriculum, and its metrics, equal
   the single run with that seed and learning rate (float64, 1e-10)."""
+  tiny = {**TINY, "estimator": estimator}
   stacked_dir = tmp_path / "stacked"
   copy_experiment.train(
-    copy_config(num_seeds=2, learning_rates=(0.02, 0.005), **TINY),
+    copy_config(num_seeds=2, learning_rates=(0.02, 0.005), **tiny),
     str(stacked_dir),
   )
   saved = json.loads((stacked_dir / "config.json").read_text())
@@ -83,7 +87,7 @@ def test_vmapped_runs_equal_single_runs(tmp_path, x64):
     single_dir = tmp_path / f"single{r}"
     copy_experiment.train(
       copy_config(
-        **{**TINY, "seed": run["seed"]}, learning_rate=run["learning_rate"]
+        **{**tiny, "seed": run["seed"]}, learning_rate=run["learning_rate"]
       ),
       str(single_dir),
     )
