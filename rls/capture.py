@@ -67,7 +67,7 @@ def _steps_of(module: nn.Module, inputs: jax.Array) -> int:
   """``T`` of a Dense / Conv call: 1, or the length of its time axis when
   `layer_inputs(time_axes=...)` names the module (eqs. 80-86)."""
   example_ndim = (
-    1 if isinstance(module, nn.Dense) else len(_kernel_size(module)) + 1
+    1 if isinstance(module, nn.Dense) else len(kernel_size_tuple(module)) + 1
   )
   return steps_at(tuple(module.path), example_ndim, inputs)
 
@@ -99,7 +99,8 @@ def steps_at(path: tuple, example_ndim: int, inputs: jax.Array) -> int:
   return int(inputs.shape[axis])
 
 
-def _kernel_size(conv: Any) -> tuple[int, ...]:
+def kernel_size_tuple(conv: Any) -> tuple[int, ...]:
+  """A Linen or NNX conv's ``kernel_size`` as a tuple."""
   return (
     (conv.kernel_size,)
     if isinstance(conv.kernel_size, int)
@@ -188,7 +189,7 @@ def conv_mean_patch(conv: nn.Conv, inputs: jax.Array) -> jax.Array:
   Returns:
     ``x̄``, shape ``(prod(kernel_size) * in_features,)``.
   """
-  kernel_size = _kernel_size(conv)
+  kernel_size = kernel_size_tuple(conv)
   example_ndim = len(kernel_size) + 1
   dtype = jnp.promote_types(inputs.dtype, jnp.float32)
   examples = jnp.reshape(inputs, (-1,) + inputs.shape[-example_ndim:])

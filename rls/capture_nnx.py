@@ -30,6 +30,7 @@ from flax import nnx
 from flax.core import tracers
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 
 from rls import capture
 from rls import input_samples
@@ -91,7 +92,7 @@ def _linen_conv_like(conv: nnx.Conv) -> nn.Conv:
   (Flax's padding modes included) apply unchanged."""
   return nn.Conv(
     features=1,
-    kernel_size=tuple(capture._kernel_size(conv)),
+    kernel_size=tuple(capture.kernel_size_tuple(conv)),
     strides=conv.strides,
     padding=conv.padding,
     input_dilation=conv.input_dilation,
@@ -137,7 +138,7 @@ def _record_conv(
     path,
     capture.layer_input_entry(
       capture.conv_mean_patch(like, inputs),
-      capture.steps_at(path, len(like.kernel_size) + 1, inputs),
+      capture.steps_at(path, len(capture.kernel_size_tuple(like)) + 1, inputs),
       input_samples.conv_sampled_patches(
         like, inputs, outputs, num_samples, path
       )
@@ -202,24 +203,29 @@ def _recording_rnn_call(self, inputs, *args, **kwargs):
   time_major = kwargs.get("time_major")
   if time_major is None:
     time_major = self.time_major
-  time_axis = 0 if time_major else inputs.ndim - self.cell.num_feature_axes - 1
-  num_steps = inputs.shape[time_axis]
   recorder = _active_recorder(path)
-  if recorder is not None:
-    num_samples = capture.num_samples_wanted()
-    for layer_path, calls in zip(step_paths, per_path):
-      for rows in calls:  # (*batch and time, in_features) per call per step.
-        recorder.add(
-          layer_path,
-          capture.layer_input_entry(
-            capture.mean_over_leading_axes(rows),
-            num_steps,
-            input_samples.sample_rows(rows, num_samples)
-            if num_samples
-            else None,
-          ),
-        )
+  if recorder is None:
+    return (carry, outputs) if return_carry else outputs
+  for layer_path, calls in zip(step_paths, per_path):
+    for rows in calls:  # One call per step, stacked: (*batch, T, in) or so.
+      recorder.add(layer_path, _scanned_entry(rows, time_major))
   return (carry, outputs) if return_carry else outputs
+
+
+def _scanned_entry(rows: jax.Array, time_major: bool) -> Any:
+  """The entry of a cell layer's inputs over all steps, ``rows`` with time
+  at axis 0 (time major) or -2: what `capture.combine_calls` makes of the
+  same cell stepped in a Python loop (the mean over batch and time, ``T``
+  the number of steps, each step's sampled rows pooled), computed at once."""
+  by_step = jnp.moveaxis(rows, 0 if time_major else -2, 0)
+  num_samples = capture.num_samples_wanted()
+  samples = None
+  if num_samples:
+    per_step = jax.vmap(lambda r: input_samples.sample_rows(r, num_samples))
+    samples = jnp.reshape(per_step(by_step), (-1, rows.shape[-1]))
+  return capture.layer_input_entry(
+    capture.mean_over_leading_axes(rows), by_step.shape[0], samples
+  )
 
 
 @functools.cache

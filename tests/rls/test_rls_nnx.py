@@ -1,6 +1,8 @@
 """rls.layer_inputs on NNX models: the same inputs and RLS steps as the same
 network written in Linen, nnx.Optimizer, hybrids and errors."""
 
+import functools
+
 from flax import nnx
 import flax.linen as nn
 import jax
@@ -273,14 +275,23 @@ def test_simple_cell_same_inputs_and_rls_steps_as_linen(x64, stepped):
 
 
 @pytest.mark.parametrize(
-  "cell_cls", [nnx.GRUCell, nnx.LSTMCell, nnx.OptimizedLSTMCell]
+  "cell_cls, samples",
+  [
+    (nnx.GRUCell, 0),
+    (nnx.LSTMCell, 0),
+    (nnx.OptimizedLSTMCell, 0),
+    (nnx.GRUCell, 2),
+  ],
 )
-def test_cells_under_rnn_record_as_stepped_cells(x64, cell_cls):
+def test_cells_under_rnn_record_as_stepped_cells(x64, cell_cls, samples):
   x = jnp.asarray(np.random.default_rng(0).normal(size=(3, 5, 3)))
   scanned = NnxRNN(cell_cls, nnx.Rngs(0))
   stepped = NnxRNN(cell_cls, nnx.Rngs(0), stepped=True)
-  out_scanned, in_scanned = nnx.jit(rls.layer_inputs)(scanned, x)
-  out_stepped, in_stepped = nnx.jit(rls.layer_inputs)(stepped, x)
+  capture_fn = nnx.jit(functools.partial(rls.layer_inputs, samples=samples))
+  out_scanned, in_scanned = capture_fn(scanned, x)
+  out_stepped, in_stepped = capture_fn(stepped, x)
+  if samples:  # Each step's sampled rows, pooled: (T * S, in_features).
+    assert in_scanned["rnn"]["cell"]["dense_h"].samples.shape == (10, 5)
   _assert_close(out_scanned, out_stepped)
   _assert_close(in_scanned, in_stepped)
   # One entry per nnx.Linear of the cell, keyed as in nnx.state.
