@@ -206,6 +206,11 @@ def _recording_rnn_call(self, inputs, *args, **kwargs):
   recorder = _active_recorder(path)
   if recorder is None:
     return (carry, outputs) if return_carry else outputs
+  if recorder.per_step:
+    raise ValueError(
+      f"Layer {layer_tree.format_path(path)!r}: an nnx.RNN inside the cell "
+      "of another nnx.RNN; rls.layer_inputs records one level of nnx.RNN."
+    )
   for layer_path, calls in zip(step_paths, per_path):
     for rows in calls:  # One call per step, stacked: (*batch, T, in) or so.
       recorder.add(layer_path, _scanned_entry(rows, time_major))

@@ -2,6 +2,9 @@
 network written in Linen, nnx.Optimizer, hybrids and errors."""
 
 import functools
+import pathlib
+import subprocess
+import sys
 
 from flax import nnx
 import flax.linen as nn
@@ -360,6 +363,41 @@ def test_optimizer_trains_and_hybrid_with_adam_on_the_output():
     assert int(optimizer.step.value) == 15
 
 
+def test_hybrid_routes_hidden_layers_to_rls_and_output_to_adam(x64):
+  """One hybrid step: the hidden layers move as under RLS alone, the output
+  layer as under Adam alone."""
+  x, y = _batches((8, 4), 2)[0]
+
+  def labels(params):
+    return jax.tree_util.tree_map_with_path(
+      lambda path, _: "adam" if path[0].key == "out" else "rls", params
+    )
+
+  def one_step(rls_tx, adam_tx):
+    model = NnxMLP(nnx.Rngs(0))
+    tx = optax.multi_transform({"rls": rls_tx, "adam": adam_tx}, labels)
+    optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
+
+    def loss_fn(model):
+      outputs, xbar = rls.layer_inputs(model, x)
+      return _mse(outputs, y), xbar
+
+    (_, xbar), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
+    optimizer.update(model, grads, layer_inputs=xbar)
+    return nnx.to_pure_dict(nnx.state(model, nnx.Param))
+
+  hybrid = one_step(rls.rls(momentum=0.5), optax.adam(1e-2))
+  rls_only = one_step(rls.rls(momentum=0.5), optax.set_to_zero())
+  adam_only = one_step(optax.set_to_zero(), optax.adam(1e-2))
+  _assert_close(hybrid["hidden"], rls_only["hidden"])
+  _assert_close(hybrid["out"], adam_only["out"])
+  start = nnx.to_pure_dict(nnx.state(NnxMLP(nnx.Rngs(0)), nnx.Param))
+  assert not np.allclose(
+    hybrid["hidden"][0]["kernel"], start["hidden"][0]["kernel"]
+  )
+  assert not np.allclose(hybrid["out"]["kernel"], start["out"]["kernel"])
+
+
 def test_capture_under_jax_jit_and_grad_of_split_model():
   model = NnxMLP(nnx.Rngs(0), dtype=jnp.float32)
   graphdef, params, rest = nnx.split(model, nnx.Param, ...)
@@ -500,3 +538,9 @@ def test_cell_called_outside_rnn_returns_its_own_outputs():
   _assert_close(outputs, model(x), 1e-6, 1e-6)
   # One direct call (T = 1) and four scanned steps: T = 5.
   assert int(xbar["rnn"]["cell"]["dense_i"].steps) == 5
+
+
+def test_import_rls_does_not_import_nnx():
+  code = "import sys, rls; assert 'flax.nnx' not in sys.modules"
+  repo_root = pathlib.Path(__file__).resolve().parents[2]
+  subprocess.run([sys.executable, "-c", code], check=True, cwd=repo_root)
