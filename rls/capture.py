@@ -7,6 +7,10 @@ each ``nn.Dense`` and ``nn.Conv`` call, sows a `rls.LayerInput` into the
 turned into the ``layer_inputs`` tree that `rls.scale_by_rls` takes: it mirrors
 the params tree down to the layer.
 
+An ``nnx.Module`` given to `layer_inputs` is handled by `rls.capture_nnx`
+(imported only then), with the means, ``T``, ``time_axes`` and ``samples``
+of this file.
+
 Recorded means exclude the bias 1 (the transformation appends it), are
 ``stop_gradient``-ed, and are at least float32.
 """
