@@ -37,6 +37,7 @@ def get_config(arg: str = "rls") -> ml_collections.ConfigDict:
     arg, PAPER_L1, PAPER_CLIP_NORM, "configs/mnist.py"
   )
   config.hidden_size = 512
+  config.model_api = "linen"  # Or "nnx": the same FNN as an nnx.Module.
   config.eval_chunk_size = 10_000
   config.eval_train_set = True  # Whole-training-set loss after each epoch.
   if small:

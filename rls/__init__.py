@@ -25,6 +25,11 @@ Typical use (gradients and layer inputs from one forward pass)::
     updates, state = tx.update(grads, state, params, layer_inputs=xbar)
     return optax.apply_updates(params, updates), state, loss
 
+An NNX model passes itself: ``outputs, xbar = rls.layer_inputs(model, x)``
+inside the loss given to ``nnx.value_and_grad(loss_fn, has_aux=True)``, then
+``nnx.Optimizer(model, rls.rls(), wrt=nnx.Param).update(model, grads,
+layer_inputs=xbar)``; ``xbar`` is keyed like ``nnx.state(model, nnx.Param)``.
+
 Hybrid (RLS on hidden layers, Adam on the output layer, softmax cross-entropy);
 `optax.multi_transform` forwards ``layer_inputs`` to both, RLS skips the
 masked-out output layer and Adam ignores the extra argument::

@@ -7,6 +7,10 @@ each ``nn.Dense`` and ``nn.Conv`` call, sows a `rls.LayerInput` into the
 turned into the ``layer_inputs`` tree that `rls.scale_by_rls` takes: it mirrors
 the params tree down to the layer.
 
+An ``nnx.Module`` given to `layer_inputs` is handled by `rls.capture_nnx`
+(imported only then), with the means, ``T``, ``time_axes`` and ``samples``
+of this file.
+
 Recorded means exclude the bias 1 (the transformation appends it), are
 ``stop_gradient``-ed, and are at least float32.
 """
@@ -17,6 +21,7 @@ from collections.abc import Callable, Mapping
 import contextlib
 import contextvars
 import math
+import sys
 from typing import Any
 
 import flax.linen as nn
@@ -44,23 +49,12 @@ _TIME_AXES: contextvars.ContextVar[tuple[Mapping[tuple, int], set] | None] = (
 _SAMPLES = contextvars.ContextVar("rls_samples", default=0)
 
 
-@contextlib.contextmanager
-def _capturing(time_axes: Mapping[tuple, int], applied: set):
-  token = _CAPTURING.set(True)
-  axes_token = _TIME_AXES.set((time_axes, applied))
-  try:
-    yield
-  finally:
-    _TIME_AXES.reset(axes_token)
-    _CAPTURING.reset(token)
-
-
 def _time_axes_by_path(time_axes: Mapping | None) -> dict[tuple, int]:
   """`{'output': 1}` or `{'a/b': 1}` or `{('a', 'b'): 1}` -> path tuples."""
   out = {}
   for key, axis in (time_axes or {}).items():
     path = (
-      tuple(key)
+      tuple(str(k) for k in key)
       if isinstance(key, (tuple, list))
       else tuple(str(key).split("/"))
     )
@@ -76,18 +70,27 @@ def _time_axes_by_path(time_axes: Mapping | None) -> dict[tuple, int]:
 def _steps_of(module: nn.Module, inputs: jax.Array) -> int:
   """``T`` of a Dense / Conv call: 1, or the length of its time axis when
   `layer_inputs(time_axes=...)` names the module (eqs. 80-86)."""
+  example_ndim = (
+    1 if isinstance(module, nn.Dense) else len(kernel_size_tuple(module)) + 1
+  )
+  return steps_at(tuple(module.path), example_ndim, inputs)
+
+
+def steps_at(path: tuple, example_ndim: int, inputs: jax.Array) -> int:
+  """``T`` of the layer at `path` (1 unless `layer_inputs(time_axes=...)`
+  names it), given its input and the number of trailing example axes
+  (1 for a dense layer, ``len(kernel_size) + 1`` for a conv)."""
   time_axes: Mapping[tuple, int]
   applied: set
   time_axes, applied = _TIME_AXES.get() or ({}, set())
-  axis = time_axes.get(tuple(module.path))
+  # Paths of NNX list items are ints; time_axes keys parsed from 'a/0' are str.
+  path = tuple(str(key) for key in path)
+  axis = time_axes.get(path)
   if axis is None:
     return 1
-  applied.add(tuple(module.path))
-  name = "/".join(module.path)
+  applied.add(path)
+  name = "/".join(path)
   # A time axis is neither the first (batch) nor the feature axes.
-  example_ndim = (
-    1 if isinstance(module, nn.Dense) else len(_kernel_size(module)) + 1
-  )
   ndim = inputs.ndim
   if ndim < example_ndim + 2 or not 1 <= axis % ndim < ndim - example_ndim:
     raise ValueError(
@@ -100,7 +103,8 @@ def _steps_of(module: nn.Module, inputs: jax.Array) -> int:
   return int(inputs.shape[axis])
 
 
-def _kernel_size(conv: Any) -> tuple[int, ...]:
+def kernel_size_tuple(conv: Any) -> tuple[int, ...]:
+  """A Linen or NNX conv's ``kernel_size`` as a tuple."""
   return (
     (conv.kernel_size,)
     if isinstance(conv.kernel_size, int)
@@ -144,16 +148,22 @@ def record_layer_input(
   """
   if not is_capturing(module):
     return
+  module.sow(RLS_INPUTS, _RECORD, layer_input_entry(mean, steps, samples))
+
+
+def layer_input_entry(
+  mean: jax.Array, steps: Any = 1, samples: jax.Array | None = None
+) -> LayerInput | input_samples.LayerInputSamples:
+  """One recorded entry: ``mean`` (and ``samples`` when `layer_inputs` asked
+  for them) stop_gradient-ed and at least float32, ``steps`` as int32."""
   mean = jax.lax.stop_gradient(mean)
   dtype = jnp.promote_types(mean.dtype, jnp.float32)
-  entry: LayerInput | input_samples.LayerInputSamples = LayerInput(
-    mean.astype(dtype), jnp.asarray(steps, jnp.int32)
+  entry = LayerInput(mean.astype(dtype), jnp.asarray(steps, jnp.int32))
+  if samples is None or not num_samples_wanted():
+    return entry
+  return input_samples.LayerInputSamples(
+    entry.mean, entry.steps, jax.lax.stop_gradient(samples).astype(dtype)
   )
-  if samples is not None and num_samples_wanted():
-    entry = input_samples.LayerInputSamples(
-      entry.mean, entry.steps, jax.lax.stop_gradient(samples).astype(dtype)
-    )
-  module.sow(RLS_INPUTS, _RECORD, entry)
 
 
 def mean_over_leading_axes(inputs: jax.Array) -> jax.Array:
@@ -183,7 +193,7 @@ def conv_mean_patch(conv: nn.Conv, inputs: jax.Array) -> jax.Array:
   Returns:
     ``x̄``, shape ``(prod(kernel_size) * in_features,)``.
   """
-  kernel_size = _kernel_size(conv)
+  kernel_size = kernel_size_tuple(conv)
   example_ndim = len(kernel_size) + 1
   dtype = jnp.promote_types(inputs.dtype, jnp.float32)
   examples = jnp.reshape(inputs, (-1,) + inputs.shape[-example_ndim:])
@@ -238,7 +248,7 @@ def _interceptor(next_fun, args, kwargs, context):
   return outputs
 
 
-def _combine(records: tuple[Any, ...]) -> Any:
+def combine_calls(records: tuple[Any, ...]) -> Any:
   """One entry from a module's calls: the step-weighted mean, total steps.
 
   A module called several times (weight sharing, or a Dense applied once per
@@ -273,38 +283,69 @@ def _to_layer_inputs(recorded: Mapping, path=()) -> Any:
         f"has sub-layers {sorted(out)} that did too; rls.layer_inputs "
         "needs one entry per params mapping."
       )
-    return _combine(tuple(recorded[_RECORD]))
+    return combine_calls(tuple(recorded[_RECORD]))
   return out
 
 
-def _check_time_axes_applied(
+def check_time_axes_applied(
   axes_by_path: Mapping[tuple, int], applied: set
 ) -> None:
   for path in axes_by_path:
     if path not in applied:
       raise ValueError(
         f"time_axes names layer {'/'.join(path)!r}, which is not a Dense "
-        "or Conv module called by the model (rls.layers.RNN / LSTM set "
-        "their own T): give its path as in the params tree, e.g. "
-        "{'output': 1}."
+        "or Conv module called by the model (rls.layers.RNN / LSTM and "
+        "nnx.RNN set their own T): give its path as in the params tree, "
+        "e.g. {'output': 1}."
       )
 
 
+@contextlib.contextmanager
+def capture_options(time_axes: Mapping | None, samples: int):
+  """Validates and sets `layer_inputs`'s ``time_axes`` and ``samples`` for
+  the forward pass inside; on exit, checks every named time axis was used."""
+  axes_by_path = _time_axes_by_path(time_axes)
+  applied: set = set()
+  if isinstance(samples, bool) or not isinstance(samples, int) or samples < 0:
+    raise ValueError(
+      f"samples must be an int >= 0 (input rows to record per "
+      f"layer), got {samples!r}."
+    )
+  samples_token = _SAMPLES.set(samples)
+  axes_token = _TIME_AXES.set((axes_by_path, applied))
+  try:
+    yield
+  finally:
+    _TIME_AXES.reset(axes_token)
+    _SAMPLES.reset(samples_token)
+  check_time_axes_applied(axes_by_path, applied)
+
+
 def layer_inputs(
-  apply_fn: Callable[..., Any],
-  variables: Mapping,
+  model_or_apply_fn: Any,
   *args,
   time_axes: Mapping | None = None,
   samples: int = 0,
   **kwargs,
-) -> tuple[Any, dict]:
+) -> tuple[Any, Any]:
   """Runs a Flax model and returns its outputs and every layer's mean input.
 
-  Works with unmodified models built from ``nn.Dense``, ``nn.Conv``
-  (``feature_group_count=1``, any strides, padding, dilations) and
-  `rls.layers.RNN` / `rls.layers.LSTM`; custom layers can call
-  `record_layer_input`. Get the loss gradient and the inputs in one forward
-  pass by calling this inside the loss function::
+  Two forms, told apart by the first argument:
+
+  * Linen: ``layer_inputs(model.apply, variables, *inputs)``, for unmodified
+    models built from ``nn.Dense``, ``nn.Conv`` (``feature_group_count=1``,
+    any strides, padding, dilations) and `rls.layers.RNN` /
+    `rls.layers.LSTM`; custom layers can call `record_layer_input`.
+  * NNX: ``layer_inputs(model, *inputs)`` for an ``nnx.Module`` built from
+    ``nnx.Linear``, ``nnx.Conv`` (``feature_group_count=1``) and recurrent
+    cells made of ``nnx.Linear`` (``nnx.LSTMCell``, ``OptimizedLSTMCell``,
+    ``GRUCell``, ``SimpleCell``), called step by step or under ``nnx.RNN``
+    (each cell layer's ``x̄`` over batch and time, ``T`` = the sequence
+    length). Layers must be called by the model itself, not inside an
+    ``nnx.scan`` / ``nnx.vmap`` of its own (a ValueError names them).
+
+  Get the loss gradient and the inputs in one forward pass by calling this
+  inside the loss function::
 
     def loss_fn(params, x, y):
       logits, xbar = rls.layer_inputs(model.apply, {'params': params}, x)
@@ -312,35 +353,70 @@ def layer_inputs(
     (loss, xbar), grads = jax.value_and_grad(loss_fn, has_aux=True)(
         params, x, y)
 
+  or, with NNX, ``nnx.value_and_grad(loss_fn, has_aux=True)(model, x, y)``
+  with ``logits, xbar = rls.layer_inputs(model, x)`` in ``loss_fn``, then
+  ``optimizer.update(model, grads, layer_inputs=xbar)``.
+
   Args:
-    apply_fn: ``model.apply`` (or anything that forwards ``mutable=`` to it).
-    variables: the variables, e.g. ``{'params': params}``; an existing
-      ``'rls_inputs'`` collection is ignored.
-    *args: positional arguments of ``apply_fn`` (the model's inputs).
+    model_or_apply_fn: Linen: ``model.apply`` (or anything that forwards
+      ``mutable=`` to it). NNX: the ``nnx.Module`` itself.
+    *args: Linen: the variables, e.g. ``{'params': params}`` (an existing
+      ``'rls_inputs'`` collection is ignored), then the model's positional
+      inputs. NNX: the model's positional inputs.
     time_axes: ``T_L`` of a ``Dense`` (or ``Conv``) applied over time, as an
       output layer of sequence prediction is (eqs. 80-86): a mapping from the
-      layer's path (``'output'``, ``'block/Dense_0'`` or a tuple of names) to
-      the axis of its input that is time, e.g. ``{'output': 1}`` for inputs
-      ``(batch, time, features)``. That layer's ``x̄`` is still the mean over
-      batch and time, and its ``T`` becomes the length of that axis (else 1).
-      A path that records no Dense / Conv input, or whose input has no such
-      axis, is a ValueError naming it. `rls.layers.RNN` / `LSTM` set their
-      own ``T``.
+      layer's path (``'output'``, ``'block/Dense_0'``, ``'layers/0'`` or a
+      tuple of names) to the axis of its input that is time, e.g.
+      ``{'output': 1}`` for inputs ``(batch, time, features)``. That layer's
+      ``x̄`` is still the mean over batch and time, and its ``T`` becomes the
+      length of that axis (else 1). A path that records no Dense / Conv
+      input, or whose input has no such axis, is a ValueError naming it.
+      `rls.layers.RNN` / `LSTM` and ``nnx.RNN`` set their own ``T``.
     samples: ``S > 0`` to also record, for `rls.second_moment`, up to ``S``
       input rows of every Dense (its input rows) and Conv (unfolded patches
       at sampled output positions, `input_samples.conv_sampled_patches`)
       layer: entries are then `rls.input_samples.LayerInputSamples`. 0 (the
       default): means only. `rls.layers.RNN` / `LSTM` record means only.
-    **kwargs: keyword arguments of ``apply_fn``. If ``mutable`` is given the
-      first result is ``(outputs, mutated_variables)``, as ``apply`` returns.
+    **kwargs: keyword arguments of the model. Linen: if ``mutable`` is given
+      the first result is ``(outputs, mutated_variables)``, as ``apply``
+      returns. NNX: state the model changes (batch statistics, RNG counts)
+      is written back to it, as a call would.
 
   Returns:
-    ``(outputs, layer_inputs)``: ``layer_inputs`` mirrors ``params`` down to
-    each recorded layer, whose entry is a `rls.LayerInput` ``(mean, steps)``:
-    ``params['Dense_0']`` pairs with ``layer_inputs['Dense_0']``,
-    ``params['LSTM_0']['input']`` with ``layer_inputs['LSTM_0']['input']``.
-    Means are ``stop_gradient``-ed and exclude the bias 1.
+    ``(outputs, layer_inputs)``: ``layer_inputs`` is a nested dict that
+    mirrors the params down to each recorded layer, whose entry is a
+    `rls.LayerInput` ``(mean, steps)``: ``params['Dense_0']`` pairs with
+    ``layer_inputs['Dense_0']``, ``params['LSTM_0']['input']`` with
+    ``layer_inputs['LSTM_0']['input']``; for NNX, keys are those of
+    ``nnx.state(model, nnx.Param)`` (attribute names, list indices), e.g.
+    ``layer_inputs['layers'][0]``. Means are ``stop_gradient``-ed and
+    exclude the bias 1.
+
+  Raises:
+    ValueError: bad ``time_axes`` or ``samples``; for NNX, a layer called
+      inside a JAX transformation other than ``nnx.RNN`` within the model.
   """
+  nnx = sys.modules.get("flax.nnx")  # Imported by whoever built an NNX model.
+  if nnx is not None and isinstance(model_or_apply_fn, nnx.Module):
+    from rls import capture_nnx  # Lazily: `import rls` stays without nnx.
+
+    with capture_options(time_axes, samples):
+      return capture_nnx.run_and_record(model_or_apply_fn, *args, **kwargs)
+  if not args or not isinstance(args[0], Mapping):
+    raise ValueError(
+      "layer_inputs takes (model.apply, variables, *inputs) for a Linen "
+      "model or (model, *inputs) for an nnx.Module; got first arguments "
+      f"{type(model_or_apply_fn).__name__} and "
+      f"{type(args[0]).__name__ if args else 'nothing'}."
+    )
+  with capture_options(time_axes, samples):
+    return _linen_layer_inputs(model_or_apply_fn, *args, **kwargs)
+
+
+def _linen_layer_inputs(
+  apply_fn: Callable[..., Any], variables: Mapping, *args, **kwargs
+) -> tuple[Any, dict]:
+  """`layer_inputs` of a Linen ``apply_fn`` under `capture_options`."""
   user_mutable = kwargs.pop("mutable", False)
   if user_mutable is True:
     mutable: Any = True
@@ -351,23 +427,15 @@ def layer_inputs(
   else:
     mutable = list(user_mutable) + [RLS_INPUTS]
   variables = {k: v for k, v in variables.items() if k != RLS_INPUTS}
-  axes_by_path = _time_axes_by_path(time_axes)
-  applied: set = set()
-  if isinstance(samples, bool) or not isinstance(samples, int) or samples < 0:
-    raise ValueError(
-      f"samples must be an int >= 0 (input rows to record per "
-      f"layer), got {samples!r}."
-    )
-  samples_token = _SAMPLES.set(samples)
+  token = _CAPTURING.set(True)
   try:
-    with _capturing(axes_by_path, applied), nn.intercept_methods(_interceptor):
+    with nn.intercept_methods(_interceptor):
       outputs, mutated = apply_fn(variables, *args, mutable=mutable, **kwargs)
   finally:
-    _SAMPLES.reset(samples_token)
+    _CAPTURING.reset(token)
   mutated = dict(mutated)
   recorded = mutated.pop(RLS_INPUTS, {})
   inputs_tree = _to_layer_inputs(recorded)
-  _check_time_axes_applied(axes_by_path, applied)
   if user_mutable:
     return (outputs, mutated), inputs_tree
   return outputs, inputs_tree

@@ -69,10 +69,10 @@ def _conv_padding(
   kernel_size: tuple[int, ...],
   strides,
   dilations,
+  where: str,
 ):
   """Flax's ``padding`` of `conv` as ``(low, high)`` pairs per spatial axis."""
   padding = conv.padding
-  where = f"Layer {'/'.join(map(str, conv.path))!r}"
   if isinstance(padding, str):
     if padding.upper() not in ("SAME", "VALID"):
       raise ValueError(
@@ -89,7 +89,11 @@ def _conv_padding(
 
 
 def conv_sampled_patches(
-  conv, inputs: jax.Array, outputs: jax.Array, num_samples: int
+  conv,
+  inputs: jax.Array,
+  outputs: jax.Array,
+  num_samples: int,
+  path: tuple | None = None,
 ) -> jax.Array:
   """Unfolded input patches of `conv` at sampled output positions.
 
@@ -102,16 +106,17 @@ def conv_sampled_patches(
   'CIRCULAR' / 'CAUSAL' padding and grouped convolutions raise ValueError.
 
   Args:
-    conv: the bound ``nn.Conv``.
+    conv: the bound ``nn.Conv`` (or anything with its attributes).
     inputs: its input, ``(*batch, *spatial, in_features)``.
     outputs: its output, ``(*batch, *out_spatial, features)``.
     num_samples: ``S``.
+    path: the layer's path, for error messages (default ``conv.path``).
 
   Returns:
     ``(min(S, B·U·V), prod(kernel_size) · in_features)``, at least float32,
     stop_gradient-ed.
   """
-  where = f"Layer {'/'.join(map(str, conv.path))!r}"
+  where = f"Layer {'/'.join(map(str, conv.path if path is None else path))!r}"
   if conv.feature_group_count != 1:
     raise ValueError(
       f"{where}: grouped convolutions have one input per "
@@ -141,7 +146,9 @@ def conv_sampled_patches(
   in_features = inputs.shape[-1]
   spatial = inputs.shape[-nd - 1 : -1]
   examples = jnp.reshape(inputs, (-1,) + tuple(spatial) + (in_features,))
-  pads = _conv_padding(conv, tuple(spatial), kernel_size, strides, dilations)
+  pads = _conv_padding(
+    conv, tuple(spatial), kernel_size, strides, dilations, where
+  )
   padded = jnp.pad(examples, [(0, 0)] + [tuple(p) for p in pads] + [(0, 0)])
   out_spatial = tuple(outputs.shape[-nd - 1 : -1])
   num_positions = math.prod(out_spatial)

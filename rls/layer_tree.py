@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 import math
+import sys
 from typing import Any, NamedTuple
 
 import jax
@@ -58,6 +59,10 @@ def format_path(path: Path) -> str:
 
 
 def is_masked(node: Any) -> bool:
+  """An `optax.MaskedNode`, bare or in the ``nnx.Variable`` it replaced the
+  value of (``nnx.Optimizer`` gives ``tx.init`` its params as Variables)."""
+  if _is_variable(node):
+    node = node.get_raw_value()
   return isinstance(node, optax.MaskedNode)
 
 
@@ -69,9 +74,19 @@ def _key_name(key: Any) -> Any:
   return str(key)
 
 
+def _is_variable(node: Any) -> bool:
+  """An ``nnx.Variable``, as in the params ``nnx.Optimizer`` gives to
+  ``tx.init`` (flax.nnx is imported if one exists)."""
+  nnx = sys.modules.get("flax.nnx")
+  return nnx is not None and isinstance(node, nnx.Variable)
+
+
 def leaf_paths(tree: Any, prefix: Path = ()) -> list[Path]:
-  """Paths of all (non-masked) array leaves of `tree`."""
-  with_paths, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_masked)
+  """Paths of all (non-masked) array leaves of `tree` (an ``nnx.Variable``
+  counts as one leaf)."""
+  with_paths, _ = jax.tree_util.tree_flatten_with_path(
+    tree, is_leaf=lambda node: is_masked(node) or _is_variable(node)
+  )
   return [
     prefix + tuple(_key_name(k) for k in key_path)
     for key_path, leaf in with_paths
@@ -180,7 +195,9 @@ def no_layer_input_error(paths: list[Path], why: str) -> ValueError:
     "embeddings and normalisation scales), or pass passthrough=True to let "
     "their gradients through unchanged. rls.layer_inputs records inputs for "
     "flax.linen.Dense, flax.linen.Conv (feature_group_count=1), "
-    "rls.layers.RNN and rls.layers.LSTM."
+    "rls.layers.RNN and rls.layers.LSTM, and in an nnx.Module for "
+    "nnx.Linear, nnx.Conv (feature_group_count=1) and the nnx.Linear "
+    "layers of recurrent cells, stepped directly or by nnx.RNN."
   )
 
 

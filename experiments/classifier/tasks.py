@@ -85,11 +85,25 @@ def _mnist_arrays(config, dataset: dict) -> tuple[Arrays, Preprocess]:
   }, _identity
 
 
+def _mnist_model(config):
+  """`models.FNN`, or with ``model_api='nnx'`` the same network in NNX."""
+  api = config.get("model_api", "linen")
+  if api == "nnx":
+    from experiments.classifier import nnx_models  # Imports flax.nnx.
+
+    return nnx_models.NnxModel(
+      lambda rngs: nnx_models.NnxFNN(config.hidden_size, rngs=rngs)
+    )
+  if api != "linen":
+    raise ValueError(f"model_api must be 'linen' or 'nnx', got {api!r}.")
+  return models.FNN(hidden_size=config.hidden_size)
+
+
 MNIST = Task(
   name="mnist",
   read=lambda config: data.load_mnist(config.data_dir),
   arrays=_mnist_arrays,
-  make_model=lambda config: models.FNN(hidden_size=config.hidden_size),
+  make_model=lambda config: _mnist_model(config),
   input_spec=lambda config: jax.ShapeDtypeStruct((784,), jnp.float32),
   num_classes=10,
   describe=lambda config, arrays: (

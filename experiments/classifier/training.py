@@ -176,7 +176,13 @@ def make_train_step(
 
   def loss_and_inputs(params, inputs, labels):
     variables = {"params": params}
-    if with_layer_inputs:
+    if with_layer_inputs and hasattr(
+      model, "nnx_module"
+    ):  # nnx_models.NnxModel
+      outputs, layer_inputs = rls.layer_inputs(
+        model.nnx_module(params), inputs, samples=num_input_samples
+      )
+    elif with_layer_inputs:
       outputs, layer_inputs = rls.layer_inputs(
         model.apply, variables, inputs, samples=num_input_samples
       )
