@@ -19,8 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from experiments.loop import checks
 from experiments.loop import sharding
-from rtrl import validation
 
 Pytree = Any
 
@@ -33,7 +33,7 @@ def run_grid(config, swept_hparams: tuple[str, ...] = ()) -> list[dict]:
   `[{seed 0, a}, {seed 1, a}, {seed 0, b}, {seed 1, b}]`.
   """
   num_seeds = config.get("num_seeds", 1)
-  num_seeds = validation.positive_int(
+  num_seeds = checks.positive_int(
     "config.num_seeds", 1 if num_seeds is None else num_seeds
   )
   value_lists = []

@@ -28,7 +28,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec
 import numpy as np
 
-from rtrl import validation
+from experiments.loop import checks
 
 DATA, RUNS = "data", "runs"
 Pytree = Any
@@ -83,7 +83,7 @@ def make_mesh(
 
 def _devices(config) -> list:
   """The first `config.num_devices` visible devices (0: all of them)."""
-  num_devices = validation.nonnegative_int(
+  num_devices = checks.nonnegative_int(
     "config.num_devices",
     config.get("num_devices", 0) or 0,
     zero_means="every visible device",
