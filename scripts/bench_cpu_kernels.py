@@ -28,28 +28,25 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import pathlib
 import sys
 
-SCRIPTS = pathlib.Path(__file__).resolve().parent
-sys.path[:0] = [str(SCRIPTS), str(SCRIPTS.parent)]
+import jax
+import jax.numpy as jnp
+import optax
+
+from experiments.online.setup import init_params
+from rtrl import cells
+from rtrl import cpu_kernels
+from rtrl import estimators
+from rtrl import linalg
+from rtrl import online
+from rtrl import tangents
+from rtrl.tasks import copy_task
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-from _bench_lib import compiled  # noqa: E402
-from _bench_lib import load_average  # noqa: E402
-from _bench_lib import run_timed  # noqa: E402
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import optax  # noqa: E402
-
-from experiments.online.setup import init_params  # noqa: E402
-from rtrl import cells  # noqa: E402
-from rtrl import cpu_kernels  # noqa: E402
-from rtrl import estimators  # noqa: E402
-from rtrl import linalg  # noqa: E402
-from rtrl import online  # noqa: E402
-from rtrl import tangents  # noqa: E402
-from rtrl.tasks import copy_task  # noqa: E402
+from scripts.benchlib.timing import compiled
+from scripts.benchlib.timing import load_average
+from scripts.benchlib.timing import run_timed
 
 FORMS = ("xla", "kernels")
 # Full steps: (products on the kernels, SVDs on the kernel) per form.

@@ -15,15 +15,11 @@ code: `experiments/classifier/timing.py`.
 
 from __future__ import annotations
 
-import os
 import statistics
-import sys
 
 from absl import app
 from absl import flags
 import jax
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=g-import-not-at-top
 from experiments.classifier import tasks

@@ -59,31 +59,26 @@ def multiple_of(config, field: str, period: int, period_name: str) -> None:
     )
 
 
-def schedule(config, chunk_steps: int) -> None:
-  """The step-count fields against the chunk length (`eval_every` only when
-  the config has it)."""
+def schedule(config, chunk_steps: int, eval_every: int = 0) -> None:
+  """The step-count fields against the chunk length, and `eval_every` (the
+  experiment's `config.eval_every`; 0: it does not evaluate)."""
   positive_int("chunk_steps", chunk_steps)
   positive_ints(config, "num_steps", "log_every", "checkpoint_every")
-  timed = ["num_steps", "log_every"]
-  if config.get("eval_every") is not None:
-    positive_ints(config, "eval_every")
-    timed.append("eval_every")
-  # Online experiments set the chunk length by a field: name it.
-  period_name = (
-    "config.chunk_steps"
-    if config.get("chunk_steps") == chunk_steps
-    else "the chunk length in steps"
-  )
-  for field in timed:
-    multiple_of(config, field, chunk_steps, period_name)
+  nonnegative_int("config.eval_every", eval_every, zero_means="no evaluation")
+  periods = {"num_steps": config.num_steps, "log_every": config.log_every}
+  if eval_every:
+    periods["eval_every"] = eval_every
+  for field, period in periods.items():
+    if period % chunk_steps:
+      raise ValueError(
+        f"config.{field} ({period}) must be a multiple of the chunk length "
+        f"in steps ({chunk_steps}; online experiments: config.chunk_steps)"
+      )
 
 
-def matmul_precision(config) -> str | None:
-  """`config.matmul_precision` (one of `MATMUL_PRECISIONS`), or None when
-  the config has no such field."""
-  name = config.get("matmul_precision")
-  if name is None:
-    return None
+def matmul_precision(config) -> str:
+  """`config.matmul_precision`, one of `MATMUL_PRECISIONS`."""
+  name = config.matmul_precision
   if name not in MATMUL_PRECISIONS:
     raise ValueError(
       f"config.matmul_precision: matmul precision must be one of "
