@@ -59,15 +59,14 @@ def multiple_of(config, field: str, period: int, period_name: str) -> None:
     )
 
 
-def schedule(config, chunk_steps: int, eval_every: int = 0) -> None:
+def schedule(config, chunk_steps: int, eval_every: int | None = None) -> None:
   """The step-count fields against the chunk length, and `eval_every` (the
-  experiment's `config.eval_every`; 0: it does not evaluate)."""
+  experiment's `config.eval_every`; None: it does not evaluate)."""
   positive_int("chunk_steps", chunk_steps)
   positive_ints(config, "num_steps", "log_every", "checkpoint_every")
-  nonnegative_int("config.eval_every", eval_every, zero_means="no evaluation")
   periods = {"num_steps": config.num_steps, "log_every": config.log_every}
-  if eval_every:
-    periods["eval_every"] = eval_every
+  if eval_every is not None:
+    periods["eval_every"] = positive_int("config.eval_every", eval_every)
   for field, period in periods.items():
     if period % chunk_steps:
       raise ValueError(

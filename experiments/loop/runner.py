@@ -83,7 +83,7 @@ class Experiment(NamedTuple):
       every `eval_every` steps; may update the state (e.g. keep the best
       parameters).
     eval_every: training steps between evaluations (a multiple of
-      `chunk_steps`; the experiment's `config.eval_every`); 0 without
+      `chunk_steps`; the experiment's `config.eval_every`); None without
       `evaluate`.
     summarize_eval: host function from eval metrics (NumPy) to record fields.
     finish: optional host function `(state, workdir) -> dict`, written as
@@ -110,7 +110,7 @@ class Experiment(NamedTuple):
   chunk_steps: int
   summarize: Callable[[list[Pytree]], dict]
   evaluate: Callable[[Pytree], tuple[Pytree, Pytree]] | None = None
-  eval_every: int = 0
+  eval_every: int | None = None
   summarize_eval: Callable[[Pytree], dict] | None = None
   finish: Callable[[Pytree, str], dict] | None = None
   progress_fields: tuple[str, ...] = ()
@@ -405,7 +405,11 @@ def run(
     NonFiniteError: a metric became NaN/Inf (the step is named).
     signals.Preempted: after SIGTERM/SIGINT, once a checkpoint is written.
   """
-  checks.schedule(config, experiment.chunk_steps, experiment.eval_every)
+  checks.schedule(
+    config,
+    experiment.chunk_steps,
+    experiment.eval_every if experiment.evaluate is not None else None,
+  )
   matmul_precision = checks.matmul_precision(config)
   grid = run_axes.run_grid(config, experiment.swept_hparams)
   mesh = sharding.make_mesh(

@@ -21,6 +21,7 @@ import os
 import flax.serialization
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 
 from experiments import data
@@ -28,7 +29,6 @@ from experiments.loop import checkpoints
 from experiments.loop import checks
 from experiments.loop import workdir as workdir_lib
 from experiments.online import setup as online_setup
-from rtrl import cells
 from rtrl import online
 from rtrl.tasks import copy_task
 from rtrl.tasks import ptb
@@ -91,14 +91,12 @@ def restore_params(checkpoint_dir: str) -> tuple[dict, dict]:
     raise ValueError(
       f"{path} holds no trainer.params; is it a Copy-task or PTB checkpoint?"
     ) from e
-  # Runs saved before the stack fields existed were single cells.
-  saved = {**workdir_lib.ADDED_FIELD_DEFAULTS, **run_config}
-  if saved["num_layers"] != 1 or saved["head"] != "identity":
-    raise ValueError(
-      f"{config_path} is a stacked run ({saved['num_layers']} layers, head "
-      f"{saved['head']!r}); config.checkpoint_dir takes single-cell runs"
-    )
-  cell = cells.make(saved["cell"], saved["hidden_size"])
+  # The saved run's config, with the fields added since at the values that
+  # reproduce what it ran (a run saved before them still restores).
+  saved_config = ml_collections.ConfigDict(
+    {**workdir_lib.ADDED_FIELD_DEFAULTS, **run_config}
+  )
+  cell = online_setup.make_cell(saved_config)
   template = online_setup.init_params(cell, jax.random.PRNGKey(0), vocab, vocab)
   params = flax.serialization.from_state_dict(template, raw_params)
   shapes, expected = (

@@ -129,6 +129,11 @@ def _finished(config, curve_dir: str) -> bool:
   )  # pylint: disable=protected-access
 
 
+def train(experiment: str, config, workdir: str) -> None:
+  """`experiments.<experiment>.train(config, workdir)`."""
+  importlib.import_module(f"experiments.{experiment}").train(config, workdir)
+
+
 def run_curve(
   curve: Curve, workdir: str, mode: Mode = RUN
 ) -> tuple[list[dict], dict, list]:
@@ -142,13 +147,12 @@ def run_curve(
   if mode.planning:
     mode.plans.append(plan.measure(curve.label, curve.experiment, config))
     return [], {}, grid
-  module = importlib.import_module(f"experiments.{curve.experiment}")
   curve_dir = os.path.join(workdir, curve.dirname)
   if _finished(config, curve_dir):
     print(f"=== {curve.label}: finished in {curve_dir}", flush=True)
   else:
     print(f"=== {curve.label} -> {curve_dir}", flush=True)
-    module.train(config, curve_dir)
+    train(curve.experiment, config, curve_dir)
   with open(os.path.join(curve_dir, workdir_lib.CONFIG_FILE)) as f:
     saved = json.load(f)
   runs = saved.get("runs") or grid

@@ -150,6 +150,7 @@ def compare_lru_copy(
     "Copy task, online LRU stacks vs RHN estimators, batch 16",
     scale,
     _columns(copy_task.VOCAB_SIZE, "loss_bits", mode=mode),
+    mode=mode,
   )
 
 
@@ -180,6 +181,7 @@ def compare_lru_ptb(
     workdir,
     setting,
     _columns(ptb.VOCAB_SIZE, "train_bpc", "train_bpc", mode=mode),
+    mode=mode,
   )
 
 

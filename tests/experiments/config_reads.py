@@ -10,9 +10,11 @@ values), and collects in the code it reaches:
   (`checks.positive_ints(config, "rank")`),
 * `swept_hparams=("FIELD", ...)`: `FIELD` and its list `FIELDs`,
 
-and the fields the code itself stores (`config.FIELD = ...`: derived fields
-of an effective config, which the config file need not list). Reads of
-ConfigDict methods (`to_dict`, `update`, ...) are not fields.
+but not through a call given `saved_config` (another run's config, read
+back from its workdir); and the fields the code itself stores
+(`config.FIELD = ...`: derived fields of an effective config, which the
+config file need not list). Reads of ConfigDict methods (`to_dict`,
+`update`, ...) are not fields.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ import pathlib
 from typing import NamedTuple
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+# The name of a run's config read back from its workdir (another run's):
+# calls given it are not followed.
+SAVED_CONFIG = "saved_config"
 CONFIG_METHODS = frozenset(
   {"to_dict", "update", "get", "items", "keys", "values", "lock", "unlock"}
 )
@@ -132,7 +137,19 @@ def config_reads(main_module: str) -> Reads:
       if unit.name == "<module>"
     )
     for top in mod.body(unit.name):
+      # A call given another run's saved config reads that run's fields.
+      skipped = {
+        id(call.func)
+        for call in ast.walk(top)
+        if isinstance(call, ast.Call)
+        and any(
+          isinstance(arg, ast.Name) and arg.id == SAVED_CONFIG
+          for arg in call.args
+        )
+      }
       for node in ast.walk(top):
+        if id(node) in skipped:
+          continue
         if isinstance(node, ast.Attribute) and _is_config(node.value):
           if isinstance(node.ctx, ast.Store):
             stored.add(node.attr)

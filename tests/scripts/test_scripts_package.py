@@ -33,6 +33,9 @@ def test_scripts_import_no_private_modules():
       offenders += [
         f"{path.name}: {n}"
         for n in names
-        if any(part.startswith("_") for part in n.split("."))
+        if any(
+          part.startswith("_") and not part.startswith("__")
+          for part in n.split(".")
+        )
       ]
   assert not offenders, offenders

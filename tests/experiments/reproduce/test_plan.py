@@ -83,6 +83,13 @@ def test_every_target_runs_in_plan_mode(tmp_path, monkeypatch):
   monkeypatch.setattr(
     plan, "measure", lambda label, experiment, config: measured.append(label)
   )
+
+  def trains(*args, **kwargs):
+    raise AssertionError("a target trained in plan mode")
+
+  # The mode reaches every curve: nothing trains, no cosine tool runs.
+  monkeypatch.setattr(common, "train", trains)
+  monkeypatch.setattr("experiments.online.cosine_experiment.run", trains)
   for name, (_, target) in reproduce.targets().items():
     if name == "rls_runtime":
       continue
