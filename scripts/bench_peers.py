@@ -111,8 +111,6 @@ from scripts.benchlib.peers_braintrace import ALGORITHMS
 from scripts.benchlib.peers_braintrace import TheirLearner
 from scripts.benchlib.peers_braintrace import their_grads_as_ours
 from scripts.benchlib.peers_braintrace import their_trainer
-
-# The helpers beside this script, and the checkout's `rtrl` / `experiments`.
 from scripts.benchlib.timing import compiled
 from scripts.benchlib.timing import load_average
 from scripts.benchlib.timing import run_timed

@@ -64,8 +64,6 @@ from rtrl import estimators
 from rtrl import linalg
 from rtrl import online
 from rtrl.tasks import copy_task
-
-# The helpers beside this script, and the checkout's `experiments`.
 from scripts.benchlib.costs import GENERIC_PREFIX
 from scripts.benchlib.costs import PAPER
 from scripts.benchlib.costs import RANKED

@@ -43,7 +43,6 @@ import jax
 
 from experiments.loop import run_axes
 from rtrl import linalg
-
 from scripts.benchlib.programs import compile_side
 from scripts.benchlib.programs import experiment_module
 from scripts.benchlib.programs import initial_state

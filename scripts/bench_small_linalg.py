@@ -25,7 +25,6 @@ import jax
 import jax.numpy as jnp
 
 from rtrl import cpu_kernels
-
 from scripts.benchlib.timing import compiled
 from scripts.benchlib.timing import run_timed
 

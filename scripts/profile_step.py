@@ -45,7 +45,6 @@ from jax.profiler import ProfileData
 
 from experiments.loop import run_axes
 from rtrl import linalg
-
 from scripts.benchlib.programs import compile_side
 from scripts.benchlib.programs import experiment_module
 from scripts.benchlib.programs import initial_state
