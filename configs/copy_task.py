@@ -14,8 +14,10 @@
     hard a threshold, so T grows slower. Logged `loss_bits` is that error.
   Both log `output_error_bits` (the output-phase error) for comparisons.
 
-Run:
+Run (`:small` names the same default):
   python -m experiments.copy_task --config configs/copy_task.py --workdir runs/copy
+  python -m experiments.copy_task --config configs/copy_task.py:small \
+    --workdir runs/copy_small
 
 `official` preset: exactly the official OK code's logged run (16-OK, RHN-128,
 batch 16, TF1's Adam at 10^-3.5 on its gradient units (optimizer=tf1_adam),
@@ -43,96 +45,147 @@ Override any field, e.g. the paper's Fig. 1 setting at another rate:
 
 import ml_collections
 
-from experiments.loop import run_config
-from experiments.online import lru_paper
-from experiments.online import official
-from experiments.online import setup as online_setup
+PRESETS = ("small", "official", "lru_paper")
 
 
 def get_config(preset: str = "") -> ml_collections.ConfigDict:
+  """Every field the Copy task reads, at the small default; `preset` (see
+  the docstring) overrides some of them."""
   config = ml_collections.ConfigDict()
-  # estimator, rank, truncation, cell, readout and the stack's fields
-  # (experiments/online/setup.py: add_trainer_fields).
-  online_setup.add_trainer_fields(
-    config, estimator="ok", truncation=20, cell="rhn"
-  )
+
+  # Model (experiments/online/setup.py): `num_layers` layers of `cell`
+  # (rnn | rhn | lstm | gru | lru), each followed by `head` (identity |
+  # lru_block, with `model_size` outputs; 0: the cell's), and a readout.
+  config.cell = "rhn"
   config.hidden_size = 32
-  config.batch_size = 16
-  config.learning_rate = 10**-2.5
-  config.clip_norm = 0.0  # 0 disables global-norm clipping
-  # adam (optax, on the batch-mean gradient) | tf1_adam (the official OK
-  # code's update: TF1's Adam fed the cell gradient / batch size).
+  config.lru_r_min = 0.0  # an LRU's |λ| ring at initialisation
+  config.lru_r_max = 0.99
+  config.num_layers = 1
+  config.head = "identity"
+  config.model_size = 0
+  # linear | feedback_alignment (RFLO's fixed random feedback matrix).
+  config.readout = "linear"
+  config.init_stddev = 0.0  # > 0: every weight normal(0, it); 0: defaults
+
+  # Estimator: rtrl, uoro, kf, kf_avg, kf_approx, ok, ok_biased, ktp,
+  # snap1, rflo (trained online), or tbptt.
+  config.estimator = "ok"
+  config.rank = 8  # kf_avg, kf_approx, ok, ok_biased, ktp
+  config.truncation = 20  # tbptt's horizon (divides chunk_steps)
+
+  # Optimizer. adam (optax, on the batch-mean gradient) | tf1_adam (the
+  # official OK code's update: TF1's Adam fed the cell gradient / batch).
   config.optimizer = "adam"
+  config.learning_rate = 10**-2.5
+  config.learning_rates = ()  # e.g. (10**-2.5, 1e-3); empty: learning_rate
+  config.clip_norm = 0.0  # global-norm clipping of the gradient; 0: off
   # Clip only the cell's gradient (the batch-mean gradient's norm; the
   # readout's stays unclipped); 0: off.
   config.cell_clip_norm = 0.0
-  config.init_stddev = 0.0  # > 0: every weight normal(0, it); 0: defaults
-  config.accumulate_steps = 1
-  # The GEMM precision the training chunk is traced under (rtrl.linalg):
-  # highest (true float32) | tensorfloat32 | bfloat16 (GPU/TPU only).
-  config.matmul_precision = "highest"
-  config.seed = 0
-  # Runs trained together as one vmapped program: run j of each learning
-  # rate equals the single run with seed + j (see experiments/loop/run_axes.py).
-  config.num_seeds = 1
-  config.learning_rates = ()  # e.g. (10**-2.5, 1e-3); empty: learning_rate
-  config.num_steps = 20000
+  config.accumulate_steps = 1  # steps per (mean) update
+  # The LRU papers' options (Adam only; off at these values): AdamW decay of
+  # every parameter but the LRU's ν, θ, γ, which take this factor times the
+  # rate; constant | warmup_cosine (linear warm-up over `warmup_updates`,
+  # then a cosine to 0 at the last update).
+  config.weight_decay = 0.0
+  config.recurrence_learning_rate_factor = 1.0
+  config.learning_rate_schedule = "constant"
+  config.warmup_updates = 0
+
+  # Task (rtrl/tasks/copy_task.py).
+  config.batch_size = 16
   config.curriculum = "official"  # official | output_only (see above)
   # How a sequence's length is drawn from T: uniform on max(1, T-4)..T, or
   # clipped, max(1, T - k) with k uniform on 0..4 (the official script's;
-  # more length-1 sequences while T < 5). rtrl/tasks/copy_task.py.
+  # more length-1 sequences while T < 5).
   config.length_rule = "uniform"
-  config.chunk_steps = 100  # steps per jitted chunk (output_only: the
-  # curriculum's check period)
-  config.log_every = (
-    500  # steps between progress lines (multiple of chunk_steps)
-  )
-  config.checkpoint_every = 5000
   config.max_length = 100  # largest curriculum length the generator supports
   config.error_threshold = 0.15  # bits/char to advance the curriculum
-  # Run-loop fields (resume, NaN policy, devices): experiments/loop/run_config.py.
-  run_config.add_run_fields(config)
+
+  # Run (experiments/loop/). Runs trained together as one vmapped program:
+  # run j of each learning rate equals the single run with seed + j.
+  config.seed = 0
+  config.num_seeds = 1
+  config.num_steps = 20000
+  # Steps per jitted chunk (output_only: the curriculum's check period).
+  config.chunk_steps = 100
+  config.log_every = 500  # steps between records (multiple of chunk_steps)
+  config.checkpoint_every = 5000
+  config.keep_checkpoints = 2
+  # The GEMM precision the training chunk is traced under (rtrl.linalg):
+  # highest (true float32) | tensorfloat32 | bfloat16 (GPU/TPU only).
+  config.matmul_precision = "highest"
+  # A step whose gradient has a NaN/Inf is skipped instead of stopping.
+  config.skip_nonfinite_updates = False
+  config.allow_config_change = False  # resume although the config differs
+  config.num_devices = 0  # 0: every visible device
+  config.mesh_shape = ()  # (data, runs) devices; (): every device on data
+  # Multi-host: jax.distributed.initialize(); coordinator "" auto-detects
+  # (SLURM, TPU, JAX_* variables), else host:port of process 0.
+  config.distributed = False
+  config.coordinator_address = ""
+  config.num_processes = 1
+  config.process_id = 0
+
+  if preset in ("", "small"):
+    return config
   if preset == "official":
-    _official(config)
+    config.update(OFFICIAL)
   elif preset == "lru_paper":
-    _official(config)  # The task as the official preset runs it.
-    config.update(
-      lru_paper.online_lru_fields(
-        lru_paper.COPY_LEARNING_RATES, num_steps=config.num_steps
-      )
-    )
-  elif preset:
-    raise ValueError(
-      f"unknown preset {preset!r}; known: 'official', 'lru_paper'"
-    )
+    config.update(OFFICIAL)  # The task as the official preset runs it.
+    config.update(LRU_PAPER)
+  else:
+    raise ValueError(f"unknown preset {preset!r}; known: {PRESETS}")
   return config
 
 
-def _official(config: ml_collections.ConfigDict) -> None:
-  """The official OK code's logged Copy run (experiments/online/official.py):
-  16-OK, RHN-128, batch 16, TF1's Adam at 10^-3.5 on its gradient units,
-  every weight normal(0, 0.01), the
-  cell gradient clipped at 1.0 in its units (16 on our batch-mean gradient),
-  its curriculum and its length draw, logged every 1000 steps as its logs
-  are."""
-  config.update(
-    dict(
-      estimator="ok",
-      rank=16,
-      cell="rhn",
-      hidden_size=128,
-      batch_size=16,
-      learning_rate=official.LEARNING_RATE,
-      optimizer="tf1_adam",
-      init_stddev=official.INIT_STDDEV,
-      cell_clip_norm=official.batch_mean_clip(official.COPY_CELL_CLIP, 16),
-      clip_norm=0.0,
-      curriculum="official",
-      length_rule="clipped",
-      error_threshold=0.15,
-      num_steps=4_000_000,
-      chunk_steps=1000,
-      log_every=1000,
-      checkpoint_every=50_000,
-    )
-  )
+# The official OK code's logged Copy run (experiments/online/official.py):
+# 16-OK, RHN-128, batch 16, TF1's Adam at 10^-3.5 on its gradient units,
+# every weight normal(0, 0.01), the cell gradient clipped at 1.0 in its units
+# (x batch 16 = 16.0 on our batch-mean gradient), its curriculum and length
+# draw, logged every 1000 steps as its logs are.
+OFFICIAL = dict(
+  estimator="ok",
+  rank=16,
+  cell="rhn",
+  hidden_size=128,
+  batch_size=16,
+  learning_rate=10**-3.5,
+  optimizer="tf1_adam",
+  init_stddev=0.01,
+  cell_clip_norm=16.0,
+  clip_norm=0.0,
+  curriculum="official",
+  length_rule="clipped",
+  error_threshold=0.15,
+  num_steps=4_000_000,
+  chunk_steps=1000,
+  log_every=1000,
+  checkpoint_every=50_000,
+)
+
+# The online LRU paper's Table-1 network and optimiser
+# (experiments/online/lru_paper.py): 4 LRU layers of 64 complex units in
+# blocks of 128, exact element-wise RTRL, Adam over their rate grid, λ and γ
+# at half the rate, a cosine to 0 over the run, 3 seeds; none of the OK
+# presets' settings (TF1's Adam, normal(0, 0.01) weights, cell clipping).
+LRU_PAPER = dict(
+  cell="lru",
+  estimator="rtrl",
+  num_layers=4,
+  head="lru_block",
+  model_size=128,
+  hidden_size=64,
+  optimizer="adam",
+  init_stddev=0.0,
+  cell_clip_norm=0.0,
+  clip_norm=0.0,
+  learning_rate=1e-3,
+  learning_rates=(1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2),
+  num_seeds=3,
+  recurrence_learning_rate_factor=0.5,
+  learning_rate_schedule="warmup_cosine",
+  warmup_updates=0,
+  weight_decay=0.0,
+  accumulate_steps=1,
+)

@@ -40,11 +40,20 @@ import ml_collections
 
 
 def get_config() -> ml_collections.ConfigDict:
+  """Every field the gradient-cosine experiment reads."""
   config = ml_collections.ConfigDict()
-  # Comma-separated `name[:rank]` entries; names as rtrl.estimators.make.
-  config.estimators = "ok:1,ok:2,ok:8,kf_avg:8,kf,uoro"
+
+  # Model: a fresh network, or the cell of `checkpoint_dir`'s run.
   config.cell = "rhn"  # rnn|rhn|lstm|gru (ignored with a checkpoint)
   config.hidden_size = 32  # (ignored with a checkpoint)
+  config.checkpoint_dir = ""  # a Copy or PTB workdir; "" = fresh parameters
+  config.params_per_repetition = False  # fresh: a new network per repetition
+
+  # Estimators compared with exact RTRL: comma-separated `name[:rank]`
+  # entries; names as rtrl.estimators.make.
+  config.estimators = "ok:1,ok:2,ok:8,kf_avg:8,kf,uoro"
+
+  # Task: the inputs the network reads.
   config.task = "random"  # random | copy | ptb
   config.vocab_size = 50  # random task: one-hot inputs and targets
   config.reset_probability = 0.0  # random, ptb tasks: per-step state reset
@@ -52,13 +61,17 @@ def get_config() -> ml_collections.ConfigDict:
   config.ptb_split = "valid"  # ptb task: text the streams read
   config.data_dir = ""  # ptb task: as experiments/ptb.py ("" = default)
   config.verify_md5 = True  # ptb task: check the files' md5
-  config.checkpoint_dir = ""  # a Copy or PTB workdir; "" = fresh parameters
-  config.params_per_repetition = False  # fresh: a new network per repetition
+
+  # Run.
+  config.seed = 0
   config.num_steps = 200
   config.repetitions = 5
   config.chunk_steps = 100  # steps per jitted call (bounds memory)
-  config.min_gradient_norm = (
-    1e-4  # steps with |true gradient| below are dropped
-  )
-  config.seed = 0
+  config.min_gradient_norm = 1e-4  # steps with |true gradient| below: dropped
+  config.allow_config_change = False  # rerun a workdir with another config
+  # Multi-host (experiments/loop/cli.py initialises every main alike).
+  config.distributed = False
+  config.coordinator_address = ""
+  config.num_processes = 1
+  config.process_id = 0
   return config

@@ -33,101 +33,169 @@ Other estimators at equal data (Table 2's rows):
 
 import ml_collections
 
-from experiments.loop import run_config
-from experiments.online import lru_paper
-from experiments.online import official
-from experiments.online import setup as online_setup
+PRESETS = ("small", "official", "lru_paper")
 
 
 def get_config(preset: str = "") -> ml_collections.ConfigDict:
+  """Every field char-PTB reads, at the paper's setting; `preset` (see the
+  docstring) overrides some of them."""
   config = ml_collections.ConfigDict()
-  # estimator, rank, truncation, cell, readout and the stack's fields
-  # (experiments/online/setup.py: add_trainer_fields).
-  online_setup.add_trainer_fields(
-    config, estimator="ok", truncation=25, cell="rhn"
-  )
+
+  # Model (experiments/online/setup.py): `num_layers` layers of `cell`
+  # (rnn | rhn | lstm | gru | lru), each followed by `head` (identity |
+  # lru_block, with `model_size` outputs; 0: the cell's), and a readout.
+  config.cell = "rhn"
   config.hidden_size = 256
-  config.batch_size = 32
-  config.learning_rate = 10**-3.5
+  config.lru_r_min = 0.0  # an LRU's |λ| ring at initialisation
+  config.lru_r_max = 0.99
+  config.num_layers = 1
+  config.head = "identity"
+  config.model_size = 0
+  # linear | feedback_alignment (RFLO's fixed random feedback matrix).
+  config.readout = "linear"
   config.init_stddev = 0.01  # 0: the cell's default 1/sqrt(fan_in) init
-  # Clip only the cell's gradient (the batch-mean gradient's norm; the
-  # readout's stays unclipped; 0: off): the official 100 in our units.
-  config.cell_clip_norm = official.batch_mean_clip(official.PTB_CELL_CLIP, 32)
-  config.clip_norm = 0.0  # global-norm clipping (0: off)
-  # adam (optax, on the batch-mean gradient) | tf1_adam (the official OK
-  # code's update: TF1's Adam fed the cell gradient / batch size).
+
+  # Estimator: rtrl, uoro, kf, kf_avg, kf_approx, ok, ok_biased, ktp,
+  # snap1, rflo (trained online), or tbptt.
+  config.estimator = "ok"
+  config.rank = 8  # kf_avg, kf_approx, ok, ok_biased, ktp
+  config.truncation = 25  # tbptt's horizon (divides chunk_steps)
+
+  # Optimizer. adam (optax, on the batch-mean gradient) | tf1_adam (the
+  # official OK code's update: TF1's Adam fed the cell gradient / batch).
   config.optimizer = "adam"
-  config.accumulate_steps = 1
-  # The GEMM precision the training chunk is traced under (rtrl.linalg):
-  # highest (true float32) | tensorfloat32 | bfloat16 (GPU/TPU only).
-  config.matmul_precision = "highest"
+  config.learning_rate = 10**-3.5
+  config.learning_rates = ()  # e.g. (10**-3.5, 10**-3); empty: learning_rate
+  config.clip_norm = 0.0  # global-norm clipping (0: off)
+  # Clip only the cell's gradient (the batch-mean gradient's norm; the
+  # readout's stays unclipped; 0: off): the official code's 100 in its
+  # units, x batch 32 = 3,200 in ours (experiments/online/official.py).
+  config.cell_clip_norm = 3200.0
+  config.accumulate_steps = 1  # steps per (mean) update
+  # The LRU papers' options (Adam only; off at these values): AdamW decay of
+  # every parameter but the LRU's ν, θ, γ, which take this factor times the
+  # rate; constant | warmup_cosine (linear warm-up over `warmup_updates`,
+  # then a cosine to 0 at the last update).
+  config.weight_decay = 0.0
+  config.recurrence_learning_rate_factor = 1.0
+  config.learning_rate_schedule = "constant"
+  config.warmup_updates = 0
+
+  # Task (rtrl/tasks/ptb.py).
+  config.batch_size = 32
   config.reset_probability = 0.01  # per step and stream (paper)
   config.reset_every = 0  # > 0: reset at multiples (official code: 100)
-  config.seed = 0
-  # Runs trained together as one vmapped program: run j of each learning
-  # rate equals the single run with seed + j (see experiments/loop/run_axes.py).
-  config.num_seeds = 1
-  config.learning_rates = ()  # e.g. (10**-3.5, 10**-3); empty: learning_rate
-  config.num_steps = 1_000_000
-  config.chunk_steps = 100  # steps per jitted chunk
-  config.log_every = 1000  # multiple of chunk_steps
-  config.eval_every = 10_000  # valid BPC (whole split); multiple of chunk_steps
   config.eval_batch_size = 32  # streams the valid/test split is cut into
   config.eval_reset_every = 0  # resets during evaluation (0: none)
-  config.checkpoint_every = 10_000
   config.data_dir = ""  # "": $DATA_DIR/ptb, the cache, or download
   config.verify_md5 = True  # check the files against the canonical md5
   # standard | official: the official OK code's text, a word separator at
   # both ends of every line (2 near-free symbols a line: BPC ~1.7% lower for
-  # the same model; the paper's numbers are on it). See rtrl/tasks/ptb.py.
+  # the same model; the paper's numbers are on it).
   config.text_layout = "standard"
-  # even | official: where the B training streams start (rtrl/tasks/ptb.py,
-  # `stream_offsets`); "official" is the official code's linspace(0, N-1, B).
+  # even | official: where the B training streams start (`stream_offsets`);
+  # "official" is the official code's linspace(0, N-1, B).
   config.stream_offsets = "even"
-  # Run-loop fields (resume, NaN policy, devices): experiments/loop/run_config.py.
-  run_config.add_run_fields(config)
+
+  # Run (experiments/loop/). Runs trained together as one vmapped program:
+  # run j of each learning rate equals the single run with seed + j.
+  config.seed = 0
+  config.num_seeds = 1
+  config.num_steps = 1_000_000
+  config.chunk_steps = 100  # steps per jitted chunk
+  config.log_every = 1000  # multiple of chunk_steps
+  config.eval_every = 10_000  # valid BPC (whole split); multiple of chunk_steps
+  config.checkpoint_every = 10_000
+  config.keep_checkpoints = 2
+  # The GEMM precision the training chunk is traced under (rtrl.linalg):
+  # highest (true float32) | tensorfloat32 | bfloat16 (GPU/TPU only).
+  config.matmul_precision = "highest"
+  # A step whose gradient has a NaN/Inf is skipped instead of stopping.
+  config.skip_nonfinite_updates = False
+  config.allow_config_change = False  # resume although the config differs
+  config.num_devices = 0  # 0: every visible device
+  config.mesh_shape = ()  # (data, runs) devices; (): every device on data
+  # Multi-host: jax.distributed.initialize(); coordinator "" auto-detects
+  # (SLURM, TPU, JAX_* variables), else host:port of process 0.
+  config.distributed = False
+  config.coordinator_address = ""
+  config.num_processes = 1
+  config.process_id = 0
+
+  if preset == "":
+    return config
   if preset == "small":
-    config.hidden_size = 64
-    config.learning_rate = 10**-2.5
-    config.init_stddev = 0.0
-    config.num_steps = 10_000
-    config.log_every = 500
-    config.eval_every = 2000
-    config.checkpoint_every = 2000
+    config.update(SMALL)
   elif preset == "official":
-    config.update(
-      dict(
-        estimator="ok",
-        rank=8,
-        cell="rhn",
-        hidden_size=256,
-        batch_size=32,
-        learning_rate=official.LEARNING_RATE,
-        optimizer="tf1_adam",
-        init_stddev=official.INIT_STDDEV,
-        cell_clip_norm=official.batch_mean_clip(official.PTB_CELL_CLIP, 32),
-        clip_norm=0.0,
-        reset_probability=0.0,
-        text_layout="official",
-        stream_offsets="official",
-        reset_every=official.PTB_RESET_EVERY,
-        num_steps=1_000_000,
-        log_every=1000,
-        eval_every=10_000,
-      )
-    )
+    config.update(OFFICIAL)
   elif preset == "lru_paper":
-    # The official preset's task (batch 32, its text layout and resets,
-    # 1M steps, valid BPC every 10,000) with the online LRU paper's network
+    # The official preset's task (batch 32, its text layout and resets, 1M
+    # steps, valid BPC every 10,000) with the online LRU paper's network
     # and optimiser.
-    config.update(get_config("official").to_dict())
-    config.update(
-      lru_paper.online_lru_fields(
-        lru_paper.COPY_LEARNING_RATES, num_steps=config.num_steps
-      )
-    )
-  elif preset:
-    raise ValueError(
-      f"unknown preset {preset!r}; known: 'small', 'official', 'lru_paper'"
-    )
+    config.update(OFFICIAL)
+    config.update(LRU_PAPER)
+  else:
+    raise ValueError(f"unknown preset {preset!r}; known: {PRESETS}")
   return config
+
+
+# A few minutes on a 2-core CPU, progress printed.
+SMALL = dict(
+  hidden_size=64,
+  learning_rate=10**-2.5,
+  init_stddev=0.0,
+  num_steps=10_000,
+  log_every=500,
+  eval_every=2000,
+  checkpoint_every=2000,
+)
+
+# The official OK code's logged PTB run (experiments/online/official.py):
+# 8-OK, RHN-256, batch 32, TF1's Adam at 10^-3.5, every weight
+# normal(0, 0.01), the cell gradient clipped at 100 in its units (3,200 in
+# ours), its text layout, stream offsets and resets every 100 positions.
+OFFICIAL = dict(
+  estimator="ok",
+  rank=8,
+  cell="rhn",
+  hidden_size=256,
+  batch_size=32,
+  learning_rate=10**-3.5,
+  optimizer="tf1_adam",
+  init_stddev=0.01,
+  cell_clip_norm=3200.0,
+  clip_norm=0.0,
+  reset_probability=0.0,
+  text_layout="official",
+  stream_offsets="official",
+  reset_every=100,
+  num_steps=1_000_000,
+  log_every=1000,
+  eval_every=10_000,
+)
+
+# The online LRU paper's Table-1 network and optimiser
+# (experiments/online/lru_paper.py): 4 LRU layers of 64 complex units in
+# blocks of 128, exact element-wise RTRL, Adam over their rate grid, λ and γ
+# at half the rate, a cosine to 0 over the run, 3 seeds; none of the OK
+# presets' settings (TF1's Adam, normal(0, 0.01) weights, cell clipping).
+LRU_PAPER = dict(
+  cell="lru",
+  estimator="rtrl",
+  num_layers=4,
+  head="lru_block",
+  model_size=128,
+  hidden_size=64,
+  optimizer="adam",
+  init_stddev=0.0,
+  cell_clip_norm=0.0,
+  clip_norm=0.0,
+  learning_rate=1e-3,
+  learning_rates=(1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2),
+  num_seeds=3,
+  recurrence_learning_rate_factor=0.5,
+  learning_rate_schedule="warmup_cosine",
+  warmup_updates=0,
+  weight_decay=0.0,
+  accumulate_steps=1,
+)

@@ -48,10 +48,7 @@ uoro; a plain cell: --config.cell=gru --config.num_layers=1
 
 import ml_collections
 
-from experiments.loop import run_config
-from experiments.online import lru_paper
-from experiments.online import setup as online_setup
-
+PRESETS = ("small", "lru_paper")
 PIXELS_PER_IMAGE = 32 * 32
 FULL_TRAIN_IMAGES = 50_000
 
@@ -63,52 +60,88 @@ def steps_per_epoch(num_images: int, batch_size: int) -> int:
 
 
 def get_config(preset: str = "") -> ml_collections.ConfigDict:
+  """Every field sequential CIFAR-10 reads, at the paper-like default;
+  `preset` (see the docstring) overrides some of them."""
   config = ml_collections.ConfigDict()
-  # estimator, rank, truncation, cell, readout and the stack's fields
-  # (experiments/online/setup.py: add_trainer_fields). The TBPTT horizon
-  # divides 1024: windows are aligned to images; 1024 is full BPTT over each.
-  online_setup.add_trainer_fields(
-    config, estimator="rtrl", truncation=PIXELS_PER_IMAGE, cell="lru"
-  )
-  config.num_layers = 4
-  config.head = "lru_block"
-  config.model_size = 256
+  epoch = steps_per_epoch(FULL_TRAIN_IMAGES, 32)  # 1,600,512 at batch 32
+
+  # Model (experiments/online/setup.py): `num_layers` layers of `cell`
+  # (rnn | rhn | lstm | gru | lru), each followed by `head` (identity |
+  # lru_block, with `model_size` outputs; 0: the cell's), and a readout.
+  config.cell = "lru"
   config.hidden_size = 128  # the LRU's state size (complex units)
   # The LRU's |λ| ring at initialisation: the LRU papers' sCIFAR values.
   config.lru_r_min = 0.9
   config.lru_r_max = 0.999
-  config.batch_size = 32
-  config.learning_rate = 1e-3
+  config.num_layers = 4
+  config.head = "lru_block"
+  config.model_size = 256
+  # linear | feedback_alignment (RFLO's fixed random feedback matrix).
+  config.readout = "linear"
   config.init_stddev = 0.0  # 0: the cells' default initialisation
+
+  # Estimator: rtrl, uoro, kf, kf_avg, kf_approx, ok, ok_biased, ktp,
+  # snap1, rflo (trained online), or tbptt. The TBPTT horizon divides 1024:
+  # windows are aligned to images; 1024 is full BPTT over each.
+  config.estimator = "rtrl"
+  config.rank = 8  # kf_avg, kf_approx, ok, ok_biased, ktp
+  config.truncation = PIXELS_PER_IMAGE
+
+  # Optimizer: adam | tf1_adam.
+  config.optimizer = "adam"
+  config.learning_rate = 1e-3
+  config.learning_rates = ()  # e.g. (1e-3, 4e-3); empty: learning_rate
   config.clip_norm = 0.0  # global-norm clipping (0: off)
   config.cell_clip_norm = 0.0  # the cell gradient only (0: off)
-  config.optimizer = "adam"  # adam | tf1_adam
   # One (mean) update every this many steps. The loss comes only at an
   # image's last pixel, so 1024 is one Adam step per batch of images, as
   # TBPTT-1024 does; with an exact estimator on one layer the two are the
   # same algorithm.
   config.accumulate_steps = PIXELS_PER_IMAGE
+  # The LRU papers' options (Adam only; off at these values): AdamW decay of
+  # every parameter but the LRU's ν, θ, γ, which take this factor times the
+  # rate; constant | warmup_cosine (linear warm-up over `warmup_updates`,
+  # then a cosine to 0 at the last update).
+  config.weight_decay = 0.0
+  config.recurrence_learning_rate_factor = 1.0
+  config.learning_rate_schedule = "constant"
+  config.warmup_updates = 0
+
+  # Task (rtrl/tasks/seq_images.py).
+  config.batch_size = 32
+  # channel: (x - mean) / std per channel, from the training images | none
+  config.normalization = "channel"
+  config.eval_images = 0  # the first this many test images (0: all)
+  config.eval_batch_size = 500  # test images evaluated at once
+  config.data_dir = ""  # "": $DATA_DIR/cifar10, or the download cache
+
+  # Run (experiments/loop/). Runs trained together as one vmapped program:
+  # run j of each learning rate equals the single run with seed + j.
+  config.seed = 0
+  config.num_seeds = 1
+  config.num_steps = 50 * epoch
+  config.chunk_steps = PIXELS_PER_IMAGE  # steps per jitted chunk (images)
+  config.log_every = 100 * PIXELS_PER_IMAGE  # multiple of chunk_steps
+  config.eval_every = epoch  # test accuracy; multiple of chunk_steps
+  config.checkpoint_every = epoch
+  config.keep_checkpoints = 2
   # The GEMM precision the training chunk is traced under (rtrl.linalg):
   # highest (true float32) | tensorfloat32 | bfloat16 (GPU/TPU only).
   config.matmul_precision = "highest"
-  # channel: (x - mean) / std per channel, from the training images | none
-  config.normalization = "channel"
-  config.seed = 0
-  # Runs trained together as one vmapped program: run j of each learning
-  # rate equals the single run with seed + j (see experiments/loop/run_axes.py).
-  config.num_seeds = 1
-  config.learning_rates = ()  # e.g. (1e-3, 4e-3); empty: learning_rate
-  epoch = steps_per_epoch(FULL_TRAIN_IMAGES, config.batch_size)  # 1,600,512
-  config.num_steps = 50 * epoch
-  config.chunk_steps = PIXELS_PER_IMAGE  # steps per jitted chunk (whole images)
-  config.log_every = 100 * PIXELS_PER_IMAGE  # multiple of chunk_steps
-  config.eval_every = epoch  # test accuracy; multiple of chunk_steps
-  config.eval_images = 0  # the first this many test images (0: all)
-  config.eval_batch_size = 500  # test images evaluated at once
-  config.checkpoint_every = epoch
-  config.data_dir = ""  # "": $DATA_DIR/cifar10, or the download cache
-  # Run-loop fields (resume, NaN policy, devices): experiments/loop/run_config.py.
-  run_config.add_run_fields(config)
+  # A step whose gradient has a NaN/Inf is skipped instead of stopping.
+  config.skip_nonfinite_updates = False
+  config.allow_config_change = False  # resume although the config differs
+  config.num_devices = 0  # 0: every visible device
+  config.mesh_shape = ()  # (data, runs) devices; (): every device on data
+  # Multi-host: jax.distributed.initialize(); coordinator "" auto-detects
+  # (SLURM, TPU, JAX_* variables), else host:port of process 0.
+  config.distributed = False
+  config.coordinator_address = ""
+  config.num_processes = 1
+  config.process_id = 0
+
+  if preset == "":
+    return config
   if preset == "small":
     config.update(
       dict(
@@ -128,8 +161,8 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
     )
   elif preset == "lru_paper":
     config.update(_lru_paper())
-  elif preset:
-    raise ValueError(f"unknown preset {preset!r}; known: 'small', 'lru_paper'")
+  else:
+    raise ValueError(f"unknown preset {preset!r}; known: {PRESETS}")
   return config
 
 
@@ -139,20 +172,28 @@ def _lru_paper() -> dict:
   x 10^-3, λ and γ at half the rate, AdamW (decay 0.1) on the rest, a
   linear warm-up over 18 epochs and a cosine to 0 at 180 epochs; one update
   per batch of images."""
-  epoch = steps_per_epoch(FULL_TRAIN_IMAGES, lru_paper.SCIFAR_BATCH_SIZE)
+  batch_size = 100
+  epoch = steps_per_epoch(FULL_TRAIN_IMAGES, batch_size)
   updates_per_epoch = epoch // PIXELS_PER_IMAGE
   return dict(
-    **lru_paper.SCIFAR_NETWORK,
-    batch_size=lru_paper.SCIFAR_BATCH_SIZE,
-    learning_rate=lru_paper.SCIFAR_LEARNING_RATES[0],
-    learning_rates=lru_paper.SCIFAR_LEARNING_RATES,
-    num_seeds=lru_paper.SCIFAR_SEEDS,
-    recurrence_learning_rate_factor=(lru_paper.RECURRENCE_LEARNING_RATE_FACTOR),
-    weight_decay=lru_paper.SCIFAR_WEIGHT_DECAY,
+    cell="lru",
+    estimator="rtrl",
+    num_layers=4,
+    head="lru_block",
+    model_size=256,
+    hidden_size=128,
+    lru_r_min=0.9,
+    lru_r_max=0.999,
+    batch_size=batch_size,
+    learning_rate=1e-3,
+    learning_rates=(1e-3, 4e-3),
+    num_seeds=2,
+    recurrence_learning_rate_factor=0.5,
+    weight_decay=0.1,
     learning_rate_schedule="warmup_cosine",
-    warmup_updates=lru_paper.SCIFAR_WARMUP_EPOCHS * updates_per_epoch,
+    warmup_updates=18 * updates_per_epoch,
     accumulate_steps=PIXELS_PER_IMAGE,
-    num_steps=lru_paper.SCIFAR_EPOCHS * epoch,
+    num_steps=180 * epoch,
     eval_every=epoch,
     checkpoint_every=epoch,
   )

@@ -19,9 +19,9 @@ each program compiled once and timed alternately, best of `--repeats`):
    the overhead ratio the performance issue tracks (it uses neither, so it
    is timed once, with `Routing.auto()`).
 
-  python scripts/bench_cpu_kernels.py                        # RHN-64/128, ranks 12, 16
-  python scripts/bench_cpu_kernels.py --skip_ops --ranks 2,4,8 --estimators ok
-  python scripts/bench_cpu_kernels.py --cells rhn,gru,lstm --sizes 128 --ranks 16
+  python -m scripts.bench_cpu_kernels                        # RHN-64/128, ranks 12, 16
+  python -m scripts.bench_cpu_kernels --skip_ops --ranks 2,4,8 --estimators ok
+  python -m scripts.bench_cpu_kernels --cells rhn,gru,lstm --sizes 128 --ranks 16
 """
 
 from __future__ import annotations
@@ -29,27 +29,22 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
-import pathlib
 import sys
 
-SCRIPTS = pathlib.Path(__file__).resolve().parent
-sys.path[:0] = [str(SCRIPTS), str(SCRIPTS.parent)]
+import jax
+import jax.numpy as jnp
+import optax
 
-# pylint: disable=g-import-not-at-top,wrong-import-position
-from _bench_lib import compiled  # noqa: E402
-from _bench_lib import load_average  # noqa: E402
-from _bench_lib import run_timed  # noqa: E402
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import optax  # noqa: E402
-
-from experiments.online.setup import init_params  # noqa: E402
-from rtrl import cells  # noqa: E402
-from rtrl import cpu_kernels  # noqa: E402
-from rtrl import estimators  # noqa: E402
-from rtrl import online  # noqa: E402
-from rtrl.routing import Routing  # noqa: E402
-from rtrl.tasks import copy_task  # noqa: E402
+from experiments.online.setup import init_params
+from rtrl import cells
+from rtrl import cpu_kernels
+from rtrl import estimators
+from rtrl import online
+from rtrl.routing import Routing
+from rtrl.tasks import copy_task
+from scripts.benchlib.timing import compiled
+from scripts.benchlib.timing import load_average
+from scripts.benchlib.timing import run_timed
 
 FORMS = ("xla", "kernels")
 # Full steps: (products on the kernels, SVDs on the kernel) per form.

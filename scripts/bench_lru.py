@@ -30,21 +30,15 @@ updates are element-wise), and memory per example: the online tangent
 (floats of the layers' sensitivities) against BPTT's stored states over the
 chunk.
 
-  .venv/bin/python scripts/bench_lru.py                      # d 64..256, 1-4 layers
-  .venv/bin/python scripts/bench_lru.py --sizes 64 --layers 1,2
+  .venv/bin/python -m scripts.bench_lru                      # d 64..256, 1-4 layers
+  .venv/bin/python -m scripts.bench_lru --sizes 64 --layers 1,2
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import _bench_lib as lib
 import jax
 import jax.numpy as jnp
 import optax
@@ -57,6 +51,7 @@ from rtrl import stack
 from rtrl.online import StepBatch
 from rtrl.online import batch_loss
 from rtrl.online import broadcast_state
+from scripts.benchlib import timing as lib
 
 
 def make_layers(size: int, num_layers: int):

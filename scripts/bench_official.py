@@ -23,7 +23,7 @@ Ours runs the same setting through the run loop's own compiled chunk
 this process, right after the official child finishes, for the same number
 of steps. Printed: ms per step of each and the ratio.
 
-  python scripts/bench_official.py \\
+  python -m scripts.bench_official \\
       --official_script ~/src/optimal_kronecker_approximation/OK/OK_rank_r_unbiased.py \\
       --tf_python /work/peers/tf1/bin/python --steps 300 --every 100
 """
@@ -32,15 +32,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import pathlib
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-
-SCRIPTS = pathlib.Path(__file__).resolve().parent
-sys.path[:0] = [str(SCRIPTS), str(SCRIPTS.parent)]
 
 # The launcher run by the TF Python: our own small shim around the official
 # script (read from its path at run time).
@@ -132,13 +128,12 @@ def run_ours(args) -> float:
   """ms per step of our official Copy preset (single run, one chunk of
   `--every` steps per call, metrics fetched as the run loop does)."""
   # pylint: disable=g-import-not-at-top
-  from _bench_programs import compile_side
-  from _bench_programs import experiment_module
-  from _bench_programs import initial_state
-  from _bench_programs import make_config
-  from _bench_programs import run_chunks
-
   from experiments.loop import run_axes
+  from scripts.benchlib.programs import compile_side
+  from scripts.benchlib.programs import experiment_module
+  from scripts.benchlib.programs import initial_state
+  from scripts.benchlib.programs import make_config
+  from scripts.benchlib.programs import run_chunks
 
   config = make_config("copy_task", "official", {}, args.every, 1, None)
   experiment = experiment_module("copy_task").make_experiment(config)

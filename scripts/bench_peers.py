@@ -8,7 +8,7 @@ this project: it lives in its own venv, made by
 
 and this script runs under that venv's Python with the checkout on the path:
 
-  PYTHONPATH=. /work/peers/braintrace/bin/python scripts/bench_peers.py \
+  /work/peers/braintrace/bin/python -m scripts.bench_peers \
       --sizes 64,128,256 --cells rnn,gru --json bench_peers.json
 
 Options: --sizes, --cells, --algorithms (exact,snap1,uoro,rflo), --steps
@@ -83,7 +83,6 @@ import argparse
 import functools
 import json
 import os
-import pathlib
 import statistics
 import sys
 import time
@@ -104,22 +103,17 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-# The helpers beside this script, and the checkout's `rtrl` / `experiments`.
-SCRIPTS = pathlib.Path(__file__).resolve().parent
-sys.path[:0] = [str(SCRIPTS), str(SCRIPTS.parent)]
-# pylint: disable=g-import-not-at-top,wrong-import-position
-from _bench_lib import compiled  # noqa: E402
-from _bench_lib import load_average  # noqa: E402
-from _bench_lib import run_timed  # noqa: E402
-from _peers_braintrace import ALGORITHMS  # noqa: E402
-from _peers_braintrace import TheirLearner  # noqa: E402
-from _peers_braintrace import their_grads_as_ours  # noqa: E402
-from _peers_braintrace import their_trainer  # noqa: E402
-
-from experiments.online.setup import init_params  # noqa: E402
-from rtrl import cells  # noqa: E402
-from rtrl import estimators  # noqa: E402
-from rtrl import online  # noqa: E402
+from experiments.online.setup import init_params
+from rtrl import cells
+from rtrl import estimators
+from rtrl import online
+from scripts.benchlib.peers_braintrace import ALGORITHMS
+from scripts.benchlib.peers_braintrace import TheirLearner
+from scripts.benchlib.peers_braintrace import their_grads_as_ours
+from scripts.benchlib.peers_braintrace import their_trainer
+from scripts.benchlib.timing import compiled
+from scripts.benchlib.timing import load_average
+from scripts.benchlib.timing import run_timed
 
 # Table 1's exponent of each algorithm's time in n (predicts the next size).
 TIME_EXPONENT = {"exact": 4, "snap1": 2, "uoro": 2, "rflo": 2}
@@ -134,7 +128,7 @@ VMAP_REASON = {
 }
 
 
-# The model on their side: scripts/_peers_braintrace.py.
+# The model on their side: scripts/benchlib/peers_braintrace.py.
 
 # -- our side ------------------------------------------------------------------
 

@@ -1,8 +1,8 @@
 r"""Time per training step of RLS, the RLS+Adam hybrid and Adam on the MNIST FNN.
 
-  python scripts/bench_rls.py            # batch 128, 7 repeats of 50 steps
-  python scripts/bench_rls.py --batch_size=64 --steps=100 --repeats=11
-  python scripts/bench_rls.py --forms_only --steps=20 --repeats=5  # short
+  python -m scripts.bench_rls            # batch 128, 7 repeats of 50 steps
+  python -m scripts.bench_rls --batch_size=64 --steps=100 --repeats=11
+  python -m scripts.bench_rls --forms_only --steps=20 --repeats=5  # short
 
 Every optimiser trains the paper's FNN 784-512(ReLU)-10 on the same fixed
 minibatch (synthetic pixels: the cost does not depend on the values) with
@@ -23,9 +23,7 @@ with ``--input_samples`` rows.
 
 from __future__ import annotations
 
-import os
 import statistics
-import sys
 import time
 
 from absl import app
@@ -33,8 +31,6 @@ from absl import flags
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=g-import-not-at-top
 from experiments.classifier import tasks

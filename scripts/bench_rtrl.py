@@ -36,13 +36,13 @@ they see the same machine load); the table shows the minimum, the JSON also
 the median. Configurations whose predicted time (from the previous size and
 Table 1's exponent) exceeds `--max_seconds` are skipped and listed.
 
-  python scripts/bench_rtrl.py                                 # defaults
-  python scripts/bench_rtrl.py --sizes 128 --estimators ok,kf_avg --ranks 16
-  python scripts/bench_rtrl.py --sizes 256 --batch_size 32 --estimators ok \
+  python -m scripts.bench_rtrl                                 # defaults
+  python -m scripts.bench_rtrl --sizes 128 --estimators ok,kf_avg --ranks 16
+  python -m scripts.bench_rtrl --sizes 256 --batch_size 32 --estimators ok \
       --ranks 8 --breakdown_sizes 256                          # PTB setting
-  python scripts/bench_rtrl.py --cell lstm --estimators uoro,snap1,rflo,rtrl \
+  python -m scripts.bench_rtrl --cell lstm --estimators uoro,snap1,rflo,rtrl \
       --generic --breakdown_sizes none                        # issue 20
-  python scripts/bench_rtrl.py --sizes 128 --steps 100 --repeats 1 \
+  python -m scripts.bench_rtrl --sizes 128 --steps 100 --repeats 1 \
       --breakdown_sizes none                                   # compile times
 """
 
@@ -50,47 +50,40 @@ from __future__ import annotations
 
 import argparse
 import json
-import pathlib
 import statistics
-import sys
 import time
 
 import jax
 import jax.numpy as jnp
 import optax
 
-# The helpers beside this script, and the checkout's `experiments`.
-SCRIPTS = pathlib.Path(__file__).resolve().parent
-sys.path[:0] = [str(SCRIPTS), str(SCRIPTS.parent)]
-# pylint: disable=g-import-not-at-top,wrong-import-position
-from _bench_costs import GENERIC_PREFIX  # noqa: E402
-from _bench_costs import PAPER  # noqa: E402
-from _bench_costs import RANKED  # noqa: E402
-from _bench_costs import UNRANKED  # noqa: E402
-from _bench_costs import analytic_tangent_floats  # noqa: E402
-from _bench_costs import base_name  # noqa: E402
-from _bench_costs import flop_floor  # noqa: E402
-from _bench_costs import label  # noqa: E402
-from _bench_costs import memory_floor_bytes  # noqa: E402
-from _bench_costs import methods  # noqa: E402
-from _bench_lib import compiled  # noqa: E402
-from _bench_lib import count_floats  # noqa: E402
-from _bench_lib import load_average  # noqa: E402
-from _bench_lib import matmul_gflops  # noqa: E402
-from _bench_lib import memory_gbps  # noqa: E402
-from _bench_lib import run_timed  # noqa: E402
-from _bench_ok_pieces import ok_pieces  # noqa: E402
-from _bench_report import report  # noqa: E402
-from _bench_report import report_generic  # noqa: E402
-from _bench_report import report_overhead  # noqa: E402
-
-from experiments.online.setup import init_params  # noqa: E402
-from rtrl import bptt  # noqa: E402
-from rtrl import cells  # noqa: E402
-from rtrl import estimators  # noqa: E402
-from rtrl import linalg  # noqa: E402
-from rtrl import online  # noqa: E402
-from rtrl.tasks import copy_task  # noqa: E402
+from experiments.online.setup import init_params
+from rtrl import bptt
+from rtrl import cells
+from rtrl import estimators
+from rtrl import linalg
+from rtrl import online
+from rtrl.tasks import copy_task
+from scripts.benchlib.costs import GENERIC_PREFIX
+from scripts.benchlib.costs import PAPER
+from scripts.benchlib.costs import RANKED
+from scripts.benchlib.costs import UNRANKED
+from scripts.benchlib.costs import analytic_tangent_floats
+from scripts.benchlib.costs import base_name
+from scripts.benchlib.costs import flop_floor
+from scripts.benchlib.costs import label
+from scripts.benchlib.costs import memory_floor_bytes
+from scripts.benchlib.costs import methods
+from scripts.benchlib.ok_pieces import ok_pieces
+from scripts.benchlib.report import report
+from scripts.benchlib.report import report_generic
+from scripts.benchlib.report import report_overhead
+from scripts.benchlib.timing import compiled
+from scripts.benchlib.timing import count_floats
+from scripts.benchlib.timing import load_average
+from scripts.benchlib.timing import matmul_gflops
+from scripts.benchlib.timing import memory_gbps
+from scripts.benchlib.timing import run_timed
 
 VOCAB = copy_task.VOCAB_SIZE
 

@@ -20,13 +20,13 @@ single run's step time when S runs one after another would take long.
 `--matmul_precision tensorfloat32` traces both programs under that GEMM
 precision (GPU/TPU only; `rtrl.linalg`).
 
-  taskset -c 1 .venv/bin/python scripts/bench_seeds.py --num_seeds 5 \
+  taskset -c 1 .venv/bin/python -m scripts.bench_seeds --num_seeds 5 \
       --steps 1000 --repeats 2 --hidden_size 32 --rank 8 --estimator ok
   # The official settings of the OK paper's runs (Copy 16-OK RHN-128 b16;
   # char-PTB 8-OK RHN-256 b32), 20 runs as in its figures' programs:
-  python scripts/bench_seeds.py --experiment copy_task --preset official \
+  python -m scripts.bench_seeds --experiment copy_task --preset official \
       --num_seeds 20 --steps 300 --sequential_runs 3
-  DATA_DIR=../shared/data python scripts/bench_seeds.py --experiment ptb \
+  DATA_DIR=../shared/data python -m scripts.bench_seeds --experiment ptb \
       --preset official --num_seeds 20 --steps 300 --sequential_runs 3
 """
 
@@ -36,23 +36,18 @@ import argparse
 import contextlib
 import json
 import os
-import pathlib
 import sys
 import time
 
-SCRIPTS = pathlib.Path(__file__).resolve().parent
-sys.path[:0] = [str(SCRIPTS), str(SCRIPTS.parent)]
+import jax
 
-# pylint: disable=g-import-not-at-top,wrong-import-position
-from _bench_programs import compile_side  # noqa: E402
-from _bench_programs import experiment_module  # noqa: E402
-from _bench_programs import initial_state  # noqa: E402
-from _bench_programs import make_config  # noqa: E402
-from _bench_programs import run_chunks  # noqa: E402
-import jax  # noqa: E402
-
-from experiments.loop import run_axes  # noqa: E402
-from rtrl import linalg  # noqa: E402
+from experiments.loop import run_axes
+from rtrl import linalg
+from scripts.benchlib.programs import compile_side
+from scripts.benchlib.programs import experiment_module
+from scripts.benchlib.programs import initial_state
+from scripts.benchlib.programs import make_config
+from scripts.benchlib.programs import run_chunks
 
 # Flags that set a config field of the same name when given.
 FIELD_FLAGS = ("hidden_size", "rank", "estimator", "batch_size")

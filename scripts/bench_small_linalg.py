@@ -13,25 +13,20 @@ SVD of `rtrl.cpu_kernels.svd` that `rtrl.linalg.small_svd` uses there
 ("jacobi"), each called `--steps` times in a `lax.scan` whose carry feeds
 the next call (so nothing is hoisted), in ms per call.
 
-  python scripts/bench_small_linalg.py --sizes 2,3,9,17 --batches 16,320
+  python -m scripts.bench_small_linalg --sizes 2,3,9,17 --batches 16,320
 """
 
 from __future__ import annotations
 
 import argparse
-import pathlib
 import sys
 
-SCRIPTS = pathlib.Path(__file__).resolve().parent
-sys.path[:0] = [str(SCRIPTS), str(SCRIPTS.parent)]
+import jax
+import jax.numpy as jnp
 
-# pylint: disable=g-import-not-at-top,wrong-import-position
-from _bench_lib import compiled  # noqa: E402
-from _bench_lib import run_timed  # noqa: E402
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-
-from rtrl import cpu_kernels  # noqa: E402
+from rtrl import cpu_kernels
+from scripts.benchlib.timing import compiled
+from scripts.benchlib.timing import run_timed
 
 
 def _svd(a):

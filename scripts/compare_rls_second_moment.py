@@ -3,7 +3,7 @@ RLS paper's MNIST FNN and the small CIFAR-10 mini-VGG: training loss per
 epoch and per second, and time per step.
 
   DATA_DIR=/work/shared/data .venv/bin/python \
-    scripts/compare_rls_second_moment.py --workdir /work/scratch/sm/compare
+    -m scripts.compare_rls_second_moment --workdir /work/scratch/sm/compare
 
 Every run goes through the classifier experiment (`experiments.mnist.train`,
 `experiments.cifar10.train`: the shared run loop, `--num-seeds` seeds vmapped
@@ -25,13 +25,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 
 import numpy as np
 
-sys.path.insert(
-  0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-)  # The checkout's `experiments`.
 from experiments.classifier import experiment
 from experiments.classifier import tasks
 from experiments.classifier import timing

@@ -57,34 +57,34 @@ for section in "${sections[@]}"; do
   case $section in
     seeds)
       for precision in highest tensorfloat32; do
-        run seeds 150 "$PYTHON" scripts/bench_seeds.py --experiment copy_task \
+        run seeds 150 "$PYTHON" -m scripts.bench_seeds --experiment copy_task \
           --preset official --num_seeds 20 --steps 300 --chunk_steps 100 \
           --sequential_runs 2 --matmul_precision $precision \
           --json "$JSON_DIR/seeds_copy_$precision.json"
-        run seeds 200 "$PYTHON" scripts/bench_seeds.py --experiment ptb \
+        run seeds 200 "$PYTHON" -m scripts.bench_seeds --experiment ptb \
           --preset official --num_seeds 20 --steps 200 --chunk_steps 100 \
           --sequential_runs 2 --matmul_precision $precision \
           --json "$JSON_DIR/seeds_ptb_$precision.json"
       done ;;
     profile)
-      run profile 120 "$PYTHON" scripts/profile_step.py --experiment copy_task \
+      run profile 120 "$PYTHON" -m scripts.profile_step --experiment copy_task \
         --preset official --chunk_steps 50 --json "$JSON_DIR/profile_copy.json"
-      run profile 150 "$PYTHON" scripts/profile_step.py --experiment ptb \
+      run profile 150 "$PYTHON" -m scripts.profile_step --experiment ptb \
         --preset official --chunk_steps 50 --json "$JSON_DIR/profile_ptb.json"
       ;;
     linalg)
-      run linalg 90 "$PYTHON" scripts/bench_small_linalg.py --sizes 2,3,9,17 \
+      run linalg 90 "$PYTHON" -m scripts.bench_small_linalg --sizes 2,3,9,17 \
         --batches 16,32,320,640
-      run linalg 200 "$PYTHON" scripts/bench_rtrl.py --sizes 128,256 \
+      run linalg 200 "$PYTHON" -m scripts.bench_rtrl --sizes 128,256 \
         --estimators ok,kf_avg --ranks 1,8,16 --breakdown_sizes 128,256 \
         --json "$JSON_DIR/bench_rtrl_ok.json"
       ;;
     lru)
-      run lru 200 "$PYTHON" scripts/bench_lru.py --sizes 64,128,256 \
+      run lru 200 "$PYTHON" -m scripts.bench_lru --sizes 64,128,256 \
         --layers 1,4 --steps 50 --repeats 5
       ;;
     estimators)
-      run estimators 150 "$PYTHON" scripts/bench_rtrl.py --sizes 128,256 \
+      run estimators 150 "$PYTHON" -m scripts.bench_rtrl --sizes 128,256 \
         --estimators uoro,snap1,rflo,kf,kf_approx,ktp --ranks 16 \
         --breakdown_sizes none --json "$JSON_DIR/bench_rtrl_elementwise.json"
       ;;

@@ -1,6 +1,6 @@
 """Plots a metric of several runs against steps (e.g. the paper's Figure 1).
 
-  python scripts/plot_runs.py runs/copy_ok16 runs/copy_tbptt50 \
+  python -m scripts.plot_runs runs/copy_ok16 runs/copy_tbptt50 \
     --metric curriculum_length --out copy.png
 
 Runs whose config.json differs only in `seed` are grouped: the plot shows
@@ -13,7 +13,6 @@ import argparse
 import collections
 import json
 import os
-import sys
 
 import matplotlib
 
@@ -21,9 +20,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-sys.path.insert(
-  0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-)  # The checkout's `experiments`.
 from experiments.loop import workdir as workdir_lib
 from rtrl import estimators
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Where a training step's time goes on the device, from a `jax.profiler` trace.
 
-Builds a program exactly as the run loop does (`_bench_programs`: the
+Builds a program exactly as the run loop does (`scripts/benchlib/programs.py`: the
 experiment's own pieces, its runs vmapped when several), warms it up, then
 traces `--chunks` chunks, each a call of the jitted `lax.scan` over
 `--chunk_steps` steps with its metrics fetched to the host (as the run loop
@@ -22,8 +22,8 @@ does), and reads the trace back (`jax.profiler.ProfileData`). It reports:
 On a CPU (no device plane in the trace) it reports the executable launches
 per chunk and the busiest thunks of XLA:CPU's executor instead.
 
-  python scripts/profile_step.py --experiment copy_task --preset official
-  DATA_DIR=../shared/data python scripts/profile_step.py --experiment ptb \
+  python -m scripts.profile_step --experiment copy_task --preset official
+  DATA_DIR=../shared/data python -m scripts.profile_step --experiment ptb \
       --preset official --num_seeds 20
 """
 
@@ -35,26 +35,21 @@ import collections
 import contextlib
 import glob
 import json
-import pathlib
 import re
 import sys
 import tempfile
 import time
 
-SCRIPTS = pathlib.Path(__file__).resolve().parent
-sys.path[:0] = [str(SCRIPTS), str(SCRIPTS.parent)]
+import jax
+from jax.profiler import ProfileData
 
-# pylint: disable=g-import-not-at-top,wrong-import-position
-from _bench_programs import compile_side  # noqa: E402
-from _bench_programs import experiment_module  # noqa: E402
-from _bench_programs import initial_state  # noqa: E402
-from _bench_programs import make_config  # noqa: E402
-from _bench_programs import run_chunks  # noqa: E402
-import jax  # noqa: E402
-from jax.profiler import ProfileData  # noqa: E402
-
-from experiments.loop import run_axes  # noqa: E402
-from rtrl import linalg  # noqa: E402
+from experiments.loop import run_axes
+from rtrl import linalg
+from scripts.benchlib.programs import compile_side
+from scripts.benchlib.programs import experiment_module
+from scripts.benchlib.programs import initial_state
+from scripts.benchlib.programs import make_config
+from scripts.benchlib.programs import run_chunks
 
 # Kernel kinds by name (case-insensitive), first match wins.
 KINDS = (

@@ -16,102 +16,24 @@ rerun resumes unfinished curves and skips finished ones. Results:
 programs at its real sizes and prints (and writes to
 `WORKDIR/TARGET/plan_SCALE.md`) their run-steps, memory and expected time here
 (`experiments/reproduce/plan.py`).
+
+This file is a launcher: it runs `python -m experiments.reproduce` with the
+same arguments in this process (`os.execve`, so that a scheduler's SIGTERM
+reaches the run), with the checkout on `PYTHONPATH` so that it works from
+any directory. The command line itself: `experiments/reproduce/cli.py`.
 """
 
-from __future__ import annotations
-
-import argparse
-import ast
 import os
 import sys
-import tempfile
-import time
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from experiments import reproduce
-from experiments.reproduce import plan
 
 
-def _parse_value(text: str):
-  """A Python literal where it parses (numbers, tuples, booleans), else the
-  string."""
-  try:
-    return ast.literal_eval(text)
-  except (ValueError, SyntaxError):
-    return text
-
-
-def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("target", nargs="?", help="a target name (--list)")
-  parser.add_argument(
-    "--scale", choices=reproduce.common.SCALES, default="small"
-  )
-  parser.add_argument("--workdir", default="runs/reproduce")
-  parser.add_argument(
-    "--list", action="store_true", help="print every target and exit"
-  )
-  parser.add_argument(
-    "--set",
-    action="append",
-    default=[],
-    metavar="FIELD=VALUE",
-    help="override a config field in every curve that has "
-    "it (e.g. --set num_steps=2000); repeatable",
-  )
-  parser.add_argument(
-    "--plan",
-    action="store_true",
-    help="measure each program's cost; train nothing",
-  )
-  args = parser.parse_args(argv)
-  overrides = {}
-  for item in args.set:
-    field, sep, value = item.partition("=")
-    if not sep or not field:
-      parser.error(f"--set expects FIELD=VALUE, got {item!r}")
-    overrides[field] = _parse_value(value)
-  targets = reproduce.targets()
-  if args.list or not args.target:
-    for name, (_, fn) in sorted(targets.items()):
-      print(f"{name:16s} {reproduce.describe(fn)}")
-    return 0 if args.list else 2
-  if args.target not in targets:
-    print(
-      f"Unknown target {args.target!r}; known: {', '.join(sorted(targets))}",
-      file=sys.stderr,
-    )
-    return 2
-  _, fn = targets[args.target]
-  if args.plan:
-    return _plan(args.target, fn, args.scale, args.workdir, overrides)
-  start = time.perf_counter()
-  with reproduce.common.overriding(overrides):
-    result = fn(args.scale, args.workdir)
-  minutes = (time.perf_counter() - start) / 60
-  print(f"\n{args.target} ({args.scale}) done in {minutes:.1f} min. Files:")
-  for path in result.files:
-    print(f"  {path}")
-  return 0
-
-
-def _plan(target: str, fn, scale: str, workdir: str, overrides: dict) -> int:
-  """Runs `fn` in plan mode in a scratch folder; prints and saves the plan."""
-  with (
-    tempfile.TemporaryDirectory() as scratch,
-    plan.planning() as plans,
-    reproduce.common.overriding(overrides),
-  ):
-    fn(scale, scratch)
-  text = plan.table(target, scale, plans)
-  print("\n" + text)
-  out = os.path.join(workdir, target)
-  os.makedirs(out, exist_ok=True)
-  with open(os.path.join(out, f"plan_{scale}.md"), "w") as f:
-    f.write(text + "\n")
-  return 0
+def main() -> None:
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  paths = [root, os.environ.get("PYTHONPATH", "")]
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p))
+  argv = [sys.executable, "-m", "experiments.reproduce", *sys.argv[1:]]
+  os.execve(sys.executable, argv, env)
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  main()

@@ -1,8 +1,8 @@
 r"""Why plain RLS at the paper's defaults does not beat Adam on MNIST: the
 spectrum of the hidden layer's ``P`` after each epoch.
 
-  DATA_DIR=../shared/data python scripts/rls_mechanism.py            # 3 epochs
-  DATA_DIR=../shared/data python scripts/rls_mechanism.py --epochs=1 --train_limit=10000
+  DATA_DIR=../shared/data python -m scripts.rls_mechanism            # 3 epochs
+  DATA_DIR=../shared/data python -m scripts.rls_mechanism --epochs=1 --train_limit=10000
 
 Trains the paper's FNN 784-512-10 with `configs/mnist.py:rls` (λ=1, k=0.1,
 η=1, P0=I, MSE of eq. 57, clip 5, batch 128) through the classifier
@@ -20,18 +20,12 @@ rate about η on eq. (57), with the mean-input direction projected out.
 
 from __future__ import annotations
 
-import os
-import sys
-
 from absl import app
 from absl import flags
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-# pylint: disable=g-import-not-at-top
 from experiments.classifier import experiment
 from experiments.classifier import tasks
 from experiments.loop import config_files

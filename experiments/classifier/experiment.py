@@ -61,7 +61,7 @@ def validate(config) -> None:
   checks.nonnegative_ints(
     config, "train_limit", "test_limit", zero_means="the whole split"
   )
-  if config.get("param_init", "flax") not in models.PARAM_INITS:
+  if config.param_init not in models.PARAM_INITS:
     raise ValueError(
       f"param_init={config.param_init!r}; expected one of {models.PARAM_INITS}"
     )
@@ -105,9 +105,7 @@ def with_schedule(config, steps_per_epoch: int) -> ml_collections.ConfigDict:
   config.num_steps = config.epochs * steps_per_epoch
   config.log_every = steps_per_epoch
   config.eval_every = steps_per_epoch
-  config.checkpoint_every = steps_per_epoch * config.get(
-    "checkpoint_every_epochs", 1
-  )
+  config.checkpoint_every = steps_per_epoch * config.checkpoint_every_epochs
   return config
 
 
@@ -123,7 +121,7 @@ def full_batches(config, num_train: int) -> int:
 
 def partial_batch_size(config, num_train: int) -> int:
   """Examples in the epoch's last, partial minibatch (0: none is taken)."""
-  if not config.get("keep_partial_batch", False):
+  if not config.keep_partial_batch:
     return 0
   return num_train % config.batch_size
 
@@ -142,7 +140,7 @@ def make_init(config, model: nn.Module, example_input: jax.Array) -> Callable:
   def init(key, hparams):
     init_key, shuffle_key = jax.random.split(key)
     params = model.init(init_key, example_input)["params"]
-    if config.get("param_init", "flax") == "pytorch":
+    if config.param_init == "pytorch":
       params = models.pytorch_default_init(params, init_key)
     tx = training.make_optimizer(config, **hparams)
     return {
@@ -327,6 +325,7 @@ def make_experiment(
     chunk_steps=steps_per_epoch(config, num_train),
     summarize=functools.partial(summarize, loss_every=config.loss_every),
     evaluate=make_evaluate_splits(config, model, preprocess),
+    eval_every=config.eval_every,
     summarize_eval=summarize_eval,
     finish=finish,
     progress_fields=PROGRESS_FIELDS,
@@ -361,7 +360,7 @@ def train(
     dataset = task.read(config)
   arrays, preprocess = task.arrays(config, dataset)
   data = {k: jnp.asarray(v) for k, v in arrays.items()}
-  name = task.describe(config, arrays)
+  name = f"{task.describe(config, arrays)} | preset {config.preset}"
   config = with_schedule(
     config, steps_per_epoch(config, data["train_inputs"].shape[0])
   )

@@ -76,7 +76,7 @@ def _mnist_arrays(config, dataset: dict) -> tuple[Arrays, Preprocess]:
   `config.train_limit`), labels, and the test set (the first
   `config.test_limit`)."""
   limit = config.train_limit or None
-  test_limit = config.get("test_limit") or None
+  test_limit = config.test_limit or None
   return {
     "train_inputs": dataset["train_images"][:limit],
     "train_labels": dataset["train_labels"][:limit],
@@ -126,7 +126,7 @@ def _cifar10_arrays(config, dataset: dict) -> tuple[Arrays, Preprocess]:
   def preprocess(images):
     return (images.astype(jnp.float32) / 255 - mean) / std
 
-  test_limit = config.get("test_limit") or None
+  test_limit = config.test_limit or None
   return {
     "train_inputs": train,
     "train_labels": dataset["train_labels"][:limit],

@@ -69,14 +69,14 @@ INPUT_STATISTICS = ("mean", "second_moment")
 def input_samples(config) -> int:
   """Input rows to capture per layer: `config.input_samples` for the
   second-moment RLS, else 0 (means only)."""
-  statistics = config.get("input_statistics", "mean")
+  statistics = config.input_statistics
   if statistics not in INPUT_STATISTICS:
     raise ValueError(
       f"input_statistics={statistics!r}; expected one of {INPUT_STATISTICS}"
     )
   if statistics == "mean" or not uses_layer_inputs(config):
     return 0
-  return int(config.get("input_samples", 256))
+  return int(config.input_samples)
 
 
 def _rls_and_adam(config, rls_opt, learning_rate, output_rls_opt=None):
@@ -115,7 +115,7 @@ def _rls_and_adam(config, rls_opt, learning_rate, output_rls_opt=None):
     # Adam's usual rate, which diverged at Muon's.
     return optax.contrib.muon(
       learning_rate,
-      adam_learning_rate=config.get("muon_adam_learning_rate", 1e-3),
+      adam_learning_rate=config.muon_adam_learning_rate,
     )
   raise ValueError(
     f"optimizer={config.optimizer!r}; expected one of {presets.OPTIMIZERS}"
@@ -144,15 +144,15 @@ def make_optimizer(
       init_scale=config.init_scale,
       momentum=config.momentum,
       l1=config.l1,
-      square_root=config.get("square_root", False),
+      square_root=config.square_root,
       input_statistics=("second_moment" if input_samples(config) else "mean"),
-      second_moment_direction=config.get("second_moment_direction", "eq63"),
+      second_moment_direction=config.second_moment_direction,
     )
 
   rls_opt = rls_with_scale(
     config.gradient_scale if gradient_scale is None else gradient_scale
   )
-  output_rls_opt = rls_with_scale(config.get("output_gradient_scale", 1.0))
+  output_rls_opt = rls_with_scale(config.output_gradient_scale)
   inner = _rls_and_adam(config, rls_opt, learning_rate, output_rls_opt)
   if config.clip_norm:
     return optax.chain(optax.clip_by_global_norm(config.clip_norm), inner)

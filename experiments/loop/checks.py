@@ -1,24 +1,53 @@
 """Config-field checks: every error names `config.FIELD` and what it should
 be. The step schedule (`num_steps`, `log_every`, `eval_every`,
 `checkpoint_every` against the chunk length) and `matmul_precision` are
-checked here once, by the run loop, for every experiment."""
+checked here once, by the run loop, for every experiment.
+
+The loop depends on no algorithm library (`rtrl`, `rls`): the value checks
+it needs are written here, and the RLS experiments use them too."""
 
 from __future__ import annotations
 
-from rtrl import linalg
-from rtrl import validation
+from typing import Any
+
+# The names `jax.default_matmul_precision` takes (the same set as
+# `rtrl.linalg.MATMUL_PRECISIONS`; tests/experiments/loop checks they agree).
+MATMUL_PRECISIONS = (
+  "highest",
+  "float32",
+  "tensorfloat32",
+  "bfloat16",
+  "high",
+  "default",
+  "fastest",
+)
+
+
+def positive_int(name: str, value: Any) -> int:
+  """`value` if it is an int >= 1 (not a bool), else a ValueError naming it."""
+  if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    raise ValueError(f"{name} must be a positive integer, got {value!r}")
+  return value
+
+
+def nonnegative_int(name: str, value: Any, zero_means: str = "") -> int:
+  """`value` if it is an int >= 0 (not a bool), else a ValueError naming it."""
+  if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    meaning = f" (0: {zero_means})" if zero_means else ""
+    raise ValueError(f"{name} must be an integer >= 0{meaning}, got {value!r}")
+  return value
 
 
 def positive_ints(config, *fields: str) -> None:
   """Each of `fields` is a positive integer."""
   for field in fields:
-    validation.positive_int(f"config.{field}", config[field])
+    positive_int(f"config.{field}", config[field])
 
 
 def nonnegative_ints(config, *fields: str, zero_means: str = "") -> None:
   """Each of `fields` is an integer >= 0."""
   for field in fields:
-    validation.nonnegative_int(f"config.{field}", config[field], zero_means)
+    nonnegative_int(f"config.{field}", config[field], zero_means)
 
 
 def multiple_of(config, field: str, period: int, period_name: str) -> None:
@@ -30,32 +59,28 @@ def multiple_of(config, field: str, period: int, period_name: str) -> None:
     )
 
 
-def schedule(config, chunk_steps: int) -> None:
-  """The step-count fields against the chunk length (`eval_every` only when
-  the config has it)."""
-  validation.positive_int("chunk_steps", chunk_steps)
+def schedule(config, chunk_steps: int, eval_every: int | None = None) -> None:
+  """The step-count fields against the chunk length, and `eval_every` (the
+  experiment's `config.eval_every`; None: it does not evaluate)."""
+  positive_int("chunk_steps", chunk_steps)
   positive_ints(config, "num_steps", "log_every", "checkpoint_every")
-  timed = ["num_steps", "log_every"]
-  if config.get("eval_every") is not None:
-    positive_ints(config, "eval_every")
-    timed.append("eval_every")
-  # Online experiments set the chunk length by a field: name it.
-  period_name = (
-    "config.chunk_steps"
-    if config.get("chunk_steps") == chunk_steps
-    else "the chunk length in steps"
-  )
-  for field in timed:
-    multiple_of(config, field, chunk_steps, period_name)
+  periods = {"num_steps": config.num_steps, "log_every": config.log_every}
+  if eval_every is not None:
+    periods["eval_every"] = positive_int("config.eval_every", eval_every)
+  for field, period in periods.items():
+    if period % chunk_steps:
+      raise ValueError(
+        f"config.{field} ({period}) must be a multiple of the chunk length "
+        f"in steps ({chunk_steps}; online experiments: config.chunk_steps)"
+      )
 
 
-def matmul_precision(config) -> str | None:
-  """`config.matmul_precision` (one of `rtrl.linalg.MATMUL_PRECISIONS`), or
-  None when the config has no such field."""
-  name = config.get("matmul_precision")
-  if name is None:
-    return None
-  try:
-    return linalg.check_matmul_precision(name)
-  except ValueError as err:
-    raise ValueError(f"config.matmul_precision: {err}") from None
+def matmul_precision(config) -> str:
+  """`config.matmul_precision`, one of `MATMUL_PRECISIONS`."""
+  name = config.matmul_precision
+  if name not in MATMUL_PRECISIONS:
+    raise ValueError(
+      f"config.matmul_precision: matmul precision must be one of "
+      f"{sorted(MATMUL_PRECISIONS)}, got {name!r}"
+    )
+  return name

@@ -11,6 +11,7 @@ with `train(config, workdir)` from the experiment's package.
 from __future__ import annotations
 
 from collections.abc import Callable
+import logging
 import sys
 from typing import Any
 
@@ -39,6 +40,18 @@ def define_flags(default_config: str, help_text: str) -> None:
   )
 
 
+# JAX logs at INFO each platform it probes and cannot open (a CPU or GPU
+# machine: "Unable to initialize backend 'tpu'"); under absl that reaches
+# stderr on every run although nothing is wrong.
+BACKEND_PROBE_LOGGER = "jax._src.xla_bridge"
+
+
+def quiet_backend_probe() -> None:
+  """Shows the backend probe's warnings and errors only. A main's decision,
+  made before JAX initialises its backends; the library logs as JAX does."""
+  logging.getLogger(BACKEND_PROBE_LOGGER).setLevel(logging.WARNING)
+
+
 def main_for(train: Callable[[Any, str], Any]) -> Callable[[list[str]], None]:
   """An absl `main` that calls `train(config, workdir)` and turns the run
   loop's expected failures into one clear message and a non-zero exit."""
@@ -46,6 +59,7 @@ def main_for(train: Callable[[Any, str], Any]) -> Callable[[list[str]], None]:
   def main(argv):
     if len(argv) > 1:
       raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    quiet_backend_probe()
     sharding.initialize_distributed(flags.FLAGS.config)
     try:
       train(flags.FLAGS.config, flags.FLAGS.workdir)

@@ -19,8 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from experiments.loop import checks
 from experiments.loop import sharding
-from rtrl import validation
 
 Pytree = Any
 
@@ -32,13 +32,10 @@ def run_grid(config, swept_hparams: tuple[str, ...] = ()) -> list[dict]:
   With learning rates `[a, b]` and 2 seeds from `seed = 0`:
   `[{seed 0, a}, {seed 1, a}, {seed 0, b}, {seed 1, b}]`.
   """
-  num_seeds = config.get("num_seeds", 1)
-  num_seeds = validation.positive_int(
-    "config.num_seeds", 1 if num_seeds is None else num_seeds
-  )
+  num_seeds = checks.positive_int("config.num_seeds", config.num_seeds)
   value_lists = []
   for name in swept_hparams:
-    listed = config.get(name + "s")
+    listed = config[name + "s"]
     values = list(listed) if listed else [config[name]]
     for value in values:
       if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -31,10 +31,12 @@ Devices (`sharding.py`): the batch is split over a `data` mesh
 axis and stacked runs over a `runs` axis; with `config.distributed` the same
 command runs on every host of a cluster, and only process 0 writes.
 
-Config fields read here: `seed`, `num_steps`, `log_every`, `checkpoint_every`,
-and optionally `eval_every`, `num_seeds`, the sweep lists,
-`keep_checkpoints`, `allow_config_change`, `skip_nonfinite_updates`,
-`num_devices`, `mesh_shape`, `distributed`, `matmul_precision`.
+Config fields read here (every experiment's config lists them): `seed`,
+`num_steps`, `log_every`, `checkpoint_every`, `num_seeds`, the sweep lists
+(`learning_rates`, ...), `keep_checkpoints`, `allow_config_change`,
+`skip_nonfinite_updates`, `num_devices`, `mesh_shape`, `distributed`,
+`coordinator_address`, `num_processes`, `process_id`, `matmul_precision`.
+How often to evaluate is the experiment's (`Experiment.eval_every`).
 
 The jitted programs and the mesh and matmul precision they run under:
 `programs.py`; checkpoints: `checkpoints.py`; the other run-directory files:
@@ -78,8 +80,11 @@ class Experiment(NamedTuple):
     summarize: host function from the list of per-chunk metrics (NumPy
       pytrees) since the last record to a dict of numbers for that record.
     evaluate: optional pure, jittable `state -> (state, eval_metrics)`, run
-      every `config.eval_every` steps; may update the state (e.g. keep the
-      best parameters).
+      every `eval_every` steps; may update the state (e.g. keep the best
+      parameters).
+    eval_every: training steps between evaluations (a multiple of
+      `chunk_steps`; the experiment's `config.eval_every`); None without
+      `evaluate`.
     summarize_eval: host function from eval metrics (NumPy) to record fields.
     finish: optional host function `(state, workdir) -> dict`, written as
       `summary.json` at the end of the run.
@@ -105,6 +110,7 @@ class Experiment(NamedTuple):
   chunk_steps: int
   summarize: Callable[[list[Pytree]], dict]
   evaluate: Callable[[Pytree], tuple[Pytree, Pytree]] | None = None
+  eval_every: int | None = None
   summarize_eval: Callable[[Pytree], dict] | None = None
   finish: Callable[[Pytree, str], dict] | None = None
   progress_fields: tuple[str, ...] = ()
@@ -220,7 +226,7 @@ def write_checkpoint(
       setting.workdir,
       step,
       target,
-      keep=setting.config.get("keep_checkpoints", 2) or 2,
+      keep=setting.config.keep_checkpoints,
     )
 
 
@@ -246,7 +252,7 @@ def check_finite(
       )
     return diverged | set(new)
   bad = run_axes.nonfinite_leaves(metrics)
-  if bad and not setting.config.get("skip_nonfinite_updates", False):
+  if bad and not setting.config.skip_nonfinite_updates:
     first = step - setting.experiment.chunk_steps + 1
     last = checkpoints.latest_checkpoint_step(setting.workdir)
     raise NonFiniteError(
@@ -339,7 +345,9 @@ def train(
     signals.Preempted: after a signal, once a checkpoint is written.
   """
   config = setting.config
-  eval_every = config.get("eval_every") if setting.program.evaluate else None
+  eval_every = (
+    setting.experiment.eval_every if setting.program.evaluate else None
+  )
   progress = workdir_lib.Progress(config.num_steps, start=step)
   diverged: set[int] = set()
   window_start = (step, time.perf_counter())
@@ -397,7 +405,11 @@ def run(
     NonFiniteError: a metric became NaN/Inf (the step is named).
     signals.Preempted: after SIGTERM/SIGINT, once a checkpoint is written.
   """
-  checks.schedule(config, experiment.chunk_steps)
+  checks.schedule(
+    config,
+    experiment.chunk_steps,
+    experiment.eval_every if experiment.evaluate is not None else None,
+  )
   matmul_precision = checks.matmul_precision(config)
   grid = run_axes.run_grid(config, experiment.swept_hparams)
   mesh = sharding.make_mesh(
@@ -415,6 +427,7 @@ def run(
     log=say,
     write=writes,
     extra={"runs": runs.runs} if runs.stacked else None,
+    allow_change=config.allow_config_change,
   )
   with programs.traced_under(mesh, matmul_precision):
     setting = Setting(

@@ -28,7 +28,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec
 import numpy as np
 
-from rtrl import validation
+from experiments.loop import checks
 
 DATA, RUNS = "data", "runs"
 Pytree = Any
@@ -43,12 +43,12 @@ def initialize_distributed(config) -> None:
   `num_processes` and `process_id` are passed explicitly. On CPU the
   cross-process collectives use gloo.
   """
-  if not config.get("distributed", False):
+  if not config.distributed:
     return
   # Only the CPU backend reads this; it must be set before backends start.
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
   kwargs = {}
-  if config.get("coordinator_address"):
+  if config.coordinator_address:
     kwargs = dict(
       coordinator_address=config.coordinator_address,
       num_processes=config.num_processes,
@@ -83,9 +83,9 @@ def make_mesh(
 
 def _devices(config) -> list:
   """The first `config.num_devices` visible devices (0: all of them)."""
-  num_devices = validation.nonnegative_int(
+  num_devices = checks.nonnegative_int(
     "config.num_devices",
-    config.get("num_devices", 0) or 0,
+    config.num_devices,
     zero_means="every visible device",
   )
   devices = jax.devices()
@@ -100,7 +100,7 @@ def _devices(config) -> list:
 def _mesh_shape(config, num_devices: int) -> tuple[int, int]:
   """`config.mesh_shape` `(data, runs)`, checked against the device count;
   empty: every device on `data`."""
-  shape = tuple(config.get("mesh_shape", ()) or ()) or (num_devices, 1)
+  shape = tuple(config.mesh_shape) or (num_devices, 1)
   if len(shape) != 2 or any(
     isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in shape
   ):
@@ -111,7 +111,7 @@ def _mesh_shape(config, num_devices: int) -> tuple[int, int]:
     raise ValueError(
       f"config.mesh_shape {shape} needs "
       f"{shape[0] * shape[1]} devices; {num_devices} are used "
-      f"(config.num_devices={config.get('num_devices', 0)})"
+      f"(config.num_devices={config.num_devices})"
     )
   return shape
 

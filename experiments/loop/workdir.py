@@ -73,6 +73,11 @@ ADDED_FIELD_DEFAULTS = {
   "learning_rate_schedule": "constant",
   "warmup_updates": 0,
   "test_limit": 0,
+  # Listed in every online config since configs became pure data; before,
+  # an LRU in the Copy and PTB configs took the cell's ring.
+  "lru_r_min": 0.0,
+  "lru_r_max": 0.99,
+  "muon_adam_learning_rate": 1e-3,
 }
 
 
@@ -152,6 +157,7 @@ def prepare(
   log=print,
   extra: Mapping[str, Any] | None = None,
   write: bool = True,
+  allow_change: bool = False,
 ) -> str:
   """Creates `workdir` and writes `config.json`, after checking a saved one.
 
@@ -159,7 +165,8 @@ def prepare(
   anything is written. Differences in `bookkeeping_fields` are logged and the
   new config is saved. Any other difference raises `ConfigMismatchError`
   listing each field (old and new value), leaving `config.json` untouched,
-  unless `config.allow_config_change` is true: then the differences are
+  unless `allow_change` (the experiment's `config.allow_config_change`) is
+  true: then the differences are
   logged, the old file is kept as `config.previous.json`, and the new one is
   written.
 
@@ -179,7 +186,7 @@ def prepare(
   essential = _check_changes(
     differences,
     set(bookkeeping_fields),
-    new.get("allow_config_change", False),
+    allow_change,
     path,
     log,
   )

@@ -48,15 +48,15 @@ def validate(config) -> None:
     config, "hidden_size", "batch_size", "chunk_steps", "max_length"
   )
   online_setup.validate_trainer(config)
-  if config.get("length_rule", "uniform") not in copy_task.LENGTH_RULES:
+  if config.length_rule not in copy_task.LENGTH_RULES:
     raise ValueError(
       f"config.length_rule must be one of "
       f"{copy_task.LENGTH_RULES}, got {config.length_rule!r}"
     )
-  if config.get("curriculum") not in copy_task.CURRICULA:
+  if config.curriculum not in copy_task.CURRICULA:
     raise ValueError(
       f"config.curriculum must be one of "
-      f"{copy_task.CURRICULA}, got {config.get('curriculum')!r}"
+      f"{copy_task.CURRICULA}, got {config.curriculum!r}"
     )
 
 
@@ -99,7 +99,7 @@ def make_online_chunk(config, cell, trainer):
       config.chunk_steps,
       curriculum=config.curriculum,
       threshold=config.error_threshold,
-      length_rule=config.get("length_rule", "uniform"),
+      length_rule=config.length_rule,
     )
     return carry, outputs.metrics
 
@@ -145,7 +145,7 @@ def make_official_tbptt_chunk(config, cell, trainer):
       config.truncation,
       curriculum="official",
       threshold=config.error_threshold,
-      length_rule=config.get("length_rule", "uniform"),
+      length_rule=config.length_rule,
     )
     trainer_state, _ = trainer.step(trainer_state, outputs.batches)
     return (trainer_state, stream, curriculum), outputs.metrics

@@ -12,7 +12,7 @@ import numpy as np
 
 from experiments.online import cosine_specs
 from experiments.online import cosine_tasks
-from experiments.online import setup as online_setup
+from rtrl import cells
 from rtrl import estimators
 from rtrl import losses
 from rtrl import online
@@ -92,8 +92,8 @@ def make_runner(cell, estimator, params_axis):
 
 def make_runners(config, params, specs) -> tuple[dict, dict]:
   """`(runners, carries)` by label, exact RTRL's under `EXACT.label`."""
-  cell = online_setup.make_cell(config)
-  params_axis = 0 if config.get("params_per_repetition") else None
+  cell = cells.make(config.cell, config.hidden_size)
+  params_axis = 0 if config.params_per_repetition else None
   base_key = jax.random.fold_in(jax.random.PRNGKey(config.seed), 2)
   runners, carries = {}, {}
   for spec in [EXACT] + specs:

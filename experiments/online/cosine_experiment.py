@@ -40,6 +40,7 @@ from experiments.online import cosine_records
 from experiments.online import cosine_specs
 from experiments.online import cosine_tasks
 from experiments.online import setup as online_setup
+from rtrl import cells
 
 SUMMARY_FILE = "summary.json"
 PLOT_FILE = "cosine.png"
@@ -96,7 +97,7 @@ def take_checkpoint_fields(config, info: dict) -> None:
 def fresh_params(config):
   """Initial parameters from `config.seed`, one set per repetition (leading
   axis R) if `config.params_per_repetition`."""
-  cell = online_setup.make_cell(config)
+  cell = cells.make(config.cell, config.hidden_size)
   init = lambda k: online_setup.init_params(
     cell, k, config.vocab_size, config.vocab_size
   )
@@ -124,7 +125,7 @@ def resolve(config) -> tuple[ml_collections.ConfigDict, Any]:
 def describe(config) -> str:
   task = {
     "copy": f"copy T={config.sequence_length}",
-    "ptb": f"char-PTB {config.get('ptb_split', 'valid')} text",
+    "ptb": f"char-PTB {config.ptb_split} text",
   }.get(config.task, f"random inputs (vocab {config.vocab_size})")
   source = (
     f"checkpoint step {config.checkpoint_step}"
@@ -165,7 +166,7 @@ def make_chunk_writer(config, workdir: str):
 def run(config, workdir: str) -> dict:
   """Runs the tool into `workdir`; returns the summary."""
   config, params = resolve(config)
-  workdir_lib.prepare(workdir, config)
+  workdir_lib.prepare(workdir, config, allow_change=config.allow_config_change)
   title = describe(config)
   print(
     f"Gradient cosine | {title} | {config.num_steps} steps | "

@@ -48,10 +48,7 @@ def validate_task(config) -> None:
     )
   elif config.task == "copy":
     checks.positive_ints(config, "sequence_length")
-  if (
-    config.task == "ptb"
-    and config.get("ptb_split", "valid") not in data.ptb.SPLITS
-  ):
+  if config.task == "ptb" and config.ptb_split not in data.ptb.SPLITS:
     raise ValueError(
       f"config.ptb_split must be one of {data.ptb.SPLITS}, got "
       f"{config.ptb_split!r}"
@@ -94,7 +91,12 @@ def restore_params(checkpoint_dir: str) -> tuple[dict, dict]:
     raise ValueError(
       f"{path} holds no trainer.params; is it a Copy-task or PTB checkpoint?"
     ) from e
-  cell = online_setup.make_cell(ml_collections.ConfigDict(run_config))
+  # The saved run's config, with the fields added since at the values that
+  # reproduce what it ran (a run saved before them still restores).
+  saved_config = ml_collections.ConfigDict(
+    {**workdir_lib.ADDED_FIELD_DEFAULTS, **run_config}
+  )
+  cell = online_setup.make_cell(saved_config)
   template = online_setup.init_params(cell, jax.random.PRNGKey(0), vocab, vocab)
   params = flax.serialization.from_state_dict(template, raw_params)
   shapes, expected = (
@@ -132,9 +134,9 @@ def make_data(config):
     return stream, jax.jit(lambda s: copy_task.generate(s, length, chunk))
   if config.task == "ptb":
     ids = data.load_ptb_split(
-      config.get("ptb_split", "valid"),
-      config.get("data_dir"),
-      config.get("verify_md5", True),
+      config.ptb_split,
+      config.data_dir,
+      config.verify_md5,
     )
     text = jnp.asarray(ids)
     shift_key, stream_key = jax.random.split(key)

@@ -1,8 +1,9 @@
 """The online LRU paper's settings (Zucchet, Meier, Schug, Mujika,
 Sacramento, "Online learning of long-range dependencies", NeurIPS 2023), in
 our config's fields, for the `lru_paper` presets of `configs/copy_task.py`,
-`configs/ptb.py` and `configs/seq_cifar.py`. Imported by the config files,
-so it imports no JAX.
+`configs/ptb.py` and `configs/seq_cifar.py`, which (pure data) write these
+values out; tests/experiments/online/test_lru_paper.py checks that they
+agree.
 
 Read from the sweep files of the paper's public code (its `experiments/`
 folder; the paper itself is not in `shared/papers`):

@@ -1,5 +1,7 @@
 """What the official OK code (Benzing et al. 2019, TensorFlow 1) runs, in our
-config's units. Imported by the config files, so it imports no JAX.
+config's units. The config files (pure data) write these values out in
+their `official` presets; tests/experiments/online/test_official_presets.py
+checks that the two agree.
 
 Its logged runs (`shared/data/official_ok_logs/`) are 16-OK on an RHN-128 at
 batch 16 on the Copy task and 8-OK on an RHN-256 at batch 32 on char-PTB,

@@ -260,6 +260,7 @@ def make_experiment(config) -> runner.Experiment:
     chunk_steps=config.chunk_steps,
     summarize=summarize,
     evaluate=make_evaluate(cell),
+    eval_every=config.eval_every,
     summarize_eval=lambda metrics: {"valid_bpc": float(metrics["valid_bpc"])},
     finish=make_finish(config, cell),
     progress_fields=("train_bpc", "valid_bpc"),

@@ -329,6 +329,7 @@ def make_experiment(config) -> runner.Experiment:
     chunk_steps=config.chunk_steps,
     summarize=make_summarize(data["train"].num_images),
     evaluate=make_evaluate(config, cell),
+    eval_every=config.eval_every,
     summarize_eval=lambda metrics: {
       "test_accuracy": float(metrics["test_accuracy"]),
       "test_loss": float(metrics["test_loss"]),

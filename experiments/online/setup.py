@@ -1,7 +1,21 @@
 """Builds the pieces of an online-RTRL or TBPTT run from a config.
 
-Shared by the Copy task and the gradient tools; holds no algorithm, only the
-mapping from config fields to library objects.
+Shared by the Copy task, char-PTB and sequential CIFAR-10; holds no
+algorithm, only the mapping from config fields to library objects. The
+fields (every one listed in `configs/{copy_task,ptb,seq_cifar}.py`):
+
+* `estimator`: a registered estimator (rtrl, uoro, kf, kf_avg, kf_approx,
+  ok, ok_biased, ktp, snap1, rflo) trained online, or tbptt; `rank` (for the
+  estimators that take one); `truncation`: the TBPTT horizon;
+* `cell` (rnn, rhn, lstm, gru or lru) with `hidden_size` units, an LRU's
+  |λ| ring `lru_r_min` .. `lru_r_max`; `readout`: linear, or
+  feedback_alignment (RFLO's random feedback);
+* the stack: `num_layers` layers (`rtrl.stack`), each followed by `head`
+  (identity, or lru_block with `model_size` outputs; 0: the cell's);
+* the optimiser: `optimizer` (adam | tf1_adam), `learning_rate(s)`,
+  `clip_norm`, `cell_clip_norm`, `accumulate_steps`, `init_stddev`, and the
+  LRU papers' options `weight_decay`, `recurrence_learning_rate_factor`,
+  `learning_rate_schedule`, `warmup_updates` (`lru_adam`).
 """
 
 from __future__ import annotations
@@ -26,61 +40,6 @@ from rtrl.cells import lru
 HEADS = ("identity", "lru_block")
 
 
-def add_trainer_fields(
-  config, *, estimator: str, truncation: int, cell: str
-) -> None:
-  """The fields that pick what is trained and how, shared by every online
-  experiment's config:
-
-  * `estimator`: a registered estimator (rtrl, uoro, kf, kf_avg, kf_approx,
-    ok, ok_biased, ktp, snap1, rflo) trained online, or tbptt;
-  * `rank` (kf_avg, kf_approx, ok, ok_biased, ktp; default 8);
-  * `truncation`: the TBPTT horizon (estimator=tbptt);
-  * `cell`: rnn, rhn, lstm, gru or lru;
-  * `readout`: linear, or feedback_alignment (RFLO's random feedback: the
-    error reaches the cell through a fixed random matrix, not the readout's
-    transpose);
-  * the stack (`add_stack_fields`), e.g. the online LRU of Zucchet et al.:
-    --config.cell=lru --config.estimator=rtrl --config.num_layers=4
-    --config.head=lru_block.
-  """
-  config.estimator = estimator
-  config.rank = 8
-  config.truncation = truncation
-  config.cell = cell
-  config.readout = "linear"
-  add_stack_fields(config)
-  add_lru_optimizer_fields(config)
-
-
-def add_lru_optimizer_fields(config) -> None:
-  """The LRU papers' optimiser settings (Orvieto et al. 2023; Zucchet et
-  al. 2023), all off by default: `weight_decay` (AdamW's decoupled decay on
-  every parameter but the LRU's ν, θ, γ), `recurrence_learning_rate_factor`
-  (ν, θ, γ at this times the learning rate, with Adam; their `lr_factor`,
-  0.5), `learning_rate_schedule` ('constant' or 'warmup_cosine': linear
-  warm-up over `warmup_updates` updates, then a cosine to 0 at the last
-  update; an update is `accumulate_steps` steps). Adam only."""
-  config.weight_decay = 0.0
-  config.recurrence_learning_rate_factor = 1.0
-  config.learning_rate_schedule = "constant"
-  config.warmup_updates = 0
-
-
-def add_stack_fields(config) -> None:
-  """The architecture fields every online experiment shares: a stack of
-  `num_layers` recurrent layers (`rtrl.stack`), each `config.cell` under
-  `config.estimator` (trained by its own estimator, the error passed down
-  through the layers' instantaneous Jacobians; TBPTT backpropagates through
-  the whole stack), and the position-wise `head` after each: identity (a
-  classic stacked RNN) or lru_block (the LRU block: `Re(C h) + D u`, GELU,
-  GLU, residual, layer norm, with `model_size` outputs; 0: the cell's
-  output size). One layer with the identity head is the plain cell."""
-  config.num_layers = 1
-  config.head = "identity"
-  config.model_size = 0
-
-
 def validate_trainer(config) -> None:
   """`config.estimator` (a registered estimator, trained online, or
   'tbptt') and the fields it reads: `rank` for the estimators that take one,
@@ -98,24 +57,26 @@ def validate_trainer(config) -> None:
     )
   elif "rank" in estimators.hyperparameters(config.estimator):
     checks.positive_ints(config, "rank")
-  for rate in list(config.get("learning_rates") or ()) + [config.learning_rate]:
+  for rate in list(config.learning_rates) + [config.learning_rate]:
     validation.positive_number("config.learning_rate(s)", rate)
-  if config.get("optimizer", "adam") not in OPTIMIZERS:
+  if config.optimizer not in OPTIMIZERS:
     raise ValueError(
       f"config.optimizer must be one of {OPTIMIZERS}, got {config.optimizer!r}"
     )
-  if "num_layers" in config:
-    checks.positive_ints(config, "num_layers")
-    checks.nonnegative_ints(
-      config, "model_size", zero_means="the cell's output size"
-    )
-  if config.get("head", "identity") not in HEADS:
+  checks.positive_ints(config, "num_layers", "accumulate_steps")
+  checks.nonnegative_ints(
+    config, "model_size", zero_means="the cell's output size"
+  )
+  if config.head not in HEADS:
     raise ValueError(f"config.head must be one of {HEADS}, got {config.head!r}")
-  for field in ("init_stddev", "clip_norm", "cell_clip_norm"):
-    if config.get(field, 0.0) < 0:
-      raise ValueError(
-        f"config.{field} must be >= 0 (0: off), got {config[field]!r}"
-      )
+  off_or_positive = {
+    "init_stddev": config.init_stddev,
+    "clip_norm": config.clip_norm,
+    "cell_clip_norm": config.cell_clip_norm,
+  }
+  for field, value in off_or_positive.items():
+    if value < 0:
+      raise ValueError(f"config.{field} must be >= 0 (0: off), got {value!r}")
   _validate_lru_optimizer(config)
 
 
@@ -123,15 +84,15 @@ SCHEDULES = ("constant", "warmup_cosine")
 
 
 def _validate_lru_optimizer(config) -> None:
-  if config.get("weight_decay", 0.0) < 0:
+  if config.weight_decay < 0:
     raise ValueError(
       f"config.weight_decay must be >= 0 (0: off), got {config.weight_decay!r}"
     )
   validation.positive_number(
     "config.recurrence_learning_rate_factor",
-    config.get("recurrence_learning_rate_factor", 1.0),
+    config.recurrence_learning_rate_factor,
   )
-  schedule = config.get("learning_rate_schedule", "constant")
+  schedule = config.learning_rate_schedule
   if schedule not in SCHEDULES:
     raise ValueError(
       f"config.learning_rate_schedule must be one of "
@@ -145,9 +106,7 @@ def _validate_lru_optimizer(config) -> None:
         f"the run's updates, num_steps // accumulate_steps = "
         f"{total_updates(config)}"
       )
-  if config.get("optimizer", "adam") != "adam" and _lru_optimizer_options(
-    config
-  ):
+  if config.optimizer != "adam" and _lru_optimizer_options(config):
     raise ValueError(
       "config.weight_decay, recurrence_learning_rate_factor and "
       "learning_rate_schedule apply to optimizer='adam' only; got "
@@ -156,46 +115,42 @@ def _validate_lru_optimizer(config) -> None:
 
 
 def _lru_optimizer_options(config) -> dict:
-  """The LRU optimiser fields that differ from their defaults."""
-  defaults = {
-    "weight_decay": 0.0,
-    "recurrence_learning_rate_factor": 1.0,
-    "learning_rate_schedule": "constant",
+  """The LRU optimiser fields that are on (differ from their off values)."""
+  values = {
+    "weight_decay": (config.weight_decay, 0.0),
+    "recurrence_learning_rate_factor": (
+      config.recurrence_learning_rate_factor,
+      1.0,
+    ),
+    "learning_rate_schedule": (config.learning_rate_schedule, "constant"),
   }
-  return {
-    k: config.get(k, v) for k, v in defaults.items() if config.get(k, v) != v
-  }
+  return {k: value for k, (value, off) in values.items() if value != off}
 
 
 def total_updates(config) -> int:
   """The run's optimiser updates: one every `accumulate_steps` steps."""
-  return config.num_steps // config.get("accumulate_steps", 1)
+  return config.num_steps // config.accumulate_steps
 
 
 def is_stacked(config) -> bool:
   """More than one layer, or a head other than the identity."""
-  return (
-    config.get("num_layers", 1) > 1
-    or config.get("head", "identity") != "identity"
-  )
+  return config.num_layers > 1 or config.head != "identity"
 
 
 def make_head(config, cell) -> heads.Head:
-  if config.get("head", "identity") == "identity":
+  if config.head == "identity":
     return heads.identity()
-  return heads.lru_block(config.get("model_size", 0) or cell.hidden_size)
+  return heads.lru_block(config.model_size or cell.hidden_size)
 
 
 def _one_cell(config):
   """`config.cell` with `config.hidden_size` units; an LRU's |λ| ring from
-  `config.lru_r_min` / `config.lru_r_max` where the config has them (the
-  LRU papers' sCIFAR ring is 0.9 .. 0.999)."""
-  ring = {
-    name: config[f"lru_{name}"]
-    for name in ("r_min", "r_max")
-    if config.cell == "lru" and f"lru_{name}" in config
-  }
-  return cells.make(config.cell, config.hidden_size, **ring)
+  `config.lru_r_min` / `config.lru_r_max` (the LRU papers' sCIFAR ring is
+  0.9 .. 0.999)."""
+  ring = dict(r_min=config.lru_r_min, r_max=config.lru_r_max)
+  return cells.make(
+    config.cell, config.hidden_size, **(ring if config.cell == "lru" else {})
+  )
 
 
 def make_cell(config):
@@ -224,7 +179,7 @@ def make_readout(config) -> readout.Readout:
   """`config.readout`: 'linear' (trained by its exact gradient, which also
   carries the error to the cell) or 'feedback_alignment' (the error reaches
   the cell through a fixed random matrix: RFLO's random feedback)."""
-  name = config.get("readout", "linear")
+  name = config.readout
   if name not in READOUTS:
     raise ValueError(
       f"config.readout must be one of {sorted(READOUTS)}, got {name!r}"
@@ -265,11 +220,16 @@ def init_params(
 
 
 def make_estimator(config, cell) -> estimators.Estimator:
-  """`config.estimator` with its hyper-parameters from the config fields of
-  the same names (`config.rank`)."""
-  hparams = {
-    name: config[name] for name in estimators.hyperparameters(config.estimator)
-  }
+  """`config.estimator` with its hyper-parameter `config.rank` where it
+  takes one."""
+  known = {"rank": config.rank}
+  wanted = estimators.hyperparameters(config.estimator)
+  if set(wanted) - set(known):
+    raise ValueError(
+      f"config.estimator={config.estimator!r} takes {wanted}; the config "
+      f"has fields for {tuple(known)} only"
+    )
+  hparams = {name: known[name] for name in wanted}
   return estimators.make(config.estimator, cell, **hparams)
 
 
@@ -285,7 +245,7 @@ def base_optimizer(config, learning_rate) -> optax.GradientTransformation:
   (`rtrl.optim.tf1_adam`) fed the cell gradient in its units, the batch-mean
   gradient divided by the batch size (which matters through Adam's epsilon
   only; see `rtrl/optim.py`)."""
-  if config.get("optimizer", "adam") == "tf1_adam":
+  if config.optimizer == "tf1_adam":
     return optax.chain(
       optax.masked(optax.scale(1.0 / config.batch_size), CELL_ONLY),
       optim.tf1_adam(learning_rate),
@@ -306,18 +266,18 @@ def recurrence_labels(params) -> Any:
 
 def lru_adam(config, learning_rate) -> optax.GradientTransformation:
   """Adam at `learning_rate` (a float or a traced scalar), with the LRU
-  papers' options (`add_lru_optimizer_fields`): the learning rate follows
+  papers' options (see the module docstring): the learning rate follows
   the schedule; ν, θ, γ take `recurrence_learning_rate_factor` times it and
   plain Adam, every other parameter AdamW with `weight_decay` (the setting
   their sCIFAR and IMDB runs call "Bfast_and_decay"). With the defaults it
   is `optax.adam(learning_rate)`."""
   rate = learning_rate
-  if config.get("learning_rate_schedule", "constant") == "warmup_cosine":
+  if config.learning_rate_schedule == "warmup_cosine":
     rate = optim.warmup_cosine_schedule(
       learning_rate, config.warmup_updates, total_updates(config)
     )
-  factor = config.get("recurrence_learning_rate_factor", 1.0)
-  decay = config.get("weight_decay", 0.0)
+  factor = config.recurrence_learning_rate_factor
+  decay = config.weight_decay
   if factor == 1.0 and decay == 0.0:
     return optax.adam(rate)
   recurrence_rate = (
@@ -337,17 +297,17 @@ def make_optimizer(config, learning_rate) -> optax.GradientTransformation:
   clipping (`clip_norm`, `cell_clip_norm`, both on the batch-mean gradient)
   and NaN/Inf skipping."""
   optimizer = base_optimizer(config, learning_rate)
-  if config.get("clip_norm"):
+  if config.clip_norm:
     optimizer = optax.chain(
       optax.clip_by_global_norm(config.clip_norm), optimizer
     )
-  if config.get("cell_clip_norm"):
+  if config.cell_clip_norm:
     # Only the cell gradient, the readout's unclipped (the OK code on PTB).
     optimizer = optax.chain(
       optax.masked(optax.clip_by_global_norm(config.cell_clip_norm), CELL_ONLY),
       optimizer,
     )
-  if config.get("skip_nonfinite_updates"):
+  if config.skip_nonfinite_updates:
     # A step whose gradient holds a NaN/Inf leaves parameters and optimiser
     # moments unchanged (long runs survive a rare bad step).
     optimizer = optax.apply_if_finite(optimizer, max_consecutive_errors=1000)
@@ -373,14 +333,14 @@ def make_trainer(
     return stack.make_stacked_online_trainer(
       cell.layers,
       optimizer,
-      accumulate_steps=config.get("accumulate_steps", 1),
+      accumulate_steps=config.accumulate_steps,
       readout=make_readout(config),
     )
   return online.make_online_trainer(
     cell,
     make_estimator(config, cell),
     optimizer,
-    accumulate_steps=config.get("accumulate_steps", 1),
+    accumulate_steps=config.accumulate_steps,
     readout=make_readout(config),
   )
 

@@ -1,7 +1,9 @@
 """Reproduction targets: one function per figure or table of the papers.
 
-`targets()` maps a name (`ok_fig1`, ...) to `fn(scale, workdir) -> Result`;
-`scripts/reproduce.py` runs them. The OK paper's figures are in
+`targets()` maps a name (`ok_fig1`, ...) to
+`fn(scale, workdir, mode=common.RUN) -> Result`; `scripts/reproduce.py` runs
+them. `mode` (`common.Mode`) carries the `--set` overrides and, for
+`--plan`, the list the measured programs go to (`common.planning()`). The OK paper's figures are in
 `ok_paper.py` (the cosine figures' shared runs in `cosine_figures.py`, the
 Copy and char-PTB curves, scores and tables in `online_curves.py`), the
 official code's logs against our official presets in `ok_official.py`,

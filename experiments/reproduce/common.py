@@ -1,8 +1,9 @@
 """What every reproduction target shares: curves of runs, the paper's
 best-learning-rate selection, figures and result tables.
 
-A target is a small function `(scale, workdir) -> Result` (see
-`ok_paper.py`). It describes each curve of a figure as a `Curve`: an
+A target is a small function `(scale, workdir, mode=RUN) -> Result` (see
+`ok_paper.py`); `mode` (a `Mode`) says whether to train or only plan, and
+which fields to override in every curve, and is passed down to every curve. It describes each curve of a figure as a `Curve`: an
 experiment (`copy_task`, `ptb`, ...), its config preset and overrides. Each
 curve runs as ONE program over all its seeds and learning rates (the run
 loop's run axis, `experiments/loop/run_axes.py`), in its own sub-workdir, so a
@@ -12,13 +13,13 @@ ones.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-import contextlib
+from collections.abc import Callable, Mapping, Sequence
 import dataclasses
 import importlib
 import json
 import os
-from typing import Any
+import types
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -65,26 +66,36 @@ class Result:
   table: list[dict]
 
 
-# Overrides applied to every curve's config, where the config has the field
-# (`scripts/reproduce.py --set FIELD=VALUE`; tests shrink targets with it).
-_GLOBAL_OVERRIDES: dict[str, Any] = {}
+class Mode(NamedTuple):
+  """How a target runs: an argument of every target, passed down to each of
+  its curves.
+
+  Attributes:
+    overrides: fields set in every curve's config that has them
+      (`scripts/reproduce.py --set FIELD=VALUE`; tests shrink targets).
+    plans: None to train. A list to plan (`scripts/reproduce.py --plan`):
+      each program is timed by a short run instead of trained, and its
+      `plan.ProgramPlan` appended here.
+  """
+
+  overrides: Mapping[str, Any] = types.MappingProxyType({})
+  plans: list[plan.ProgramPlan] | None = None
+
+  @property
+  def planning(self) -> bool:
+    return self.plans is not None
 
 
-@contextlib.contextmanager
-def overriding(overrides: dict[str, Any]):
-  """Within the block, every curve's config gets `overrides` (fields a config
-  lacks are skipped)."""
-  saved = dict(_GLOBAL_OVERRIDES)
-  _GLOBAL_OVERRIDES.update(overrides)
-  try:
-    yield
-  finally:
-    _GLOBAL_OVERRIDES.clear()
-    _GLOBAL_OVERRIDES.update(saved)
+RUN = Mode()  # Train every curve, no overrides.
 
 
-def make_config(curve: Curve):
-  """The curve's config: its preset, its overrides, then the global ones."""
+def planning(overrides: Mapping[str, Any] | None = None) -> Mode:
+  """A fresh plan mode (an empty `plans` list), with `overrides`."""
+  return Mode(types.MappingProxyType(dict(overrides or {})), [])
+
+
+def make_config(curve: Curve, mode: Mode = RUN):
+  """The curve's config: its preset, its overrides, then the mode's."""
   config = load_config(curve.experiment, curve.preset)
   unknown = sorted(set(curve.overrides) - set(config.keys()))
   if unknown:
@@ -93,7 +104,7 @@ def make_config(curve: Curve):
       f"has no field(s) {unknown}"
     )
   config.update(curve.overrides)
-  config.update({k: v for k, v in _GLOBAL_OVERRIDES.items() if k in config})
+  config.update({k: v for k, v in mode.overrides.items() if k in config})
   return config
 
 
@@ -118,31 +129,33 @@ def _finished(config, curve_dir: str) -> bool:
   )  # pylint: disable=protected-access
 
 
-def run_curve(curve: Curve, workdir: str) -> tuple[list[dict], dict, list]:
+def train(experiment: str, config, workdir: str) -> None:
+  """`experiments.<experiment>.train(config, workdir)`."""
+  importlib.import_module(f"experiments.{experiment}").train(config, workdir)
+
+
+def run_curve(
+  curve: Curve, workdir: str, mode: Mode = RUN
+) -> tuple[list[dict], dict, list]:
   """Trains (or resumes) one curve; returns its records, summary and runs.
-  A finished curve (same config) is read, not rerun."""
-  config = make_config(curve)
-  if plan.active() is not None:
-    plan.measure(curve.label, curve.experiment, config)
-    return (
-      [],
-      {},
-      run_axes.run_grid(
-        config, tuple(name for name in plan.SWEPT if name in config)
-      ),
-    )
-  module = importlib.import_module(f"experiments.{curve.experiment}")
+  A finished curve (same config) is read, not rerun. In plan mode it only
+  measures the curve's program: no records, no summary."""
+  config = make_config(curve, mode)
+  grid = run_axes.run_grid(
+    config, tuple(name for name in plan.SWEPT if name in config)
+  )
+  if mode.planning:
+    mode.plans.append(plan.measure(curve.label, curve.experiment, config))
+    return [], {}, grid
   curve_dir = os.path.join(workdir, curve.dirname)
   if _finished(config, curve_dir):
     print(f"=== {curve.label}: finished in {curve_dir}", flush=True)
   else:
     print(f"=== {curve.label} -> {curve_dir}", flush=True)
-    module.train(config, curve_dir)
+    train(curve.experiment, config, curve_dir)
   with open(os.path.join(curve_dir, workdir_lib.CONFIG_FILE)) as f:
     saved = json.load(f)
-  runs = saved.get("runs") or [
-    {"seed": config.seed, "learning_rate": config.get("learning_rate")}
-  ]
+  runs = saved.get("runs") or grid
   summary_path = os.path.join(curve_dir, workdir_lib.SUMMARY_FILE)
   summary = {}
   if os.path.exists(summary_path):
@@ -187,12 +200,13 @@ def run_curves(
   workdir: str,
   score: Callable[[list[dict], dict, int], float],
   higher_is_better: bool,
+  mode: Mode = RUN,
 ) -> list[CurveResult]:
   """Runs every curve and selects each one's learning rate by `score(records,
   summary, run_index)`."""
   results = []
   for curve in curves:
-    records, summary, runs = run_curve(curve, workdir)
+    records, summary, runs = run_curve(curve, workdir, mode)
     scores = [score(records, summary, r) for r in range(len(runs))]
     best, rate = select_learning_rate(runs, scores, higher_is_better)
     results.append(

@@ -32,7 +32,6 @@ from experiments.online import cosine_tasks
 from experiments.online import setup as online_setup
 from experiments.reproduce import common
 from experiments.reproduce import online_curves
-from experiments.reproduce import plan
 from experiments.reproduce.common import Curve
 from experiments.reproduce.cosine_figures import train_single
 from experiments.reproduce.online_curves import estimator
@@ -101,9 +100,11 @@ def memory_per_example(config, vocab: int) -> int:
   return count(state.tstate)
 
 
-def _columns(vocab: int, loss: str, train_metric: str = ""):
+def _columns(
+  vocab: int, loss: str, train_metric: str = "", mode: common.Mode = common.RUN
+):
   def columns(result: common.CurveResult) -> dict:
-    config = common.make_config(result.curve)
+    config = common.make_config(result.curve, mode=mode)
     row = {}
     if train_metric:
       row[train_metric] = common.mean_std(
@@ -119,7 +120,9 @@ def _columns(vocab: int, loss: str, train_metric: str = ""):
   return columns
 
 
-def compare_lru_copy(scale: str, workdir: str) -> common.Result:
+def compare_lru_copy(
+  scale: str, workdir: str, mode: common.Mode = common.RUN
+) -> common.Result:
   """Copy task: the online LRU (exact element-wise RTRL per layer, LRU-block
   heads) with 1 and 4 layers against 8-OK, SnAp-1, UORO and TBPTT on an
   RHN, batch 16, official curriculum, equal steps. Small: LRU-32 (model
@@ -146,11 +149,14 @@ def compare_lru_copy(scale: str, workdir: str) -> common.Result:
     workdir,
     "Copy task, online LRU stacks vs RHN estimators, batch 16",
     scale,
-    _columns(copy_task.VOCAB_SIZE, "loss_bits"),
+    _columns(copy_task.VOCAB_SIZE, "loss_bits", mode=mode),
+    mode=mode,
   )
 
 
-def compare_lru_ptb(scale: str, workdir: str) -> common.Result:
+def compare_lru_ptb(
+  scale: str, workdir: str, mode: common.Mode = common.RUN
+) -> common.Result:
   """Char-PTB: the online LRU with 1 and 4 layers against 8-OK, SnAp-1,
   UORO and TBPTT-25 on an RHN, equal steps. Small: the `small` preset
   (RHN-64, batch 16), LRU-32 (model 64), 2 seeds, 6k steps, ONE learning
@@ -164,7 +170,7 @@ def compare_lru_ptb(scale: str, workdir: str) -> common.Result:
     Curve(label, "ptb", {**base, **fields}, preset)
     for label, fields in _methods(scale, rhn_size, 25)
   ]
-  config = common.make_config(curves[-1])
+  config = common.make_config(curves[-1], mode=mode)
   setting = (
     f"online LRU stacks vs RHN estimators, batch "
     f"{config.batch_size} ({scale} scale)"
@@ -174,7 +180,8 @@ def compare_lru_ptb(scale: str, workdir: str) -> common.Result:
     curves,
     workdir,
     setting,
-    _columns(ptb.VOCAB_SIZE, "train_bpc", "train_bpc"),
+    _columns(ptb.VOCAB_SIZE, "train_bpc", "train_bpc", mode=mode),
+    mode=mode,
   )
 
 
@@ -191,7 +198,9 @@ def _text_chunks(num_chunks: int, steps: int, batch: int, seed: int):
     yield ptb.stream_chunk(text, stream, steps)[1]
 
 
-def compare_lru_cosine(scale: str, workdir: str) -> common.Result:
+def compare_lru_cosine(
+  scale: str, workdir: str, mode: common.Mode = common.RUN
+) -> common.Result:
   """Cosine of the online stack's gradient (each LRU layer by exact
   element-wise RTRL, errors passed down through the layers' instantaneous
   Jacobians) to BPTT's over a chunk of char-PTB valid text, for 1, 2 and 4
@@ -224,8 +233,9 @@ def compare_lru_cosine(scale: str, workdir: str) -> common.Result:
         checkpoint_every=train_steps,
       ),
       "small",
+      mode=mode,
     )
-    if plan.active() is not None:
+    if mode.planning:
       continue  # `--plan` prices the training; the cosines take seconds.
     # The trained run's own config (what `--set` changed included).
     with open(os.path.join(trained, workdir_lib.CONFIG_FILE)) as f:
@@ -261,7 +271,7 @@ def compare_lru_cosine(scale: str, workdir: str) -> common.Result:
   return common.Result("compare_lru_cosine", files, rows)
 
 
-TARGETS: dict[str, Callable[[str, str], common.Result]] = {
+TARGETS: dict[str, Callable[..., common.Result]] = {
   "compare_lru_cosine": compare_lru_cosine,
   "compare_lru_copy": compare_lru_copy,
   "compare_lru_ptb": compare_lru_ptb,

@@ -81,7 +81,9 @@ def _training_columns(loss: str, train_metric: str = ""):
   return columns
 
 
-def compare_cosine(scale: str, workdir: str) -> common.Result:
+def compare_cosine(
+  scale: str, workdir: str, mode: common.Mode = common.RUN
+) -> common.Result:
   """Cosine to exact RTRL's per-step gradient of SnAp-1, RFLO, UORO,
   KF-RTRL, 2/8-KF-AVG and 2/8-OK on untrained RHN, LSTM and GRU on char-PTB
   text (new networks per repetition, resets of probability 0.01) and on the
@@ -126,7 +128,7 @@ def compare_cosine(scale: str, workdir: str) -> common.Result:
   for cell in CELLS:
     name = f"{cell.upper()}-{trained_size}"
     trained = train_single(
-      out, f"{name} Copy 8-OK", "copy_task", {**train, "cell": cell}
+      out, f"{name} Copy 8-OK", "copy_task", {**train, "cell": cell}, mode=mode
     )
     # The checkpoint fixes cell and size; stated for `--plan`, which
     # measures a fresh network.
@@ -154,10 +156,13 @@ def compare_cosine(scale: str, workdir: str) -> common.Result:
     columns=len(CELLS),
     note=f"Outside reference, another task (chaotic time series, n=64): "
     f"sketched-rtrl reports {reference}",
+    mode=mode,
   )
 
 
-def compare_copy(scale: str, workdir: str) -> common.Result:
+def compare_copy(
+  scale: str, workdir: str, mode: common.Mode = common.RUN
+) -> common.Result:
   """Copy-task curriculum length against steps for SnAp-1, RFLO, UORO,
   KF-RTRL, 2/8-KF-AVG, 2/8-OK and TBPTT on an RHN, batch 16 (the OK paper's
   Figure 1 setting; its 16-OK reaches T 42, TBPTT-50 33). Small: RHN-64, 2
@@ -181,7 +186,7 @@ def compare_copy(scale: str, workdir: str) -> common.Result:
     online_curves.copy_curve(label, scale, {**base, **fields})
     for label, fields in _methods(truncation)
   ]
-  config = common.make_config(curves[0])  # What runs (with --set).
+  config = common.make_config(curves[0], mode=mode)  # What runs (with --set).
   return online_curves.copy_figure(
     "compare_copy",
     curves,
@@ -190,10 +195,13 @@ def compare_copy(scale: str, workdir: str) -> common.Result:
     f"RHN-{config.hidden_size}, batch {config.batch_size}",
     scale,
     _training_columns("loss_bits"),
+    mode=mode,
   )
 
 
-def compare_ptb(scale: str, workdir: str) -> common.Result:
+def compare_ptb(
+  scale: str, workdir: str, mode: common.Mode = common.RUN
+) -> common.Result:
   """Char-PTB validation BPC against steps, best valid and test BPC and the
   last train BPC for SnAp-1, RFLO, UORO, KF-RTRL, 2/8-KF-AVG, 2/8-OK and
   TBPTT-25 on an RHN (the OK paper's Table 2 setting, valid/test BPC: 8-OK
@@ -210,7 +218,7 @@ def compare_ptb(scale: str, workdir: str) -> common.Result:
     Curve(label, "ptb", {**base, **fields}, preset)
     for label, fields in _methods(25)
   ]
-  config = common.make_config(curves[0])  # What runs (with --set).
+  config = common.make_config(curves[0], mode=mode)  # What runs (with --set).
   setting = (
     f"online estimators vs TBPTT-25, RHN-{config.hidden_size}, "
     f"batch {config.batch_size} ({scale} scale)"
@@ -221,10 +229,11 @@ def compare_ptb(scale: str, workdir: str) -> common.Result:
     workdir,
     setting,
     _training_columns("train_bpc", "train_bpc"),
+    mode=mode,
   )
 
 
-TARGETS: dict[str, Callable[[str, str], common.Result]] = {
+TARGETS: dict[str, Callable[..., common.Result]] = {
   "compare_cosine": compare_cosine,
   "compare_copy": compare_copy,
   "compare_ptb": compare_ptb,

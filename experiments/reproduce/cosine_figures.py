@@ -14,7 +14,9 @@ from experiments.reproduce import plan
 from experiments.reproduce.common import Curve
 
 
-def run_cosine(out: str, label: str, overrides: dict) -> dict:
+def run_cosine(
+  out: str, label: str, overrides: dict, mode: common.Mode = common.RUN
+) -> dict:
   """One gradient-cosine run (skipped when its summary exists)."""
   from experiments.online import cosine_experiment as gradient_cosine  # pylint: disable=g-import-not-at-top
 
@@ -23,9 +25,11 @@ def run_cosine(out: str, label: str, overrides: dict) -> dict:
   if os.path.exists(summary_path):
     with open(summary_path) as f:
       return json.load(f)
-  config = common.make_config(Curve(label, "gradient_cosine", overrides))
-  if plan.active() is not None:
-    plan.measure(label, "gradient_cosine", config)
+  config = common.make_config(
+    Curve(label, "gradient_cosine", overrides), mode=mode
+  )
+  if mode.planning:
+    mode.plans.append(plan.measure(label, "gradient_cosine", config))
     return {"estimators": {}}
   print(f"=== cosine: {label} -> {workdir}", flush=True)
   return gradient_cosine.run(config, workdir)
@@ -46,7 +50,12 @@ def cosine_rows(label: str, summary: dict, **extra) -> list[dict]:
 
 
 def train_single(
-  out: str, label: str, experiment: str, overrides: dict, preset: str = ""
+  out: str,
+  label: str,
+  experiment: str,
+  overrides: dict,
+  preset: str = "",
+  mode: common.Mode = common.RUN,
 ) -> str:
   """Trains one network (one seed, one learning rate) for a cosine figure;
   returns its workdir."""
@@ -56,7 +65,7 @@ def train_single(
     {**overrides, "num_seeds": 1, "learning_rates": ()},
     preset,
   )
-  common.run_curve(curve, out)
+  common.run_curve(curve, out, mode=mode)
   return os.path.join(out, curve.dirname)
 
 
@@ -174,6 +183,7 @@ def cosine_target(
   sizes: tuple[int, ...] = (),
   columns: int = 0,
   note: str = "",
+  mode: common.Mode = common.RUN,
 ) -> common.Result:
   """Runs every setting's cosine tool; writes `figure.png` (see
   `plot_cosine`) and the table, titled with the scale, what the paper's
@@ -183,9 +193,9 @@ def cosine_target(
   os.makedirs(out, exist_ok=True)
   rows = []
   for label, overrides in settings:
-    summary = run_cosine(out, label, overrides)
+    summary = run_cosine(out, label, overrides, mode=mode)
     rows += cosine_rows(label, summary)
-  if plan.active() is not None:
+  if mode.planning:
     return common.Result(name, [], rows)
   title = f"{title} ({scale} scale)"
   files = [

@@ -154,14 +154,16 @@ def band_rows(results: list[common.CurveResult]) -> list[dict]:
   return rows
 
 
-def ok_official_logs(scale: str, workdir: str) -> common.Result:
+def ok_official_logs(
+  scale: str, workdir: str, mode: common.Mode = common.RUN
+) -> common.Result:
   """Official presets vs the official code's logs (5 seeds each): Copy
   16-OK RHN-128 b16 and char-PTB 8-OK RHN-256 b32 at lr 10^-3.5. Small: one
   seed, Copy 50k and PTB 20k steps; paper: five seeds, 4M and 1M steps."""
   out = os.path.join(workdir, "ok_official_logs")
   os.makedirs(out, exist_ok=True)
   results = common.run_curves(
-    _curves(scale), out, score=lambda *_: 0.0, higher_is_better=True
+    _curves(scale), out, score=lambda *_: 0.0, higher_is_better=True, mode=mode
   )
   title = f"Official presets vs the official OK code's logs ({scale} scale)"
   files = [_plot(results, title, os.path.join(out, "figure.png"))]
@@ -170,6 +172,6 @@ def ok_official_logs(scale: str, workdir: str) -> common.Result:
   return common.Result("ok_official_logs", files, rows)
 
 
-TARGETS: dict[str, Callable[[str, str], common.Result]] = {
+TARGETS: dict[str, Callable[..., common.Result]] = {
   "ok_official_logs": ok_official_logs,
 }

@@ -43,6 +43,7 @@ def _copy_figure(
   title: str,
   paper: dict[str, tuple[str, float | None]],
   scale: str,
+  mode: common.Mode = common.RUN,
 ) -> common.Result:
   """`paper` maps our curve label to the paper's curve it stands for (at
   small scale a smaller rank or truncation) and the paper's final T (None
@@ -52,10 +53,12 @@ def _copy_figure(
     paper_curve, paper_t = paper.get(result.curve.label, (None, None))
     return {"paper_curve": paper_curve, "paper_T": paper_t}
 
-  return copy_figure(name, curves, workdir, title, scale, columns)
+  return copy_figure(name, curves, workdir, title, scale, columns, mode=mode)
 
 
-def ok_fig1(scale: str, workdir: str) -> common.Result:
+def ok_fig1(
+  scale: str, workdir: str, mode: common.Mode = common.RUN
+) -> common.Result:
   """Figure 1: Copy task, 16-OK vs 16-KF-AVG vs TBPTT-50 vs TBPTT-80, RHN 128,
   batch 16 (paper: T 42, 32, 33, 33). Small: RHN 32, 8-OK, 8-KF-AVG,
   TBPTT-20, TBPTT-40, 20k steps."""
@@ -85,10 +88,13 @@ def ok_fig1(scale: str, workdir: str) -> common.Result:
     f"Copy task, RHN-{base['hidden_size']}, batch 16",
     {c.label: p for c, p in zip(curves, paper)},
     scale,
+    mode=mode,
   )
 
 
-def ok_fig4(scale: str, workdir: str) -> common.Result:
+def ok_fig4(
+  scale: str, workdir: str, mode: common.Mode = common.RUN
+) -> common.Result:
   """Figure 4: KTP against KF-RTRL and KF-RTRL-r-APPROX on Copy at batch 256
   (paper: KTP 17, then 33, 32, 30, 25 in legend order). The paper names only
   KTP, KF-RTRL and KF-RTRL-16-APPROX; the ranks of the other APPROX curves
@@ -116,10 +122,13 @@ def ok_fig4(scale: str, workdir: str) -> common.Result:
     f"{base['hidden_size']}, batch {base['batch_size']}",
     {c.label: (c.label, paper.get(c.label)) for c in curves},
     scale,
+    mode=mode,
   )
 
 
-def ok_fig12(scale: str, workdir: str) -> common.Result:
+def ok_fig12(
+  scale: str, workdir: str, mode: common.Mode = common.RUN
+) -> common.Result:
   """Figure 12: 16-B-OK vs 16-OK (batch 16) and 1-B-OK vs 1-OK (batch 256)
   on Copy: the biased rank-16 approximation nearly matches 16-OK, the biased
   rank-1 one is far worse. Small: RHN 32, rank 8 and 1, batch 16 and 64."""
@@ -149,6 +158,7 @@ def ok_fig12(scale: str, workdir: str) -> common.Result:
     f"{small_batch['hidden_size']}",
     {c.label: (p, None) for c, p in zip(curves, paper)},
     scale,
+    mode=mode,
   )
 
 
@@ -177,9 +187,12 @@ def _ptb_table(
   batch_size: int,
   workdir: str,
   paper: dict[str, tuple[float, float]],
+  mode: common.Mode = common.RUN,
 ) -> common.Result:
   curves = _ptb_curves(scale, batch_size)
-  config = common.make_config(curves[0])  # What ran (small: half the batch).
+  config = common.make_config(
+    curves[0], mode=mode
+  )  # What ran (small: half the batch).
   setting = (
     f"RHN-{config.hidden_size}, batch {config.batch_size} ({scale} "
     f"scale; paper: RHN-256, batch {batch_size})"
@@ -189,10 +202,12 @@ def _ptb_table(
     paper_valid, paper_test = paper.get(result.curve.label, (None, None))
     return {"paper_valid": paper_valid, "paper_test": paper_test}
 
-  return ptb_table(name, curves, workdir, setting, columns)
+  return ptb_table(name, curves, workdir, setting, columns, mode=mode)
 
 
-def ok_fig2_table2(scale: str, workdir: str) -> common.Result:
+def ok_fig2_table2(
+  scale: str, workdir: str, mode: common.Mode = common.RUN
+) -> common.Result:
   """Figure 2 and Table 2: char-PTB, RHN 256, batch 32: 8-KF-AVG, 8-OK,
   TBPTT-5, TBPTT-25 (paper valid/test BPC 1.82/1.77, 1.74/1.69, 1.78/1.73,
   1.73/1.69). Small: the `small` PTB preset (RHN 64), batch 16, 6k steps."""
@@ -202,10 +217,12 @@ def ok_fig2_table2(scale: str, workdir: str) -> common.Result:
     "TBPTT-5": (1.78, 1.73),
     "TBPTT-25": (1.73, 1.69),
   }
-  return _ptb_table("ok_fig2_table2", scale, 32, workdir, paper)
+  return _ptb_table("ok_fig2_table2", scale, 32, workdir, paper, mode=mode)
 
 
-def ok_fig5_table3(scale: str, workdir: str) -> common.Result:
+def ok_fig5_table3(
+  scale: str, workdir: str, mode: common.Mode = common.RUN
+) -> common.Result:
   """Figure 5 and Table 3: the same at batch 64 (paper: 8-OK 1.69/1.64,
   TBPTT-5 1.72/1.67, TBPTT-25 1.68/1.63). Small: RHN 64, batch 32."""
   paper = {
@@ -213,7 +230,7 @@ def ok_fig5_table3(scale: str, workdir: str) -> common.Result:
     "TBPTT-5": (1.72, 1.67),
     "TBPTT-25": (1.68, 1.63),
   }
-  return _ptb_table("ok_fig5_table3", scale, 64, workdir, paper)
+  return _ptb_table("ok_fig5_table3", scale, 64, workdir, paper, mode=mode)
 
 
 # --------------------------------------------------------------------------
@@ -221,7 +238,9 @@ def ok_fig5_table3(scale: str, workdir: str) -> common.Result:
 # --------------------------------------------------------------------------
 
 
-def ok_fig3(scale: str, workdir: str) -> common.Result:
+def ok_fig3(
+  scale: str, workdir: str, mode: common.Mode = common.RUN
+) -> common.Result:
   """Figure 3: cosine to the true gradient after training an RHN on char-PTB
   (paper: RHN 256, 8-OK for 1M steps, then 1000 frozen steps, 20
   repetitions; 8-OK stays far above 8-KF-AVG). Small: the `small` PTB preset
@@ -238,6 +257,7 @@ def ok_fig3(scale: str, workdir: str) -> common.Result:
     "ptb",
     {**train, **estimator("ok", 8)},
     "" if scale == "paper" else "small",
+    mode=mode,
   )
   settings = [
     (
@@ -258,10 +278,13 @@ def ok_fig3(scale: str, workdir: str) -> common.Result:
     settings,
     scale,
     "8-OK stays far above 8-KF-AVG",
+    mode=mode,
   )
 
 
-def ok_fig6(scale: str, workdir: str) -> common.Result:
+def ok_fig6(
+  scale: str, workdir: str, mode: common.Mode = common.RUN
+) -> common.Result:
   """Figure 6: cosine on an untrained RHN on char-PTB text (paper: RHN 256,
   20 random networks; 2-OK is already about 1). Small: RHN 32."""
   size = 256 if scale == "paper" else 32
@@ -285,10 +308,13 @@ def ok_fig6(scale: str, workdir: str) -> common.Result:
     settings,
     scale,
     "2-OK is already about 1",
+    mode=mode,
   )
 
 
-def ok_fig7_8(scale: str, workdir: str) -> common.Result:
+def ok_fig7_8(
+  scale: str, workdir: str, mode: common.Mode = common.RUN
+) -> common.Result:
   """Figures 7 and 8: cosine on the Copy task for an RHN trained until it
   learns T=40 (paper: RHN 128, 16-OK; Figure 8 repeats it with retrained
   weights, here a second seed). Training stops growing the curriculum at the
@@ -310,7 +336,7 @@ def ok_fig7_8(scale: str, workdir: str) -> common.Result:
   settings = []
   for figure, seed in (("fig7", 0), ("fig8", 1)):
     trained = train_single(
-      out, f"trained-{figure}", "copy_task", {**train, "seed": seed}
+      out, f"trained-{figure}", "copy_task", {**train, "seed": seed}, mode=mode
     )
     settings.append(
       (
@@ -330,10 +356,13 @@ def ok_fig7_8(scale: str, workdir: str) -> common.Result:
     "Figures 7-8: cosine on Copy after training",
     settings,
     scale,
+    mode=mode,
   )
 
 
-def ok_fig9(scale: str, workdir: str) -> common.Result:
+def ok_fig9(
+  scale: str, workdir: str, mode: common.Mode = common.RUN
+) -> common.Result:
   """Figure 9: cosine on untrained RHNs of 8..512 units on char-PTB after
   100 steps (paper). Small: 8..64 units. Exact RTRL at 512 units needs a
   GPU (its tangent is n^3 per example)."""
@@ -362,10 +391,13 @@ def ok_fig9(scale: str, workdir: str) -> common.Result:
     settings,
     scale,
     sizes=sizes,
+    mode=mode,
   )
 
 
-def ok_fig10_11(scale: str, workdir: str) -> common.Result:
+def ok_fig10_11(
+  scale: str, workdir: str, mode: common.Mode = common.RUN
+) -> common.Result:
   """Figures 10 and 11: cosine on the Copy task for larger trained RHNs
   (paper: trained until T=40, and 256 / 512 units trained 1M steps; 8-OK vs
   8-KF-AVG). Small: RHN 32 and 64, 8-OK trained 10k steps."""
@@ -379,6 +411,7 @@ def ok_fig10_11(scale: str, workdir: str) -> common.Result:
       f"trained-RHN-{n}",
       "copy_task",
       dict(hidden_size=n, num_steps=steps, **estimator("ok", 8)),
+      mode=mode,
     )
     settings.append(
       (
@@ -398,10 +431,11 @@ def ok_fig10_11(scale: str, workdir: str) -> common.Result:
     "Figures 10-11: cosine on Copy for larger RHNs",
     settings,
     scale,
+    mode=mode,
   )
 
 
-TARGETS: dict[str, Callable[[str, str], common.Result]] = {
+TARGETS: dict[str, Callable[..., common.Result]] = {
   "ok_fig1": ok_fig1,
   "ok_fig2_table2": ok_fig2_table2,
   "ok_fig3": ok_fig3,

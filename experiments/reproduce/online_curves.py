@@ -90,6 +90,7 @@ def copy_figure(
   title: str,
   scale: str,
   columns: Columns | None = None,
+  mode: common.Mode = common.RUN,
 ) -> common.Result:
   """Runs `curves`, picks each one's learning rate by the mean final T;
   writes `figure.png` (T against steps) and the table (final T per curve,
@@ -97,7 +98,9 @@ def copy_figure(
   title = f"{title} ({scale} scale)"
   out = os.path.join(workdir, name)
   os.makedirs(out, exist_ok=True)
-  results = common.run_curves(curves, out, final_length, higher_is_better=True)
+  results = common.run_curves(
+    curves, out, final_length, higher_is_better=True, mode=mode
+  )
   figure = common.plot_curves(
     results,
     "curriculum_length",
@@ -171,6 +174,7 @@ def ptb_table(
   workdir: str,
   setting: str,
   columns: Columns | None = None,
+  mode: common.Mode = common.RUN,
 ) -> common.Result:
   """Runs `curves`, picks each one's learning rate by the mean best valid
   BPC; writes `figure.png` (valid BPC against steps) and the table (valid
@@ -178,7 +182,9 @@ def ptb_table(
   `setting` names the network in both titles."""
   out = os.path.join(workdir, name)
   os.makedirs(out, exist_ok=True)
-  results = common.run_curves(curves, out, best_valid, higher_is_better=False)
+  results = common.run_curves(
+    curves, out, best_valid, higher_is_better=False, mode=mode
+  )
   figure = common.plot_curves(
     results,
     "valid_bpc",

@@ -1,6 +1,7 @@
 """What a reproduction target costs, before it runs (`reproduce.py --plan`).
 
-Under `planning()` a target runs as usual but trains nothing: every program
+In plan mode (`common.planning()`, passed to the target as its `mode`) a
+target runs as usual but trains nothing: every program
 it would run (a curve: all its seeds and learning rates in one vmapped
 program; or one gradient-cosine run) is measured instead, by a short run of
 that very program in a child process: a few chunks at the target's own
@@ -22,7 +23,6 @@ other error in the child is a bug and raises.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
@@ -77,24 +77,6 @@ def duration(seconds: float) -> str:
   if seconds < 3 * 86400:
     return f"{seconds / 3600:.1f} h"
   return f"{seconds / 86400:.1f} d"
-
-
-_ACTIVE: list[list[ProgramPlan]] = []
-
-
-@contextlib.contextmanager
-def planning():
-  """Within the block, `active()` is a list collecting `ProgramPlan`s."""
-  plans: list[ProgramPlan] = []
-  _ACTIVE.append(plans)
-  try:
-    yield plans
-  finally:
-    _ACTIVE.pop()
-
-
-def active() -> list[ProgramPlan] | None:
-  return _ACTIVE[-1] if _ACTIVE else None
 
 
 def _short_config(experiment: str, config) -> tuple[Any, int, int]:
@@ -219,7 +201,7 @@ SWEPT = ("learning_rate", "ratio", "gradient_scale")
 
 
 def measure(label: str, experiment: str, config) -> ProgramPlan:
-  """Times `config`'s program by a short run and records its plan."""
+  """Times `config`'s program by a short run; returns its plan."""
   runs = len(
     run_axes.run_grid(config, tuple(name for name in SWEPT if name in config))
   )
@@ -242,7 +224,6 @@ def measure(label: str, experiment: str, config) -> ProgramPlan:
         f"steps, not measured: {plan.note}",
         flush=True,
       )
-      active().append(plan)
       return plan
   rates = [
     r["steps_per_second"]
@@ -267,7 +248,6 @@ def measure(label: str, experiment: str, config) -> ProgramPlan:
     f"{duration(plan.expected_seconds)}, {plan.peak_memory_mib:.0f} MiB",
     flush=True,
   )
-  active().append(plan)
   return plan
 
 

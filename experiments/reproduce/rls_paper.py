@@ -33,7 +33,6 @@ import os
 import numpy as np
 
 from experiments.reproduce import common
-from experiments.reproduce import plan
 from experiments.reproduce.common import Curve
 
 DATASETS = ("mnist", "cifar10", "imdb")
@@ -158,7 +157,12 @@ def _row(
 
 
 def _variants_target(
-  name: str, scale: str, workdir: str, presets: dict, title: str
+  name: str,
+  scale: str,
+  workdir: str,
+  presets: dict,
+  title: str,
+  mode: common.Mode = common.RUN,
 ) -> common.Result:
   out = os.path.join(workdir, name)
   os.makedirs(out, exist_ok=True)
@@ -167,20 +171,22 @@ def _variants_target(
     groups[dataset] = []
     for preset, label in presets.items():
       curve = _curve(dataset, scale, preset, label)
-      records, _, runs = common.run_curve(curve, out)
-      if plan.active() is not None:
+      records, _, runs = common.run_curve(curve, out, mode=mode)
+      if mode.planning:
         continue  # Measured, not trained: nothing to tabulate.
       every = list(range(len(runs)))
       groups[dataset].append((label, records, every, len(runs)))
       rows.append(_row(curve.label, records, every, len(runs)))
-  if plan.active() is not None:
+  if mode.planning:
     return common.Result(name, [], [])
   figure = _plot(groups, title, os.path.join(out, "figure.png"))
   files = [figure] + common.write_table(rows, os.path.join(out, "table"), title)
   return common.Result(name, files, rows)
 
 
-def rls_fig2(scale: str, workdir: str) -> common.Result:
+def rls_fig2(
+  scale: str, workdir: str, mode: common.Mode = common.RUN
+) -> common.Result:
   """Fig. 2: RLS, RLS+M, RLS+M+R against Adam, MSE loss, three networks."""
   presets = {
     "rls": "RLS",
@@ -189,11 +195,18 @@ def rls_fig2(scale: str, workdir: str) -> common.Result:
     "adam_mse": "Adam",
   }
   return _variants_target(
-    "rls_fig2", scale, workdir, presets, "RLS vs Adam, MSE loss (Fig. 2)"
+    "rls_fig2",
+    scale,
+    workdir,
+    presets,
+    "RLS vs Adam, MSE loss (Fig. 2)",
+    mode=mode,
   )
 
 
-def rls_fig3(scale: str, workdir: str) -> common.Result:
+def rls_fig3(
+  scale: str, workdir: str, mode: common.Mode = common.RUN
+) -> common.Result:
   """Fig. 3: the hybrid HRLS, HRLS+M, HRLS+M+R against Adam, cross-entropy."""
   presets = {
     "rls_hybrid": "HRLS",
@@ -207,11 +220,18 @@ def rls_fig3(scale: str, workdir: str) -> common.Result:
     workdir,
     presets,
     "RLS on hidden layers + Adam, cross-entropy (Fig. 3)",
+    mode=mode,
   )
 
 
 def _sweep_target(
-  name: str, field: str, symbol: str, scale: str, workdir: str, title: str
+  name: str,
+  field: str,
+  symbol: str,
+  scale: str,
+  workdir: str,
+  title: str,
+  mode: common.Mode = common.RUN,
 ) -> common.Result:
   """One curve per network with `field`s = SWEEP_VALUES (vmapped runs)."""
   out = os.path.join(workdir, name)
@@ -225,8 +245,8 @@ def _sweep_target(
       f"RLS {symbol} sweep",
       **{field + "s": SWEEP_VALUES},
     )
-    records, _, runs = common.run_curve(curve, out)
-    if plan.active() is not None:
+    records, _, runs = common.run_curve(curve, out, mode=mode)
+    if mode.planning:
       continue  # Measured, not trained: nothing to tabulate.
     groups[dataset] = []
     for value in SWEEP_VALUES:
@@ -246,14 +266,16 @@ def _sweep_target(
           **{field: value},
         )
       )
-  if plan.active() is not None:
+  if mode.planning:
     return common.Result(name, [], [])
   figure = _plot(groups, title, os.path.join(out, "figure.png"))
   files = [figure] + common.write_table(rows, os.path.join(out, "table"), title)
   return common.Result(name, files, rows)
 
 
-def rls_fig4(scale: str, workdir: str) -> common.Result:
+def rls_fig4(
+  scale: str, workdir: str, mode: common.Mode = common.RUN
+) -> common.Result:
   """Fig. 4: the ratio k in {0.01, 0.1, 1, 10}, RLS with MSE loss."""
   return _sweep_target(
     "rls_fig4",
@@ -262,10 +284,13 @@ def rls_fig4(scale: str, workdir: str) -> common.Result:
     scale,
     workdir,
     "Influence of the ratio k (Fig. 4)",
+    mode=mode,
   )
 
 
-def rls_fig5(scale: str, workdir: str) -> common.Result:
+def rls_fig5(
+  scale: str, workdir: str, mode: common.Mode = common.RUN
+) -> common.Result:
   """Fig. 5: the gradient scale η in {0.01, 0.1, 1, 10}, RLS with MSE."""
   return _sweep_target(
     "rls_fig5",
@@ -274,6 +299,7 @@ def rls_fig5(scale: str, workdir: str) -> common.Result:
     scale,
     workdir,
     "Influence of the gradient scale eta (Fig. 5)",
+    mode=mode,
   )
 
 
@@ -286,24 +312,30 @@ RUNTIME_PRESETS = (
 )
 
 
-def _runtime_configs(dataset: str, scale: str) -> dict:
+def _runtime_configs(
+  dataset: str, scale: str, mode: common.Mode = common.RUN
+) -> dict:
   """The `RUNTIME_PRESETS` of a dataset at a scale (with the global
   overrides, as every curve)."""
   suffix = "" if scale == "paper" else ",small"
   return {
-    preset: common.make_config(Curve(preset, dataset, {}, preset + suffix))
+    preset: common.make_config(
+      Curve(preset, dataset, {}, preset + suffix), mode=mode
+    )
     for preset in RUNTIME_PRESETS
   }
 
 
-def _runtime_rows(dataset: str, scale: str) -> list[dict]:
+def _runtime_rows(
+  dataset: str, scale: str, mode: common.Mode = common.RUN
+) -> list[dict]:
   """One row per preset: ms per step, the ratio to Adam on the same loss,
   Table I's predicted ratio and the paper's measured one."""
   from experiments.classifier import tasks  # pylint: disable=g-import-not-at-top
   from experiments.classifier import timing  # pylint: disable=g-import-not-at-top
 
   task = tasks.BY_NAME[dataset]
-  configs = _runtime_configs(dataset, scale)
+  configs = _runtime_configs(dataset, scale, mode=mode)
   seconds = timing.time_steps(
     task,
     configs,
@@ -331,12 +363,18 @@ def _runtime_rows(dataset: str, scale: str) -> list[dict]:
   return rows
 
 
-def rls_runtime(scale: str, workdir: str) -> common.Result:
+def rls_runtime(
+  scale: str, workdir: str, mode: common.Mode = common.RUN
+) -> common.Result:
   """Run time per step of RLS variants vs Adam, side by side, per network,
   next to Table I's FLOP prediction and the paper's ratios (1.1/1.4/1.1)."""
   out = os.path.join(workdir, "rls_runtime")
   os.makedirs(out, exist_ok=True)
-  rows = [row for dataset in DATASETS for row in _runtime_rows(dataset, scale)]
+  rows = [
+    row
+    for dataset in DATASETS
+    for row in _runtime_rows(dataset, scale, mode=mode)
+  ]
   files = common.write_table(
     rows,
     os.path.join(out, "table"),
@@ -345,7 +383,7 @@ def rls_runtime(scale: str, workdir: str) -> common.Result:
   return common.Result("rls_runtime", files, rows)
 
 
-TARGETS: dict[str, Callable[[str, str], common.Result]] = {
+TARGETS: dict[str, Callable[..., common.Result]] = {
   "rls_fig2": rls_fig2,
   "rls_fig3": rls_fig3,
   "rls_fig4": rls_fig4,

@@ -5,7 +5,7 @@
 # braintrace is never a dependency of this project.
 #
 #   bash scripts/peers/setup_braintrace.sh
-#   PYTHONPATH=. /work/peers/braintrace/bin/python scripts/bench_peers.py
+#   /work/peers/braintrace/bin/python -m scripts.bench_peers
 #
 # Versions: braintrace 0.2.6 needs Python >= 3.11 and pulls brainstate 0.5.4
 # and the newest jax; jax is pinned here to the version the project's own

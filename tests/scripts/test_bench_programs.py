@@ -2,20 +2,15 @@
 `bench_small_linalg.py`): their arithmetic and trace reading on synthetic
 inputs, and tiny end-to-end runs (slow). No timing is checked."""
 
-import importlib.util
+import importlib
 import json
-import pathlib
 
 import pytest
 
-_SCRIPTS = pathlib.Path(__file__).resolve().parents[2] / "scripts"
-
 
 def _load(name):
-  spec = importlib.util.spec_from_file_location(name, _SCRIPTS / f"{name}.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)  # Puts scripts/ on sys.path.
-  return module
+  """`scripts/NAME.py`, imported from the `scripts` package."""
+  return importlib.import_module(f"scripts.{name}")
 
 
 bench_seeds = _load("bench_seeds")

@@ -1,8 +1,5 @@
 """Properties of the benchmark's counters and fitter (no timing is checked)."""
 
-import importlib.util
-import pathlib
-
 import jax
 import numpy as np
 import pytest
@@ -10,14 +7,8 @@ import pytest
 from experiments.online.setup import init_params
 from rtrl import cells
 from rtrl import estimators
-
-_PATH = (
-  pathlib.Path(__file__).resolve().parents[2] / "scripts" / "bench_rtrl.py"
-)
-_SPEC = importlib.util.spec_from_file_location("bench_rtrl", _PATH)
-bench = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(bench)  # Puts scripts/ on sys.path.
-from _bench_lib import fit_exponent  # noqa: E402  pylint: disable=g-import-not-at-top
+from scripts import bench_rtrl as bench
+from scripts.benchlib.timing import fit_exponent
 
 
 @pytest.mark.parametrize("cell_name", ["rnn", "rhn", "lstm"])
@@ -98,9 +89,9 @@ def test_smoke_tiny_run(tmp_path, capsys):
 def test_roofline_floor_is_the_larger_of_flops_and_tangent_traffic():
   """UORO's step is bound by moving its tangent, OK's at n = 128 by its
   GEMMs; TBPTT has no tangent to move."""
-  from _bench_costs import flop_floor  # pylint: disable=g-import-not-at-top
-  from _bench_costs import memory_floor_bytes  # pylint: disable=g-import-not-at-top
-  from _bench_report import roofline_seconds  # pylint: disable=g-import-not-at-top
+  from scripts.benchlib.costs import flop_floor  # pylint: disable=g-import-not-at-top
+  from scripts.benchlib.costs import memory_floor_bytes  # pylint: disable=g-import-not-at-top
+  from scripts.benchlib.report import roofline_seconds  # pylint: disable=g-import-not-at-top
 
   cell = cells.RHN(128)
 
@@ -124,7 +115,7 @@ def test_bad_estimator_name_is_rejected():
 
 
 def test_generic_twins_follow_their_estimators():
-  from _bench_costs import methods  # pylint: disable=import-outside-toplevel
+  from scripts.benchlib.costs import methods  # pylint: disable=import-outside-toplevel
 
   assert methods(["uoro", "ok", "snap1"], [2], generic=True) == [
     ("uoro", None),

@@ -275,8 +275,11 @@ def test_rls_fig4_target_runs_all_networks(tmp_path, monkeypatch):
   from experiments.reproduce import common
   from experiments.reproduce import rls_paper
 
-  with common.overriding({"epochs": 1, "train_limit": 512, "test_limit": 500}):
-    result = rls_paper.rls_fig4("small", str(tmp_path))
+  result = rls_paper.rls_fig4(
+    "small",
+    str(tmp_path),
+    common.Mode({"epochs": 1, "train_limit": 512, "test_limit": 500}),
+  )
   assert len(result.table) == 3 * len(rls_paper.SWEEP_VALUES)
   assert all(0.0 <= row["test_accuracy_mean"] <= 1.0 for row in result.table)
   assert (tmp_path / "rls_fig4" / "figure.png").stat().st_size > 0

@@ -13,6 +13,7 @@ and which optimiser updates which parameters.
 import functools
 
 import flax.linen as nn
+from helpers import load_config
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,7 +21,6 @@ import optax
 import pytest
 
 from experiments.classifier import models
-from experiments.classifier import presets
 from experiments.classifier import training
 import rls
 
@@ -190,7 +190,7 @@ def test_stacked_lstm_capture_equals_hand_computation(x64):
 
 
 def imdb_config(optimizer, loss, **overrides):
-  config = presets.base_config(optimizer, loss)
+  config = load_config("imdb", "rls", optimizer=optimizer, loss=loss)
   config.clip_norm = 0.0  # Compare raw updates.
   config.update(overrides)
   return config
@@ -311,7 +311,7 @@ def test_eta_scales_hidden_layers_and_the_output_keeps_eta_one(x64):
   )
 
   def first_update(gradient_scale=None, **overrides):
-    config = presets.base_config("rls", "mse")
+    config = load_config("mnist", "rls")
     config.clip_norm = 0.0
     config.update(overrides)
     tx = training.make_optimizer(config, gradient_scale=gradient_scale)
@@ -377,7 +377,7 @@ def test_second_moment_option_runs_through_the_experiment_step():
   images = jnp.asarray(rng.normal(size=(8, 784)), jnp.float32)
   labels = jnp.asarray(rng.integers(0, 3, 8))
   params = model.init(jax.random.PRNGKey(0), images)["params"]
-  config = presets.base_config("rls", "mse")
+  config = load_config("mnist", "rls")
   config.update(
     input_statistics="second_moment", input_samples=8, momentum=0.5, l1=1e-5
   )

@@ -180,11 +180,8 @@ def test_p_keeps_only_the_mean_input_directions():
 
 
 def _load_script(name: str):
-  path = REPO_ROOT / "scripts" / f"{name}.py"
-  spec = importlib.util.spec_from_file_location(name, path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  """`scripts/NAME.py`, imported from the `scripts` package."""
+  return importlib.import_module(f"scripts.{name}")
 
 
 @pytest.mark.slow

@@ -8,9 +8,24 @@ import jax.numpy as jnp
 import ml_collections
 import pytest
 
-from experiments.loop import run_config
 from experiments.loop import runner
 from rtrl import linalg
+
+# The run loop's fields (every experiment's config lists them), at the
+# configs' values.
+RUN_FIELDS = dict(
+  num_seeds=1,
+  keep_checkpoints=2,
+  matmul_precision="highest",
+  skip_nonfinite_updates=False,
+  allow_config_change=False,
+  num_devices=0,
+  mesh_shape=(),
+  distributed=False,
+  coordinator_address="",
+  num_processes=1,
+  process_id=0,
+)
 
 
 def probe(tmp_path, **fields) -> list:
@@ -29,9 +44,13 @@ def probe(tmp_path, **fields) -> list:
     chunk_steps=1,
     summarize=lambda window: {},
   )
-  config = run_config.add_run_fields(
-    ml_collections.ConfigDict(
-      dict(seed=0, num_steps=2, log_every=1, checkpoint_every=2, **fields)
+  config = ml_collections.ConfigDict(
+    dict(
+      seed=0,
+      num_steps=2,
+      log_every=1,
+      checkpoint_every=2,
+      **{**RUN_FIELDS, **fields},
     )
   )
   runner.run(config, str(tmp_path), experiment, log=lambda message: None)

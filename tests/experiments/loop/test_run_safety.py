@@ -16,6 +16,7 @@ import sys
 import time
 
 from helpers import REPO_ROOT
+from helpers import load_config
 import numpy as np
 import pytest
 
@@ -258,22 +259,20 @@ def test_skip_nonfinite_updates_leaves_parameters_unchanged():
   nothing; the steps around it train as usual."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  import ml_collections  # pylint: disable=g-import-not-at-top
 
   from experiments.online import setup as online_setup  # pylint: disable=g-import-not-at-top
   from rtrl.tasks import copy_task  # pylint: disable=g-import-not-at-top
 
-  config = ml_collections.ConfigDict(
-    dict(
-      estimator="rtrl",
-      cell="rhn",
-      hidden_size=4,
-      rank=1,
-      truncation=1,
-      learning_rate=1e-2,
-      clip_norm=0.0,
-      skip_nonfinite_updates=True,
-    )
+  config = load_config(
+    "copy_task",
+    estimator="rtrl",
+    cell="rhn",
+    hidden_size=4,
+    rank=1,
+    truncation=1,
+    learning_rate=1e-2,
+    clip_norm=0.0,
+    skip_nonfinite_updates=True,
   )
   cell = online_setup.make_cell(config)
   trainer = online_setup.make_trainer(config, cell)

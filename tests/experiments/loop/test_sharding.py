@@ -27,9 +27,9 @@ import sys
 
 from conftest import shared_data_root
 from helpers import REPO_ROOT
+from helpers import load_config
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 
@@ -109,16 +109,15 @@ def test_ok_is_not_chaotic_under_one_ulp(x64):
 
   moved = {}
   for estimator in ("ok", "kf_avg"):
-    config = ml_collections.ConfigDict(
-      dict(
-        estimator=estimator,
-        rank=2,
-        cell="rhn",
-        hidden_size=4,
-        learning_rate=1e-2,
-        clip_norm=0.0,
-        truncation=1,
-      )
+    config = load_config(
+      "copy_task",
+      estimator=estimator,
+      rank=2,
+      cell="rhn",
+      hidden_size=4,
+      learning_rate=1e-2,
+      clip_norm=0.0,
+      truncation=1,
     )
     cell = online_setup.make_cell(config)
     trainer = online_setup.make_trainer(config, cell)

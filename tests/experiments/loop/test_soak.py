@@ -38,6 +38,7 @@ if str(REPO_ROOT) not in sys.path:  # for the script entry point
   sys.path.insert(0, str(REPO_ROOT))
 
 from experiments.loop import run_axes  # noqa: E402
+from experiments.loop.config_files import load_config  # noqa: E402
 from experiments.online import setup as online_setup  # noqa: E402
 from rtrl.readout import LOG2  # noqa: E402
 from rtrl.tasks import copy_task  # noqa: E402
@@ -63,18 +64,17 @@ def rss_mib() -> float:
 
 
 def soak_config(estimator: str) -> ml_collections.ConfigDict:
-  """The fields `experiments.online.setup` reads (the quick-start values,
-  RHN-16 instead of RHN-32)."""
-  return ml_collections.ConfigDict(
-    {
-      "estimator": estimator,
-      "rank": RANK,
-      "cell": "rhn",
-      "hidden_size": HIDDEN,
-      "learning_rate": LEARNING_RATE,
-      "clip_norm": 0.0,
-      "accumulate_steps": 1,
-    }
+  """The Copy task's config with the quick-start values (RHN-16 instead of
+  RHN-32)."""
+  return load_config(
+    "copy_task",
+    estimator=estimator,
+    rank=RANK,
+    cell="rhn",
+    hidden_size=HIDDEN,
+    learning_rate=LEARNING_RATE,
+    clip_norm=0.0,
+    accumulate_steps=1,
   )
 
 

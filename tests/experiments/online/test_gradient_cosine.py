@@ -26,6 +26,7 @@ from experiments.online import cosine_specs
 from experiments.online import cosine_tasks
 from experiments.online import ptb_experiment
 from experiments.online import setup as online_setup
+from rtrl import cells
 from rtrl import estimators
 from rtrl import online
 
@@ -70,7 +71,7 @@ def test_exact_full_rank_ok_and_independent_recomputation():
     data_state, chunk = next_chunk(data_state)
     chunks.append(chunk)
   chunk = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *chunks)
-  cell = online_setup.make_cell(config)
+  cell = cells.make(config.cell, config.hidden_size)  # As the tool builds it.
   frozen = {
     name: jax.jit(
       functools.partial(

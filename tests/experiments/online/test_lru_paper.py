@@ -199,3 +199,32 @@ def test_online_lru_learns_copy_with_the_papers_optimiser(tmp_path):
   copy_experiment.train(config, str(tmp_path))
   records = workdir_lib.read_metrics(str(tmp_path))
   assert records[-1]["curriculum_length"] >= 4, records
+
+
+@pytest.mark.parametrize("experiment", ["copy_task", "ptb"])
+def test_presets_write_out_lru_paper_py(experiment):
+  """The config files (pure data) restate experiments/online/lru_paper.py's
+  Table-1 settings; the two agree field by field."""
+  config = load_config(experiment, "lru_paper")
+  fields = lru_paper.online_lru_fields(
+    lru_paper.COPY_LEARNING_RATES, num_steps=config.num_steps
+  )
+  assert {k: config[k] for k in fields} == fields
+
+
+def test_seq_cifar_preset_writes_out_lru_paper_py():
+  config = load_config("seq_cifar", "lru_paper")
+  assert {k: config[k] for k in lru_paper.SCIFAR_NETWORK} == (
+    lru_paper.SCIFAR_NETWORK
+  )
+  assert config.batch_size == lru_paper.SCIFAR_BATCH_SIZE
+  assert config.learning_rates == lru_paper.SCIFAR_LEARNING_RATES
+  assert config.weight_decay == lru_paper.SCIFAR_WEIGHT_DECAY
+  assert config.num_seeds == lru_paper.SCIFAR_SEEDS
+  assert config.recurrence_learning_rate_factor == (
+    lru_paper.RECURRENCE_LEARNING_RATE_FACTOR
+  )
+  epoch_updates = config.warmup_updates // lru_paper.SCIFAR_WARMUP_EPOCHS
+  assert online_setup.total_updates(config) == (
+    lru_paper.SCIFAR_EPOCHS * epoch_updates
+  )

@@ -136,3 +136,20 @@ def test_tf1_adam_optimizer_feeds_adam_the_cell_gradient_over_batch(x64):
     np.testing.assert_allclose(a, b, rtol=1e-12)
   with pytest.raises(ValueError, match="config.optimizer"):
     online_setup.validate_trainer(load_config("ptb", optimizer="sgd"))
+
+
+def test_presets_write_out_official_py():
+  """The config files (pure data) restate experiments/online/official.py;
+  the two agree."""
+  copy, ptb = (load_config(e, "official") for e in ("copy_task", "ptb"))
+  for config in (copy, ptb):
+    assert config.learning_rate == official.LEARNING_RATE
+    assert config.init_stddev == official.INIT_STDDEV
+  assert copy.cell_clip_norm == official.batch_mean_clip(
+    official.COPY_CELL_CLIP, copy.batch_size
+  )
+  assert ptb.cell_clip_norm == official.batch_mean_clip(
+    official.PTB_CELL_CLIP, ptb.batch_size
+  )
+  assert load_config("ptb").cell_clip_norm == ptb.cell_clip_norm
+  assert ptb.reset_every == official.PTB_RESET_EVERY

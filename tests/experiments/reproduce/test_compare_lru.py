@@ -89,20 +89,21 @@ def test_stack_cosine_target_end_to_end(tmp_path, monkeypatch):
   # The target reads char-PTB the way a user's run does, through $DATA_DIR.
   monkeypatch.setenv("DATA_DIR", str(dataset_dir_or_skip("ptb").parent))
   monkeypatch.setattr(compare_lru, "DEPTHS", (1, 2))
-  with common.overriding(
-    dict(
-      hidden_size=4,
-      model_size=8,
-      num_steps=100,
-      eval_every=100,
-      checkpoint_every=100,
-      log_every=100,
-      eval_batch_size=64,
-    )
-  ):
-    result = reproduce.targets()["compare_lru_cosine"][1](
-      "small", str(tmp_path)
-    )
+  result = reproduce.targets()["compare_lru_cosine"][1](
+    "small",
+    str(tmp_path),
+    common.Mode(
+      dict(
+        hidden_size=4,
+        model_size=8,
+        num_steps=100,
+        eval_every=100,
+        checkpoint_every=100,
+        log_every=100,
+        eval_batch_size=64,
+      )
+    ),
+  )
   rows = json.loads(
     (tmp_path / "compare_lru_cosine" / "table.json").read_text()
   )

@@ -135,8 +135,9 @@ def test_plan_mode_trains_nothing_and_counts_run_steps(tmp_path):
       checkpoint_every=20,
     ),
   )
-  with plan.planning() as plans:
-    records, summary, runs = common.run_curve(curve, str(tmp_path))
+  mode = common.planning()
+  records, summary, runs = common.run_curve(curve, str(tmp_path), mode)
+  plans = mode.plans
   assert (records, summary) == ([], {})
   assert len(runs) == 4 and not os.listdir(tmp_path)
   (measured,) = plans

@@ -32,8 +32,7 @@ def test_compare_targets_in_plan_mode(tmp_path, monkeypatch):
   programs = {}
   for name in COMPARE_TARGETS:
     measured.clear()
-    with plan.planning():
-      reproduce.targets()[name][1]("small", str(tmp_path))
+    reproduce.targets()[name][1]("small", str(tmp_path), common.planning())
     programs[name] = list(measured)
   assert {name: [m[1] for m in p] for name, p in programs.items()} == {
     "compare_cosine": ["copy_task"] * 3 + ["gradient_cosine"] * 6,
@@ -84,12 +83,18 @@ def test_every_target_runs_in_plan_mode(tmp_path, monkeypatch):
   monkeypatch.setattr(
     plan, "measure", lambda label, experiment, config: measured.append(label)
   )
+
+  def trains(*args, **kwargs):
+    raise AssertionError("a target trained in plan mode")
+
+  # The mode reaches every curve: nothing trains, no cosine tool runs.
+  monkeypatch.setattr(common, "train", trains)
+  monkeypatch.setattr("experiments.online.cosine_experiment.run", trains)
   for name, (_, target) in reproduce.targets().items():
     if name == "rls_runtime":
       continue
     measured.clear()
-    with plan.planning():
-      target("paper", str(tmp_path / name))
+    target("paper", str(tmp_path / name), common.planning())
     assert measured, name
 
 
@@ -121,16 +126,16 @@ def test_a_killed_measurement_is_a_row_not_a_crash(tmp_path, monkeypatch):
       checkpoint_every=20,
     ),
   )
-  with plan.planning() as plans:
-    common.run_curve(curve, str(tmp_path))
-  (killed,) = plans
+  mode = common.planning()
+  common.run_curve(curve, str(tmp_path), mode)
+  (killed,) = mode.plans
   assert not killed.measured and math.isnan(killed.expected_seconds)
   assert f"killed by signal {int(signal.SIGKILL)} at" in killed.note
   assert killed.run_steps == 1000
   text = plan.table(
     "t",
     "paper",
-    plans + [plan.ProgramPlan("fine", "ptb", 1, 3600, 0.001, 100.0)],
+    mode.plans + [plan.ProgramPlan("fine", "ptb", 1, 3600, 0.001, 100.0)],
   )
   assert "| huge | copy_task | 1 | 1,000 | 1,000 | - |" in text
   assert "not measured: killed by signal 9" in text
@@ -160,9 +165,9 @@ def test_an_xla_out_of_memory_error_is_a_row_too(tmp_path, monkeypatch):
       checkpoint_every=20,
     ),
   )
-  with plan.planning() as plans:
-    common.run_curve(curve, str(tmp_path))
-  (row,) = plans
+  mode = common.planning()
+  common.run_curve(curve, str(tmp_path), mode)
+  (row,) = mode.plans
   assert not row.measured
   assert row.note.startswith("XLA out of memory allocating 45834286192 bytes")
 
@@ -184,5 +189,5 @@ def test_a_failing_measurement_still_raises(tmp_path, monkeypatch):
       checkpoint_every=20,
     ),
   )
-  with plan.planning(), pytest.raises(RuntimeError, match="broken experiment"):
-    common.run_curve(curve, str(tmp_path))
+  with pytest.raises(RuntimeError, match="broken experiment"):
+    common.run_curve(curve, str(tmp_path), common.planning())

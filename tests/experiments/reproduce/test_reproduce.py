@@ -120,7 +120,7 @@ def test_fig1_glue_on_synthetic_runs(tmp_path, monkeypatch):
   """Selection, figure and table of ok_fig1 on synthetic curve results: the
   learning rate with the best mean final T wins, per curve."""
 
-  def fake_run_curve(curve, workdir):
+  def fake_run_curve(curve, workdir, mode=common.RUN):
     os.makedirs(os.path.join(workdir, curve.dirname), exist_ok=True)
     runs = [
       {"seed": s, "learning_rate": lr}
@@ -162,8 +162,9 @@ def test_shrunken_fig1_end_to_end(tmp_path):
   shrink = dict(
     hidden_size=4, num_steps=800, log_every=400, checkpoint_every=800
   )
-  with common.overriding(shrink):
-    result = reproduce.targets()["ok_fig1"][1]("small", str(tmp_path))
+  result = reproduce.targets()["ok_fig1"][1](
+    "small", str(tmp_path), common.Mode(shrink)
+  )
   out = tmp_path / "ok_fig1"
   assert (out / "figure.png").exists() and (out / "table.md").exists()
   rows = json.loads((out / "table.json").read_text())
@@ -180,8 +181,7 @@ def test_shrunken_fig1_end_to_end(tmp_path):
   assert len(saved["runs"]) == 4 and saved["hidden_size"] == 4
   assert result.table == rows
   metrics_before = (out / "8-OK" / "metrics.jsonl").read_text()
-  with common.overriding(shrink):
-    reproduce.targets()["ok_fig1"][1]("small", str(tmp_path))
+  reproduce.targets()["ok_fig1"][1]("small", str(tmp_path), common.Mode(shrink))
   assert (out / "8-OK" / "metrics.jsonl").read_text() == metrics_before
 
 
@@ -192,7 +192,7 @@ def test_cosine_targets_write_figure_and_table(tmp_path, monkeypatch):
   from experiments.loop import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   from experiments.reproduce import cosine_figures  # pylint: disable=g-import-not-at-top
 
-  def fake_cosine(out, label, overrides):
+  def fake_cosine(out, label, overrides, mode=common.RUN):
     del overrides
     workdir = os.path.join(out, common.Curve(label, "", {}).dirname)
     os.makedirs(workdir, exist_ok=True)
@@ -249,8 +249,9 @@ def test_finished_curve_is_read_not_rerun(tmp_path, monkeypatch):
   records, summary, runs = common.run_curve(curve, str(tmp_path))
   assert not trained and summary["best_valid_bpc"] == [3.0]
   assert records[-1]["step"] == config.num_steps and runs == [{"seed": 0}]
-  with common.overriding({"num_steps": config.num_steps + 100}):
-    common.run_curve(curve, str(tmp_path))
+  common.run_curve(
+    curve, str(tmp_path), common.Mode({"num_steps": config.num_steps + 100})
+  )
   assert trained == [str(curve_dir)]
 
 
@@ -329,7 +330,7 @@ def test_compare_training_tables_on_synthetic_runs(tmp_path, monkeypatch):
   runs that diverged (a NaN loss at the end) and the program's median
   milliseconds per step without the first (compiling) record."""
 
-  def fake_run_curve(curve, workdir):
+  def fake_run_curve(curve, workdir, mode=common.RUN):
     os.makedirs(os.path.join(workdir, curve.dirname), exist_ok=True)
     runs = [{"seed": s, "learning_rate": 10**-2.5} for s in (0, 1)]
     broken = curve.label == "RFLO"
@@ -405,11 +406,11 @@ def test_compare_cosine_settings_figure_and_table(tmp_path, monkeypatch):
 
   settings, trained = [], []
 
-  def fake_cosine(out, label, overrides):
+  def fake_cosine(out, label, overrides, mode=common.RUN):
     settings.append((label, overrides))
     return _fake_cosine(out, label, overrides)
 
-  def fake_train(out, label, experiment, overrides, preset=""):
+  def fake_train(out, label, experiment, overrides, preset="", mode=common.RUN):
     trained.append((label, experiment, overrides, preset))
     return os.path.join(out, label)
 
@@ -468,8 +469,9 @@ def test_shrunken_compare_targets_end_to_end(name, tmp_path):
     truncation=5,
     repetitions=2,
   )
-  with common.overriding(shrink):
-    result = reproduce.targets()[name][1]("small", str(tmp_path))
+  result = reproduce.targets()[name][1](
+    "small", str(tmp_path), common.Mode(shrink)
+  )
   out = tmp_path / name
   assert (out / "figure.png").stat().st_size > 1000
   rows = json.loads((out / "table.json").read_text())

@@ -4,8 +4,6 @@ Jacobians)."""
 
 from __future__ import annotations
 
-from _bench_lib import compiled
-from _bench_lib import scan_steps
 import jax
 import jax.numpy as jnp
 
@@ -13,6 +11,8 @@ from rtrl import estimators
 from rtrl import kronecker
 from rtrl import online
 from rtrl import tangents
+from scripts.benchlib.timing import compiled
+from scripts.benchlib.timing import scan_steps
 
 
 def ok_pieces(cell, cell_params, chunk, rank, batch, steps):

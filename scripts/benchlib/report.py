@@ -4,16 +4,15 @@ ratios, and r-OK's overhead over r-KF-AVG."""
 
 from __future__ import annotations
 
-from _bench_costs import GENERIC_PREFIX
-from _bench_costs import PAPER_TEXT
-from _bench_costs import base_name
-from _bench_costs import flop_floor
-from _bench_lib import fit_exponent
-from _bench_lib import fmt_count
-from _bench_lib import fmt_ms
-
 from rtrl import cells
 from rtrl.tasks import copy_task
+from scripts.benchlib.costs import GENERIC_PREFIX
+from scripts.benchlib.costs import PAPER_TEXT
+from scripts.benchlib.costs import base_name
+from scripts.benchlib.costs import flop_floor
+from scripts.benchlib.timing import fit_exponent
+from scripts.benchlib.timing import fmt_count
+from scripts.benchlib.timing import fmt_ms
 
 
 def roofline_seconds(result, gflops, gbps) -> float:
