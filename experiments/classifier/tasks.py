@@ -87,7 +87,7 @@ def _mnist_arrays(config, dataset: dict) -> tuple[Arrays, Preprocess]:
 
 def _mnist_model(config):
   """`models.FNN`, or with ``model_api='nnx'`` the same network in NNX."""
-  api = config.get("model_api", "linen")
+  api = config.model_api
   if api == "nnx":
     from experiments.classifier import nnx_models  # Imports flax.nnx.
 

@@ -78,6 +78,7 @@ ADDED_FIELD_DEFAULTS = {
   "lru_r_min": 0.0,
   "lru_r_max": 0.99,
   "muon_adam_learning_rate": 1e-3,
+  "model_api": "linen",
 }
 
 

@@ -29,7 +29,6 @@ from helpers import copy_config
 from helpers import random_normal
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 
@@ -149,16 +148,8 @@ def _ok_runner(rank: int, hidden_size: int, batch: int, steps: int):
   from experiments.online import setup as online_setup  # pylint: disable=g-import-not-at-top
   from rtrl.tasks import copy_task  # pylint: disable=g-import-not-at-top
 
-  config = ml_collections.ConfigDict(
-    dict(
-      estimator="ok",
-      rank=rank,
-      cell="rhn",
-      hidden_size=hidden_size,
-      learning_rate=10**-2.5,
-      clip_norm=0.0,
-      truncation=1,
-    )
+  config = copy_config(
+    estimator="ok", rank=rank, cell="rhn", hidden_size=hidden_size
   )
   cell = online_setup.make_cell(config)
   vocab = copy_task.VOCAB_SIZE

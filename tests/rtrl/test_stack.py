@@ -125,7 +125,9 @@ def test_mixed_stack_learns_a_delayed_echo():
   """float32: a GRU under SnAp-1 below an RHN under 2-OK below an LRU
   block under exact RTRL, trained online with Adam, echo the input class of
   4 steps ago (4 classes, batch 16): the per-step loss falls from log 4 =
-  1.39 to below 0.5 nats over the last 200 of 1500 steps (fixed seed)."""
+  1.39 to below 0.5 nats over the last 200 of 1500 steps (fixed seed).
+  Adam at 1e-3 (0.02-0.13 nats over seeds 0-2): at 3e-3 the stack was
+  unstable, above or below 0.5 depending on r-OK's sampled signs."""
   gru, rhn, lru = (
     cells.GRU(hidden_size=16),
     cells.RHN(hidden_size=16),
@@ -137,7 +139,7 @@ def test_mixed_stack_learns_a_delayed_echo():
     stack.Layer(lru, estimators.make("rtrl", lru), heads.lru_block(16)),
   )
   classes, delay, steps, batch = 4, 4, 1500, 16
-  trainer = stack.make_stacked_online_trainer(layers, optax.adam(3e-3))
+  trainer = stack.make_stacked_online_trainer(layers, optax.adam(1e-3))
   key = jax.random.PRNGKey(0)
   params = stack.init_params(layers, key, classes, classes)
   symbols = jax.random.randint(
