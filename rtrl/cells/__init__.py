@@ -8,6 +8,9 @@ add one, subclass `Cell` with `num_gates`, `num_state_rows` and `_unit_map`
 
 Any other cell, written as a pure one-step function, is a `CustomCell`
 (`custom.py`): exact RTRL, UORO, SnAp-1 and BPTT serve it by autodiff.
+`from_flax(module)` (`flax_cells.py`) takes a Flax recurrent cell: Flax's
+built-in cells map exactly to Lemma-1 cells (`flax_forms.py`), any other
+becomes a `CustomCell`; `to_flax` gives trained params back.
 `LRU(state_size)` (`lru.py`) is the Linear Recurrent Unit's complex
 diagonal recurrence, whose exact RTRL is element-wise.
 """
@@ -20,6 +23,8 @@ from rtrl.cells.builtin import RHN
 from rtrl.cells.builtin import RNN
 from rtrl.cells.custom import CustomCell
 from rtrl.cells.custom import as_custom
+from rtrl.cells.flax_cells import from_flax
+from rtrl.cells.flax_cells import to_flax
 from rtrl.cells.lemma1 import Cell
 from rtrl.cells.lemma1 import Params
 from rtrl.cells.lemma1 import StepJacobians
@@ -54,5 +59,7 @@ __all__ = [
   "RNN",
   "StepJacobians",
   "as_custom",
+  "from_flax",
   "make",
+  "to_flax",
 ]
