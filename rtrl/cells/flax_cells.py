@@ -167,10 +167,10 @@ def _is_elementwise(fn: Callable) -> bool:
 
 def _exact_form(api: str, module: Any, kind: str) -> Cell | str:
   """The Lemma-1 cell for a built-in Flax cell, or why it has none."""
-  gate_fn = getattr(module, "gate_fn", None)
+  gate_fn = jax.nn.sigmoid if kind == "SimpleCell" else module.gate_fn
   activation_fn = module.activation_fn
   for arg, fn in (("gate_fn", gate_fn), ("activation_fn", activation_fn)):
-    if fn is not None and not _is_elementwise(fn):
+    if not _is_elementwise(fn):
       return (
         f"{arg}={getattr(fn, '__name__', fn)!r} is not element-wise; use an "
         f"element-wise {arg} for the exact Lemma-1 form"
@@ -430,8 +430,7 @@ def from_flax(
     )
   kind = _builtin_kind(api, module)
   if kind is not None and api == "linen" and input_size is None:
-    (path, _), _, _ = _gate_blocks(api, kind)[0]
-    input_size = _lookup(params, path).shape[0]  # the input kernel's rows
+    input_size = _input_kernel_rows(api, kind, params)
   why = None if exact_form else "exact_form=False"
   if kind is not None and exact_form:
     form = _exact_form(api, module, kind)
@@ -439,6 +438,13 @@ def from_flax(
       return form, {"W": _fused_weights(api, module, kind, params, input_size)}
     why = form
   return _autodiff_cell(api, module, params, input_size, initial_carry, why)
+
+
+def _input_kernel_rows(api: str, kind: str, params: Mapping) -> int:
+  """The input size a built-in cell's params were built for."""
+  x_ref = _gate_blocks(api, kind)[0][0]
+  assert x_ref is not None  # every cell's first gate reads x
+  return _lookup(params, x_ref[0]).shape[0]
 
 
 def _fused_weights(api, module, kind, params, input_size) -> jax.Array:
@@ -450,8 +456,7 @@ def _fused_weights(api, module, kind, params, input_size) -> jax.Array:
   else:
     n = module.features
   blocks = _gate_blocks(api, kind)
-  (path, _), _, _ = blocks[0]
-  found = _lookup(params, path).shape[0]
+  found = _input_kernel_rows(api, kind, params)
   if input_size is not None and input_size != found:
     raise ValueError(
       f"input_size ({input_size}) does not match the params of "
