@@ -24,6 +24,7 @@ from rtrl.cells.builtin import RNN
 from rtrl.cells.custom import CustomCell
 from rtrl.cells.custom import as_custom
 from rtrl.cells.flax_cells import from_flax
+from rtrl.cells.flax_cells import named_cell
 from rtrl.cells.flax_cells import to_flax
 from rtrl.cells.lemma1 import Cell
 from rtrl.cells.lemma1 import Params
@@ -34,10 +35,14 @@ CELLS = {"rnn": RNN, "rhn": RHN, "lstm": LSTM, "gru": GRU}
 
 
 def make(name: str, hidden_size: int, **kwargs) -> Cell | LRU:
-  """Builds a cell by name: one of `CELLS` ('rnn', 'rhn', 'lstm', 'gru'), or
+  """Builds a cell by name: one of `CELLS` ('rnn', 'rhn', 'lstm', 'gru'),
   'lru' with `hidden_size` complex units (`LRU(state_size=hidden_size)`,
-  whose readout sees the `2 hidden_size` vector `[Re h, Im h]`)."""
+  whose readout sees the `2 hidden_size` vector `[Re h, Im h]`), or a Flax
+  built-in cell as 'flax:nnx.GRUCell', 'flax:linen.LSTMCell', ...
+  (`named_cell`: its exact Lemma-1 form, Flax's initialisation)."""
   key = str(name).lower()
+  if key.startswith("flax:"):
+    return named_cell(str(name)[len("flax:") :], hidden_size, **kwargs)
   if key == "lru":
     return LRU(state_size=hidden_size, **kwargs)
   if key not in CELLS:
@@ -61,5 +66,6 @@ __all__ = [
   "as_custom",
   "from_flax",
   "make",
+  "named_cell",
   "to_flax",
 ]

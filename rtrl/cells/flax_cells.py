@@ -165,7 +165,9 @@ def _is_elementwise(fn: Callable) -> bool:
   return bool(jnp.allclose(out, single) and not jnp.any(off_diagonal != 0))
 
 
-def _exact_form(api: str, module: Any, kind: str) -> Cell | str:
+def _exact_form(
+  api: str, module: Any, kind: str, init_fn: Callable | None = None
+) -> Cell | str:
   """The Lemma-1 cell for a built-in Flax cell, or why it has none."""
   gate_fn = jax.nn.sigmoid if kind == "SimpleCell" else module.gate_fn
   activation_fn = module.activation_fn
@@ -177,12 +179,14 @@ def _exact_form(api: str, module: Any, kind: str) -> Cell | str:
       )
   n = module.hidden_features if api == "nnx" else module.features
   if kind == "SimpleCell":
-    return flax_forms.FlaxSimpleCell(n, activation_fn, module.residual)
+    return flax_forms.FlaxSimpleCell(
+      n, activation_fn, module.residual, init_fn=init_fn
+    )
   if kind == "GRUCell":
     return flax_forms.FlaxGRUCell(
-      n, gate_fn, activation_fn, recurrent_bias=api == "linen"
+      n, gate_fn, activation_fn, api == "linen", init_fn=init_fn
     )
-  return flax_forms.FlaxLSTMCell(n, gate_fn, activation_fn)
+  return flax_forms.FlaxLSTMCell(n, gate_fn, activation_fn, init_fn=init_fn)
 
 
 class _FlaxAutodiffCell(CustomCell):
@@ -499,4 +503,60 @@ def to_flax(module: Any, params: Any):
   return module
 
 
-__all__ = ["BUILTIN_CELLS", "from_flax", "to_flax"]
+def named_cell(name: str, hidden_size: int) -> Cell:
+  """Flax's built-in cell by name, in its exact Lemma-1 form.
+
+  What `rtrl.cells.make('flax:nnx.GRUCell', n)` (and the experiments'
+  `--config.cell=flax:nnx.GRUCell`) build: the cell with Flax's default
+  settings, whose `init(key, input_size)` is Flax's own initialisation of
+  that module, packed into `W`.
+
+  Args:
+    name: `'nnx.'` or `'linen.'` followed by one of `BUILTIN_CELLS`
+      (case-insensitive), e.g. `'nnx.GRUCell'`, `'linen.LSTMCell'`.
+    hidden_size: the number of hidden units.
+
+  Returns:
+    A `rtrl.cells.flax_forms` cell.
+
+  Raises:
+    ValueError: naming `name` when it is not such a cell.
+  """
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  import flax.linen as nn  # pylint: disable=g-import-not-at-top
+
+  hidden_size = validation.positive_int("hidden_size", hidden_size)
+  known = {
+    f"{api}.{kind}".lower(): (api, kind)
+    for api in ("nnx", "linen")
+    for kind in BUILTIN_CELLS
+  }
+  if str(name).lower() not in known:
+    spellings = [f"flax:{api}.{kind}" for api, kind in known.values()]
+    raise ValueError(f"cell must be one of {spellings}, got 'flax:{name}'")
+  api, kind = known[str(name).lower()]
+
+  def build(key, input_size):
+    dtype = jnp.asarray(0.0).dtype  # float64 under jax.enable_x64
+    if api == "nnx":
+      cls = getattr(nnx, kind)
+      return cls(input_size, hidden_size, param_dtype=dtype, rngs=nnx.Rngs(key))
+    module = getattr(nn, kind)(features=hidden_size, param_dtype=dtype)
+    carry = module.initialize_carry(key, (input_size,))
+    x = jnp.zeros((input_size,), dtype)
+    return module, module.init(key, carry, x)["params"]
+
+  def init(key, input_size):
+    built = build(key, validation.positive_int("input_size", input_size))
+    module, params = built if api == "linen" else (built, None)
+    return {"W": _fused_weights(api, module, kind, params, input_size)}
+
+  built = build(jax.random.PRNGKey(0), 1)
+  form = _exact_form(
+    api, built[0] if api == "linen" else built, kind, init_fn=init
+  )
+  assert isinstance(form, Cell)  # Flax's defaults are element-wise
+  return form
+
+
+__all__ = ["BUILTIN_CELLS", "from_flax", "named_cell", "to_flax"]

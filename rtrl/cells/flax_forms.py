@@ -21,13 +21,28 @@ import jax.numpy as jnp
 import numpy as np
 
 from rtrl.cells.lemma1 import Cell
+from rtrl.cells.lemma1 import Params
 
 
 def _name(fn: Callable) -> str:
   return getattr(fn, "__name__", repr(fn))
 
 
-class FlaxSimpleCell(Cell):
+class FlaxForm(Cell):
+  """A Lemma-1 cell standing for a Flax cell; `init_fn(key, input_size)`,
+  when given, replaces `Cell.init` (Flax's own initialisation, packed into
+  `W`: see `rtrl.cells.flax_cells.named_cell`)."""
+
+  init_fn: Callable | None = None
+
+  def init(self, key: jax.Array, input_size: int) -> Params:
+    """`init_fn(key, input_size)` if given, else `Cell.init`."""
+    if self.init_fn is None:
+      return super().init(key, input_size)
+    return self.init_fn(key, input_size)
+
+
+class FlaxSimpleCell(FlaxForm):
   """Flax's `SimpleCell`: `h' = act(x W_i + b_i + h W_h [+ h])`.
 
   One gate block; the `+ h` is Flax's `residual=True` (a direct path
@@ -37,6 +52,7 @@ class FlaxSimpleCell(Cell):
     hidden_size: `n`.
     activation_fn: Flax's `activation_fn`, element-wise (default tanh).
     residual: Flax's `residual`.
+    init_fn: replaces `Cell.init` when given (`FlaxForm`).
   """
 
   num_gates = 1
@@ -47,9 +63,11 @@ class FlaxSimpleCell(Cell):
     hidden_size: int,
     activation_fn: Callable = jnp.tanh,
     residual: bool = False,
+    init_fn: Callable | None = None,
   ):
     super().__init__(hidden_size)
     self.activation_fn, self.residual = activation_fn, bool(residual)
+    self.init_fn = init_fn
 
   def __repr__(self):
     return (
@@ -62,7 +80,7 @@ class FlaxSimpleCell(Cell):
     return self.activation_fn(pre)[None]
 
 
-class FlaxLSTMCell(Cell):
+class FlaxLSTMCell(FlaxForm):
   """Flax's `LSTMCell` and `OptimizedLSTMCell`, carry `(c, h)`:
 
       i = g(z_i), f = g(z_f), o = g(z_o), c' = f c + i act(z_g),
@@ -75,6 +93,7 @@ class FlaxLSTMCell(Cell):
     hidden_size: `n`.
     gate_fn: Flax's `gate_fn`, element-wise (default sigmoid).
     activation_fn: Flax's `activation_fn`, element-wise (default tanh).
+    init_fn: replaces `Cell.init` when given (`FlaxForm`).
   """
 
   num_gates = 4
@@ -86,9 +105,11 @@ class FlaxLSTMCell(Cell):
     hidden_size: int,
     gate_fn: Callable = jax.nn.sigmoid,
     activation_fn: Callable = jnp.tanh,
+    init_fn: Callable | None = None,
   ):
     super().__init__(hidden_size)
     self.gate_fn, self.activation_fn = gate_fn, activation_fn
+    self.init_fn = init_fn
 
   def __repr__(self):
     return (
@@ -103,7 +124,7 @@ class FlaxLSTMCell(Cell):
     return jnp.stack([c, gate(o) * act(c)])
 
 
-class FlaxGRUCell(Cell):
+class FlaxGRUCell(FlaxForm):
   """Flax's `GRUCell`:
 
       r = g(x W_ir + b_ir + h W_hr),   z = g(x W_iz + b_iz + h W_hz),
@@ -122,6 +143,7 @@ class FlaxGRUCell(Cell):
     gate_fn: Flax's `gate_fn`, element-wise (default sigmoid).
     activation_fn: Flax's `activation_fn`, element-wise (default tanh).
     recurrent_bias: whether the candidate's recurrent product has a bias.
+    init_fn: replaces `Cell.init` when given (`FlaxForm`).
   """
 
   num_gates = 4
@@ -133,10 +155,12 @@ class FlaxGRUCell(Cell):
     gate_fn: Callable = jax.nn.sigmoid,
     activation_fn: Callable = jnp.tanh,
     recurrent_bias: bool = True,
+    init_fn: Callable | None = None,
   ):
     super().__init__(hidden_size)
     self.gate_fn, self.activation_fn = gate_fn, activation_fn
     self.recurrent_bias = bool(recurrent_bias)
+    self.init_fn = init_fn
 
   def __repr__(self):
     return (

@@ -441,3 +441,24 @@ def test_non_parameter_state_that_changes_is_named(make, what, path):
     module, input_size=INPUT, initial_carry=jnp.zeros(N)
   )
   assert cell.hidden_size == N
+
+
+@pytest.mark.parametrize("name", ["nnx.GRUCell", "linen.LSTMCell"])
+def test_make_by_name_is_flax_initialisation(name, x64):
+  """`rtrl.cells.make('flax:' + name, n)`: the exact form, and its `init`
+  is the Flax module's own initialisation packed into `W`."""
+  cell = rtrl.cells.make(f"flax:{name}", N)
+  key = jax.random.PRNGKey(3)
+  w = cell.init(key, INPUT)["W"]
+  if name.startswith("nnx"):
+    module = nnx.GRUCell(INPUT, N, param_dtype=jnp.float64, rngs=nnx.Rngs(key))
+    _, want = rtrl.cells.from_flax(module)
+  else:
+    module = nn.LSTMCell(features=N, param_dtype=jnp.float64)
+    carry = module.initialize_carry(key, (INPUT,))
+    variables = module.init(key, carry, jnp.zeros(INPUT))
+    _, want = rtrl.cells.from_flax(module, params=variables["params"])
+  assert w.dtype == jnp.float64
+  np.testing.assert_array_equal(w, want["W"])
+  with pytest.raises(ValueError, match="cell must be one of"):
+    rtrl.cells.make("flax:nnx.Linear", N)
