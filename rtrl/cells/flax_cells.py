@@ -218,12 +218,30 @@ def _initial_carry(api: str, module: Any, input_size: int, initial_carry):
   return module.initialize_carry((input_size,), rngs=nnx.Rngs(0))
 
 
+# Linen's errors for a call that needs more than `{'params': ...}`.
+_LINEN_STATE_ERRORS = {
+  "InvalidRngError": "an RNG stream",
+  "ScopeCollectionNotFound": "a variable collection (batch statistics?)",
+  "ModifyScopeVariableError": "to change a variable collection",
+}
+
+
 def _check_call(call, params, carry, x, where: str):
   """The abstract `(carry', y)` of one call, or a ValueError naming
   `module` when the call is not `(carry, x) -> (carry, y)`."""
   try:
     out = jax.eval_shape(call, params, carry, x)
   except Exception as error:  # pylint: disable=broad-except
+    what = _LINEN_STATE_ERRORS.get(type(error).__name__)
+    if what is not None:
+      raise ValueError(
+        f"module ({where}) needs {what} besides params ({error}); the online "
+        f"trainers need the step to be a pure function of (params, carry, x)"
+        f": make that layer deterministic (e.g. nn.Dropout(deterministic="
+        f"True), nn.BatchNorm(use_running_average=True) with its statistics "
+        f"as constants), or write the step as an rtrl.cells.CustomCell that "
+        f"carries that state"
+      ) from error
     raise _not_a_cell(where, carry, x, error) from error
   if not (isinstance(out, (tuple, list)) and len(out) == 2):
     raise ValueError(
@@ -412,7 +430,8 @@ def from_flax(
       called as `(carry, x) -> (carry, y)`; a Linen cell without `params`
       or (not built in) without `input_size`; `params` given for an NNX
       module; an NNX module whose call changes its non-parameter state (an
-      RNG stream, batch statistics), naming the variable's path.
+      RNG stream, batch statistics), naming the variable's path; a Linen
+      cell whose call needs an RNG or a collection besides params.
   """
   api = _api(module)
   if api == "linen":

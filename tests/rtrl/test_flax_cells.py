@@ -462,3 +462,33 @@ def test_make_by_name_is_flax_initialisation(name, x64):
   np.testing.assert_array_equal(w, want["W"])
   with pytest.raises(ValueError, match="cell must be one of"):
     rtrl.cells.make("flax:nnx.Linear", N)
+
+
+class LinenDropoutCell(nn.Module):
+  @nn.compact
+  def __call__(self, h, x):
+    return nn.GRUCell(features=N)(h, nn.Dropout(0.5, deterministic=False)(x))
+
+
+class LinenBatchNormCell(nn.Module):
+  @nn.compact
+  def __call__(self, h, x):
+    x = nn.BatchNorm(use_running_average=False)(x[None])[0]
+    return nn.GRUCell(features=N)(h, x)
+
+
+@pytest.mark.parametrize(
+  "make, what",
+  [
+    (LinenDropoutCell, "an RNG stream.*Dropout_0"),
+    (LinenBatchNormCell, "a variable collection.*BatchNorm_0"),
+  ],
+)
+def test_linen_cell_that_needs_more_than_params_is_named(make, what):
+  module, h = make(), jnp.zeros(N)
+  keys = {"params": jax.random.PRNGKey(0), "dropout": jax.random.PRNGKey(1)}
+  variables = module.init(keys, h, jnp.ones(INPUT))
+  with pytest.raises(ValueError, match=f"linen.{make.__name__}.*{what}"):
+    rtrl.cells.from_flax(
+      module, params=variables["params"], input_size=INPUT, initial_carry=h
+    )
