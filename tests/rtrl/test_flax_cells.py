@@ -317,6 +317,8 @@ def test_user_nnx_cell_learns_online(name, x64):
   cell, cell_params = rtrl.cells.from_flax(module)
   assert isinstance(cell, rtrl.cells.CustomCell)
   assert cell.hidden_size == 8
+  h, y = cell.initial_state()  # y = 2 h' is no carry leaf: kept beside it
+  assert h.shape == y.shape == (8,)
   params = {
     "cell": cell_params,
     "readout": readout.init(jax.random.PRNGKey(1), 8, 2),
