@@ -8,6 +8,9 @@ add one, subclass `Cell` with `num_gates`, `num_state_rows` and `_unit_map`
 
 Any other cell, written as a pure one-step function, is a `CustomCell`
 (`custom.py`): exact RTRL, UORO, SnAp-1 and BPTT serve it by autodiff.
+`from_flax(module)` (`flax_cells.py`) takes a Flax recurrent cell: Flax's
+built-in cells map exactly to Lemma-1 cells (`flax_forms.py`), any other
+becomes a `CustomCell`; `to_flax` gives trained params back.
 `LRU(state_size)` (`lru.py`) is the Linear Recurrent Unit's complex
 diagonal recurrence, whose exact RTRL is element-wise.
 """
@@ -20,6 +23,9 @@ from rtrl.cells.builtin import RHN
 from rtrl.cells.builtin import RNN
 from rtrl.cells.custom import CustomCell
 from rtrl.cells.custom import as_custom
+from rtrl.cells.flax_cells import from_flax
+from rtrl.cells.flax_cells import named_cell
+from rtrl.cells.flax_cells import to_flax
 from rtrl.cells.lemma1 import Cell
 from rtrl.cells.lemma1 import Params
 from rtrl.cells.lemma1 import StepJacobians
@@ -29,10 +35,14 @@ CELLS = {"rnn": RNN, "rhn": RHN, "lstm": LSTM, "gru": GRU}
 
 
 def make(name: str, hidden_size: int, **kwargs) -> Cell | LRU:
-  """Builds a cell by name: one of `CELLS` ('rnn', 'rhn', 'lstm', 'gru'), or
+  """Builds a cell by name: one of `CELLS` ('rnn', 'rhn', 'lstm', 'gru'),
   'lru' with `hidden_size` complex units (`LRU(state_size=hidden_size)`,
-  whose readout sees the `2 hidden_size` vector `[Re h, Im h]`)."""
+  whose readout sees the `2 hidden_size` vector `[Re h, Im h]`), or a Flax
+  built-in cell as 'flax:nnx.GRUCell', 'flax:linen.LSTMCell', ...
+  (`named_cell`: its exact Lemma-1 form, Flax's initialisation)."""
   key = str(name).lower()
+  if key.startswith("flax:"):
+    return named_cell(str(name)[len("flax:") :], hidden_size, **kwargs)
   if key == "lru":
     return LRU(state_size=hidden_size, **kwargs)
   if key not in CELLS:
@@ -54,5 +64,8 @@ __all__ = [
   "RNN",
   "StepJacobians",
   "as_custom",
+  "from_flax",
   "make",
+  "named_cell",
+  "to_flax",
 ]
