@@ -70,10 +70,10 @@ from rls.alias import rls
 from rls.alias import scale_by_rls_with_momentum_and_l1
 from rls.alias import with_momentum_and_l1
 from rls.capture import RLS_INPUTS
-from rls.capture import layer_inputs
 from rls.capture import record_layer_input
 from rls.conventional import ScaleByRLSState
 from rls.conventional import scale_by_rls_conventional
+from rls.flax_capture import layer_inputs
 from rls.layers import LSTM
 from rls.layers import RNN
 from rls.layerwise import LayerInput

@@ -7,9 +7,9 @@ each ``nn.Dense`` and ``nn.Conv`` call, sows a `rls.LayerInput` into the
 turned into the ``layer_inputs`` tree that `rls.scale_by_rls` takes: it mirrors
 the params tree down to the layer.
 
-An ``nnx.Module`` given to `layer_inputs` is handled by `rls.capture_nnx`
-(imported only then), with the means, ``T``, ``time_axes`` and ``samples``
-of this file.
+`rls.layer_inputs` (`rls/flax_capture.py`) sends an ``nnx.Module`` to
+`rls.capture_nnx` (imported only then), which uses the means, ``T``,
+``time_axes`` and ``samples`` of this file.
 
 Recorded means exclude the bias 1 (the transformation appends it), are
 ``stop_gradient``-ed, and are at least float32.
@@ -21,7 +21,6 @@ from collections.abc import Callable, Mapping
 import contextlib
 import contextvars
 import math
-import sys
 from typing import Any
 
 import flax.linen as nn
@@ -321,96 +320,24 @@ def capture_options(time_axes: Mapping | None, samples: int):
   check_time_axes_applied(axes_by_path, applied)
 
 
-def layer_inputs(
-  model_or_apply_fn: Any,
+def linen_layer_inputs(
+  apply_fn: Callable[..., Any],
   *args,
   time_axes: Mapping | None = None,
   samples: int = 0,
   **kwargs,
 ) -> tuple[Any, Any]:
-  """Runs a Flax model and returns its outputs and every layer's mean input.
-
-  Two forms, told apart by the first argument:
-
-  * Linen: ``layer_inputs(model.apply, variables, *inputs)``, for unmodified
-    models built from ``nn.Dense``, ``nn.Conv`` (``feature_group_count=1``,
-    any strides, padding, dilations) and `rls.layers.RNN` /
-    `rls.layers.LSTM`; custom layers can call `record_layer_input`.
-  * NNX: ``layer_inputs(model, *inputs)`` for an ``nnx.Module`` built from
-    ``nnx.Linear``, ``nnx.Conv`` (``feature_group_count=1``) and recurrent
-    cells made of ``nnx.Linear`` (``nnx.LSTMCell``, ``OptimizedLSTMCell``,
-    ``GRUCell``, ``SimpleCell``), called step by step or under ``nnx.RNN``
-    (each cell layer's ``x̄`` over batch and time, ``T`` = the sequence
-    length). Layers must be called by the model itself, not inside an
-    ``nnx.scan`` / ``nnx.vmap`` of its own (a ValueError names them).
-
-  Get the loss gradient and the inputs in one forward pass by calling this
-  inside the loss function::
-
-    def loss_fn(params, x, y):
-      logits, xbar = rls.layer_inputs(model.apply, {'params': params}, x)
-      return loss(logits, y), xbar
-    (loss, xbar), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        params, x, y)
-
-  or, with NNX, ``nnx.value_and_grad(loss_fn, has_aux=True)(model, x, y)``
-  with ``logits, xbar = rls.layer_inputs(model, x)`` in ``loss_fn``, then
-  ``optimizer.update(model, grads, layer_inputs=xbar)``.
-
-  Args:
-    model_or_apply_fn: Linen: ``model.apply`` (or anything that forwards
-      ``mutable=`` to it). NNX: the ``nnx.Module`` itself.
-    *args: Linen: the variables, e.g. ``{'params': params}`` (an existing
-      ``'rls_inputs'`` collection is ignored), then the model's positional
-      inputs. NNX: the model's positional inputs.
-    time_axes: ``T_L`` of a ``Dense`` (or ``Conv``) applied over time, as an
-      output layer of sequence prediction is (eqs. 80-86): a mapping from the
-      layer's path (``'output'``, ``'block/Dense_0'``, ``'layers/0'`` or a
-      tuple of names) to the axis of its input that is time, e.g.
-      ``{'output': 1}`` for inputs ``(batch, time, features)``. That layer's
-      ``x̄`` is still the mean over batch and time, and its ``T`` becomes the
-      length of that axis (else 1). A path that records no Dense / Conv
-      input, or whose input has no such axis, is a ValueError naming it.
-      `rls.layers.RNN` / `LSTM` and ``nnx.RNN`` set their own ``T``.
-    samples: ``S > 0`` to also record, for `rls.second_moment`, up to ``S``
-      input rows of every Dense (its input rows) and Conv (unfolded patches
-      at sampled output positions, `input_samples.conv_sampled_patches`)
-      layer: entries are then `rls.input_samples.LayerInputSamples`. 0 (the
-      default): means only. `rls.layers.RNN` / `LSTM` record means only.
-    **kwargs: keyword arguments of the model. Linen: if ``mutable`` is given
-      the first result is ``(outputs, mutated_variables)``, as ``apply``
-      returns. NNX: state the model changes (batch statistics, RNG counts)
-      is written back to it, as a call would.
-
-  Returns:
-    ``(outputs, layer_inputs)``: ``layer_inputs`` is a nested dict that
-    mirrors the params down to each recorded layer, whose entry is a
-    `rls.LayerInput` ``(mean, steps)``: ``params['Dense_0']`` pairs with
-    ``layer_inputs['Dense_0']``, ``params['LSTM_0']['input']`` with
-    ``layer_inputs['LSTM_0']['input']``; for NNX, keys are those of
-    ``nnx.state(model, nnx.Param)`` (attribute names, list indices), e.g.
-    ``layer_inputs['layers'][0]``. Means are ``stop_gradient``-ed and
-    exclude the bias 1.
-
-  Raises:
-    ValueError: bad ``time_axes`` or ``samples``; for NNX, a layer called
-      inside a JAX transformation other than ``nnx.RNN`` within the model.
-  """
-  nnx = sys.modules.get("flax.nnx")  # Imported by whoever built an NNX model.
-  if nnx is not None and isinstance(model_or_apply_fn, nnx.Module):
-    from rls import capture_nnx  # Lazily: `import rls` stays without nnx.
-
-    with capture_options(time_axes, samples):
-      return capture_nnx.run_and_record(model_or_apply_fn, *args, **kwargs)
+  """`rls.layer_inputs` of a Linen model: ``(model.apply, variables,
+  *inputs)``, with the options and results documented there."""
   if not args or not isinstance(args[0], Mapping):
     raise ValueError(
       "layer_inputs takes (model.apply, variables, *inputs) for a Linen "
       "model or (model, *inputs) for an nnx.Module; got first arguments "
-      f"{type(model_or_apply_fn).__name__} and "
+      f"{type(apply_fn).__name__} and "
       f"{type(args[0]).__name__ if args else 'nothing'}."
     )
   with capture_options(time_axes, samples):
-    return _linen_layer_inputs(model_or_apply_fn, *args, **kwargs)
+    return _linen_layer_inputs(apply_fn, *args, **kwargs)
 
 
 def _linen_layer_inputs(
