@@ -96,13 +96,15 @@ def square_root_where_needed(
       return square_root.init(params)
     return conventional.init(params)
 
-  def update_fn(updates, state, params=None, **extra_args):
+  def update_fn(updates, state, params=None, *, layer_inputs=None, **extra):
     form = (
       square_root
       if isinstance(state, ScaleByRLSSquareRootState)
       else conventional
     )
-    return form.update(updates, state, params, **extra_args)
+    return form.update(
+      updates, state, params, layer_inputs=layer_inputs, **extra
+    )
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)
 
