@@ -223,17 +223,16 @@ def rls(
   References:
     Zhang et al., 2021, Algorithms 1 and 2, eqs. (63), (98)-(100).
   """
-  preconditioner = scale_by_rls(
+  direction = scale_by_rls_with_momentum_and_l1(
     forgetting_factor=forgetting_factor,
     ratio=ratio,
     gradient_scale=gradient_scale,
     init_scale=init_scale,
+    momentum=momentum,
+    l1=l1,
     passthrough=passthrough,
     square_root=square_root,
     input_statistics=input_statistics,
     second_moment_direction=second_moment_direction,
   )
-  return optax.chain(
-    with_momentum_and_l1(preconditioner, momentum, l1),
-    optax.scale_by_learning_rate(learning_rate),
-  )
+  return optax.chain(direction, optax.scale_by_learning_rate(learning_rate))
