@@ -9,6 +9,8 @@ References:
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -38,13 +40,16 @@ class RHN(Cell):
   transform `t = σ(z_1)`; `h' = t * c + (1 − t) * h` (carry gate `1 − t`).
   The transform bias starts at `transform_bias` (default −1) so that an
   untrained cell mostly carries its state, which helps memory tasks.
+  `sparsity`: `recurrent_mask` / `recurrent_density` / `mask_seed` (`Cell`).
   """
 
   num_gates = 2
   num_state_rows = 1
 
-  def __init__(self, hidden_size: int, transform_bias: float = -1.0):
-    super().__init__(hidden_size)
+  def __init__(
+    self, hidden_size: int, transform_bias: float = -1.0, **sparsity: Any
+  ):
+    super().__init__(hidden_size, **sparsity)
     self.transform_bias = float(transform_bias)
 
   def _gate_bias_init(self):
@@ -60,15 +65,18 @@ class LSTM(Cell):
   """LSTM with state `(c, h)` and gates `i, f, g, o` (this column order).
 
   `c' = σ(f) c + σ(i) tanh(g)`, `h' = σ(o) tanh(c')`. The forget bias starts
-  at `forget_bias` (default 1).
+  at `forget_bias` (default 1). `sparsity`: `recurrent_mask` /
+  `recurrent_density` / `mask_seed` (`Cell`).
   """
 
   num_gates = 4
   num_state_rows = 2
   hidden_row = 1
 
-  def __init__(self, hidden_size: int, forget_bias: float = 1.0):
-    super().__init__(hidden_size)
+  def __init__(
+    self, hidden_size: int, forget_bias: float = 1.0, **sparsity: Any
+  ):
+    super().__init__(hidden_size, **sparsity)
     self.forget_bias = float(forget_bias)
 
   def _gate_bias_init(self):
@@ -92,7 +100,7 @@ class GRU(Cell):
   Written so, the GRU is a Lemma-1 cell with four gate blocks (in this column
   order of `W`): `r`, `u`, `a = x W_xc + b_xc` and `b = h W_hc + b_hc`, with
   the unit map `h' = (1 − σ(z_u)) tanh(z_a + σ(z_r) z_b) + σ(z_u) h`.
-  `weight_mask` fixes the `h` rows of block `a` and the `x` rows of block `b`
+  `structural_mask` fixes the `h` rows of block `a` and the `x` rows of block `b`
   at zero, so the parameters are exactly the standard GRU's (both candidate
   biases included) and every estimator, the Kronecker-sum family too, serves
   it. The original GRU (Cho et al. 2014) resets `h` before the product,
@@ -103,7 +111,7 @@ class GRU(Cell):
   num_gates = 4
   num_state_rows = 1
 
-  def weight_mask(self, input_size: int):
+  def structural_mask(self, input_size: int):
     n = self.hidden_size
     mask = np.ones((input_size + n + 1, 4 * n), np.float32)
     mask[input_size : input_size + n, 2 * n : 3 * n] = 0.0  # a reads no h

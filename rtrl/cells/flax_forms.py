@@ -133,7 +133,7 @@ class FlaxGRUCell(FlaxForm):
 
   Four gate blocks (this column order of `W`): `r`, `z`, `a = x W_in + b_in`
   and `b = h W_hn + b_hn`, with the per-unit map
-  `h' = (1 - g(z_z)) act(z_a + g(z_r) z_b) + g(z_z) h`. `weight_mask` fixes
+  `h' = (1 - g(z_z)) act(z_a + g(z_r) z_b) + g(z_z) h`. `structural_mask` fixes
   the `h` rows of `a`, the `x` rows of `b` and, without `recurrent_bias`
   (`flax.nnx.GRUCell` has no `b_hn`; `flax.linen.GRUCell` has), the bias of
   `b` at zero.
@@ -169,7 +169,7 @@ class FlaxGRUCell(FlaxForm):
       f"recurrent_bias={self.recurrent_bias})"
     )
 
-  def weight_mask(self, input_size: int):
+  def structural_mask(self, input_size: int):
     n = self.hidden_size
     mask = np.ones((input_size + n + 1, 4 * n), np.float32)
     mask[input_size : input_size + n, 2 * n : 3 * n] = 0.0  # a reads no h

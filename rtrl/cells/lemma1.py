@@ -13,7 +13,10 @@ Internally a state is an `(S, hidden_size)` array of "state rows" (`S = 1` for
 column `k * hidden_size + j` of `W` feeds gate `k` of unit `j`.
 
 A cell may fix some entries of `W` at zero (`weight_mask`): the GRU's
-candidate gate reads `x` and `h` through separate blocks. The step then uses
+candidate gate reads `x` and `h` through separate blocks (`structural_mask`),
+and any cell may be given a sparse recurrence (`recurrent_mask (n, n)`, or
+`recurrent_density` with a seeded pattern; `rtrl.cells.recurrent_mask`),
+applied to every gate block of `W_h`. The step then uses
 `W ⊙ mask`, every Jacobian below is that of `W ⊙ mask`, and an estimator's
 gradient for `W` is masked the same way (`mask_gradient`), which keeps it an
 unbiased estimate of the masked model's gradient.
@@ -29,6 +32,9 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+from rtrl.cells import recurrent_mask as recurrent_mask_lib
 
 Params = dict  # {'W': (input_size + hidden_size + 1, K * hidden_size)}
 
@@ -70,17 +76,58 @@ def _check_positive_int(name: str, value: Any) -> int:
 
 class Cell:
   """Base class; subclasses define `num_gates`, `num_state_rows` and
-  `_unit_map(z_unit (K,), state_unit (S,)) -> (S,)`."""
+  `_unit_map(z_unit (K,), state_unit (S,)) -> (S,)`.
+
+  Args:
+    hidden_size: `n`, the number of hidden units.
+    recurrent_mask: optional `(n, n)` bool array, `M[j, i]` True when unit
+      `j`'s state feeds unit `i` (the orientation of `h @ W_h`), applied to
+      every gate block: a sparse recurrence kept through training.
+    recurrent_density: optional number in (0, 1], instead of a mask: that
+      fraction of the recurrent weights kept, at random positions drawn
+      from `mask_seed`.
+    mask_seed: the NumPy seed of `recurrent_density`'s pattern.
+  """
 
   num_gates: int = 1
   num_state_rows: int = 1
   hidden_row: int = 0  # which state row is `h` (fed back and read out)
+  recurrent_mask: np.ndarray | None = None  # (n, n) bool; None: dense
 
-  def __init__(self, hidden_size: int):
+  def __init__(
+    self,
+    hidden_size: int,
+    *,
+    recurrent_mask: Any = None,
+    recurrent_density: Any = None,
+    mask_seed: Any = 0,
+  ):
     self.hidden_size = _check_positive_int("hidden_size", hidden_size)
+    self.recurrent_mask = recurrent_mask_lib.resolve(
+      self.hidden_size, recurrent_mask, recurrent_density, mask_seed
+    )
+    self.recurrent_density = recurrent_density
+    self.mask_seed = mask_seed
 
   def __repr__(self):
-    return f"{type(self).__name__}(hidden_size={self.hidden_size})"
+    return f"{type(self).__name__}({self._repr_args()})"
+
+  def _repr_args(self) -> str:
+    args = f"hidden_size={self.hidden_size}"
+    if self.recurrent_mask is None:
+      return args
+    if self.recurrent_density is not None:
+      return (
+        f"{args}, recurrent_density={self.recurrent_density}, "
+        f"mask_seed={self.mask_seed}"
+      )
+    return f"{args}, recurrent_mask=<{int(self.recurrent_mask.sum())} kept>"
+
+  def num_recurrent_kept(self) -> int:
+    """The kept entries of the `(n, n)` recurrence (`n^2` when dense)."""
+    if self.recurrent_mask is None:
+      return self.hidden_size * self.hidden_size
+    return int(self.recurrent_mask.sum())
 
   # -- public API -----------------------------------------------------------
 
@@ -148,11 +195,28 @@ class Cell:
         f" for {self!r}, got {shape}"
       )
 
-  def weight_mask(self, input_size: int):
-    """`(input_size + n + 1, K n)` 0/1 array of the entries of `W` the cell
-    uses, or None when it uses them all (every cell but the GRU)."""
+  def structural_mask(self, input_size: int):
+    """`(input_size + n + 1, K n)` 0/1 array of the entries of `W` the
+    cell's equations use, or None when they use them all (every cell but
+    the GRU)."""
     del input_size
     return None
+
+  def weight_mask(self, input_size: int):
+    """`(input_size + n + 1, K n)` 0/1 array of the entries of `W` the cell
+    uses (`structural_mask` and the recurrent mask), or None when it uses
+    them all."""
+    mask = self.structural_mask(input_size)
+    if self.recurrent_mask is None:
+      return mask
+    n = self.hidden_size
+    if mask is None:
+      mask = np.ones((input_size + n + 1, self.num_gates * n), np.float32)
+    mask = np.array(mask, np.float32)
+    mask[input_size : input_size + n] *= recurrent_mask_lib.weight_rows(
+      self.recurrent_mask, self.num_gates
+    )
+    return mask
 
   def effective_weights(self, params: Params) -> jax.Array:
     """`W ⊙ weight_mask`: the matrix the step multiplies by."""
