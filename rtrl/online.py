@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import optax
 
 from rtrl import losses
+from rtrl import optim
 from rtrl import readout as readouts
 from rtrl import validation
 from rtrl.cells import Cell
@@ -228,7 +229,9 @@ def make_online_trainer(
   Args:
     cell: the recurrent cell.
     estimator: any `rtrl.estimators` estimator for `cell`.
-    optimizer: any optax transformation (e.g. `optax.adam(1e-3)`).
+    optimizer: any optax transformation (e.g. `optax.adam(1e-3)`); for a
+      cell with a `recurrent_mask`, followed by `rtrl.optim.masked_updates`
+      so that no entry off the mask moves.
     accumulate_steps: apply the (averaged) update every this many steps
       (`optax.MultiSteps`); 1 updates at every step.
     readout: an `rtrl.readout.Readout` matching `params['readout']`; None:
@@ -240,6 +243,14 @@ def make_online_trainer(
     A `Trainer`. `run` is jitted; `step` is pure and jittable.
   """
   readout, loss = readout_and_loss(readout, loss)
+  if getattr(cell, "recurrent_mask", None) is not None:
+    # A sparse cell stays sparse: no update off its mask (weight decay...).
+    optimizer = optax.chain(
+      optimizer,
+      optim.masked_updates(
+        lambda u: {**dict.fromkeys(u), "cell": cell.params_mask(u["cell"])}
+      ),
+    )
 
   def initial_states(params, key, batch_size):
     keys = jax.random.split(key, batch_size)
