@@ -243,14 +243,8 @@ def make_online_trainer(
     A `Trainer`. `run` is jitted; `step` is pure and jittable.
   """
   readout, loss = readout_and_loss(readout, loss)
-  if getattr(cell, "recurrent_mask", None) is not None:
-    # A sparse cell stays sparse: no update off its mask (weight decay...).
-    optimizer = optax.chain(
-      optimizer,
-      optim.masked_updates(
-        lambda u: {**dict.fromkeys(u), "cell": cell.params_mask(u["cell"])}
-      ),
-    )
+  # A sparse cell stays sparse: no update off its mask (weight decay...).
+  optimizer = optim.keep_recurrent_mask(optimizer, cell)
 
   def initial_states(params, key, batch_size):
     keys = jax.random.split(key, batch_size)

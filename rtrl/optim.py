@@ -168,3 +168,26 @@ def masked_updates(mask: Any) -> optax.GradientTransformation:
     return masked, state
 
   return optax.GradientTransformation(init, update)
+
+
+def keep_recurrent_mask(
+  optimizer: optax.GradientTransformation, cell: Any
+) -> optax.GradientTransformation:
+  """`optimizer` followed by `masked_updates` of `cell.params_mask` on the
+  trainers' `params['cell']` when `cell` has a `recurrent_mask`; else
+  `optimizer` itself (the same state structure: dense runs and their
+  checkpoints are unchanged). What `rtrl.make_online_trainer` and
+  `rtrl.make_tbptt_trainer` apply.
+
+  Args:
+    optimizer: any optax transformation of `{'cell': ..., ...}` params.
+    cell: the trained cell (any kind; only a sparse `rtrl.cells.Cell` has
+      a `recurrent_mask`).
+  """
+  if getattr(cell, "recurrent_mask", None) is None:
+    return optimizer
+
+  def masks(updates):
+    return {**dict.fromkeys(updates), "cell": cell.params_mask(updates["cell"])}
+
+  return optax.chain(optimizer, masked_updates(masks))

@@ -87,6 +87,11 @@ class Cell:
       fraction of the recurrent weights kept, at random positions drawn
       from `mask_seed`.
     mask_seed: the NumPy seed of `recurrent_density`'s pattern.
+
+  Attributes:
+    recurrent_mask: the `(n, n)` bool pattern, None for a dense recurrence.
+    has_direct_path: whether the unit map reads the old state (False for
+      the tanh `RNN`, on which RFLO is memoryless and warns).
   """
 
   num_gates: int = 1

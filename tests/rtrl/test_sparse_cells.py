@@ -330,6 +330,22 @@ def test_adamw_keeps_entries_off_the_mask(name):
   assert np.all(trained[kept(cell)] != before[kept(cell)])
 
 
+def test_tbptt_trainer_keeps_the_mask():
+  cell = sparse_cell("lstm")
+  params = _params_with_nonzero_off_mask(cell)
+  chunk = rtrl_problems.make_chunk(
+    np.random.default_rng(2), 6, B, INPUT, OUTPUTS, RESETS
+  )
+  trainer = rtrl.make_tbptt_trainer(
+    cell, optax.adamw(1e-2, weight_decay=0.5), truncation=3
+  )
+  state, _ = trainer.run(trainer.init(params, jax.random.PRNGKey(0), B), chunk)
+  before = np.asarray(params["cell"]["W"])
+  after = np.asarray(state.params["cell"]["W"])
+  np.testing.assert_array_equal(after[off_mask(cell)], before[off_mask(cell)])
+  assert np.all(after[kept(cell)] != before[kept(cell)])
+
+
 def test_dense_cell_trainer_state_is_unchanged():
   """A dense cell's trainer runs the optimiser as given: the same
   `opt_state` structure (existing checkpoints resume)."""
@@ -340,6 +356,7 @@ def test_dense_cell_trainer_state_is_unchanged():
     cell, estimators.make("rtrl", cell), optimizer
   )
   state = trainer.init(params, jax.random.PRNGKey(0), B)
+  assert optim.keep_recurrent_mask(optimizer, cell) is optimizer
   assert jax.tree_util.tree_structure(
     state.opt_state
   ) == jax.tree_util.tree_structure(optimizer.init(params))
