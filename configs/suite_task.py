@@ -10,6 +10,7 @@ suite mirrors; see docs/results/task_suite.md): a tanh RNN of 64 units, batch
   python -m experiments.suite_task --config configs/suite_task.py:anbn --workdir runs/suite_anbn
   python -m experiments.suite_task --config configs/suite_task.py:henon --workdir runs/suite_henon
   python -m experiments.suite_task --config configs/suite_task.py:lorenz --workdir runs/suite_lorenz
+  python -m experiments.suite_task --config configs/suite_task.py:mackey_glass --workdir runs/suite_mackey_glass
 
 The default (no preset) is `adding`. The task's settings are fields of
 `task_settings` (each preset lists all of its task's), e.g. the 40-step
@@ -34,7 +35,7 @@ Each record has `loss` (mean per weighted step, in the loss's units: ½
 squared error or nats) and the task metric under its name (`mse` per output
 entry, `accuracy`, or `sequences_solved`); the baseline each metric is set
 against is printed when the run starts (adding: 1/6; rotation: 1/8; copy:
-chance 1/8; aⁿbⁿ: 1/16 solved; Hénon and Lorenz: 1.0, the mean).
+chance 1/8; aⁿbⁿ: 1/16 solved; the chaotic series: 1.0, the mean).
 """
 
 import ml_collections
@@ -47,6 +48,7 @@ PRESETS = (
   "anbn",
   "henon",
   "lorenz",
+  "mackey_glass",
 )
 
 # Each task's settings at the peer's values (rtrl/tasks/<task>.py).
@@ -60,8 +62,9 @@ TASK_SETTINGS = {
   ),
   "henon": dict(sequence_length=200),
   "lorenz": dict(sample_every=2, sequence_length=200),
+  "mackey_glass": dict(sample_every=10, sequence_length=200),
 }
-SERIES = ("henon", "lorenz")
+SERIES = ("henon", "lorenz", "mackey_glass")
 
 
 def get_config(preset: str = "") -> ml_collections.ConfigDict:

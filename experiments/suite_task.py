@@ -1,5 +1,5 @@
 """Trains a recurrent network online on a task of the suite (adding,
-copy_memory, rotation, rotation_recall, anbn, henon, lorenz).
+copy_memory, rotation, rotation_recall, anbn, henon, lorenz, mackey_glass).
 
   python -m experiments.suite_task --config configs/suite_task.py:adding --workdir runs/suite_adding
   python -m experiments.suite_task --config configs/suite_task.py:henon --workdir runs/suite_henon --config.estimator=ok --config.rank=4

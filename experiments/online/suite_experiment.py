@@ -1,6 +1,6 @@
 """Trains a recurrent network online on a task of the suite
 (`rtrl.tasks.suite`: adding, copy_memory, rotation, rotation_recall, anbn,
-henon, lorenz).
+henon, lorenz, mackey_glass).
 
   python -m experiments.suite_task --config configs/suite_task.py:adding --workdir runs/suite_adding
 

@@ -54,6 +54,8 @@ The tasks, each in its own module with the peers' settings beside it
   henon            `rtrl.tasks.henon`: next x of the Hénon map; NMSE vs 1.
   lorenz           `rtrl.tasks.lorenz`: next x of the Lorenz system every
                    0.02 time units; NMSE vs 1 (last value: 0.0106).
+  mackey_glass     `rtrl.tasks.series`: next Mackey-Glass value a time unit
+                   later; NMSE vs 1 (last value: 0.021).
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ from rtrl.tasks import copy_memory as copy_memory_task
 from rtrl.tasks import henon as henon_task
 from rtrl.tasks import lorenz as lorenz_task
 from rtrl.tasks import rotation as rotation_task
+from rtrl.tasks import series as series_task
 from rtrl.tasks import task_metrics
 
 
@@ -240,6 +243,26 @@ def _lorenz(sample_every: int = 2, sequence_length: int = 200) -> SuiteTask:
   )
 
 
+def _mackey_glass(
+  sample_every: int = 10, sequence_length: int = 200
+) -> SuiteTask:
+  series_task.dynamical_streams.check_sequence_length(sequence_length)
+  validation.positive_int("sample_every", sample_every)
+  return SuiteTask(
+    name="mackey_glass",
+    input_size=1,
+    output_size=1,
+    loss=losses.squared_error,
+    readout="linear",
+    init_stream=series_task.stream_init,
+    chunk=lambda stream, num_steps: series_task.stream_chunk(
+      stream, num_steps, sample_every, sequence_length
+    ),
+    metric=task_metrics.mse(1.0, "predict the mean"),
+    settings={"sample_every": sample_every, "sequence_length": sequence_length},
+  )
+
+
 TASKS: dict[str, Callable[..., SuiteTask]] = {
   "adding": _adding,
   "copy_memory": _copy_memory,
@@ -248,6 +271,7 @@ TASKS: dict[str, Callable[..., SuiteTask]] = {
   "anbn": _anbn,
   "henon": _henon,
   "lorenz": _lorenz,
+  "mackey_glass": _mackey_glass,
 }
 
 

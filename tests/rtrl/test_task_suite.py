@@ -16,6 +16,7 @@ from rtrl.tasks import dynamical_streams
 from rtrl.tasks import henon
 from rtrl.tasks import lorenz
 from rtrl.tasks import rotation
+from rtrl.tasks import series
 from rtrl.tasks import suite
 from rtrl.tasks import task_metrics
 
@@ -352,6 +353,8 @@ BAD_SETTINGS = [
   ("anbn", dict(metric="bits"), "metric"),
   ("henon", dict(sequence_length=-1), "sequence_length"),
   ("lorenz", dict(sample_every=0), "sample_every"),
+  ("mackey_glass", dict(sample_every=0), "sample_every"),
+  ("mackey_glass", dict(sequence_length=1.5), "sequence_length"),
 ]
 
 
@@ -368,3 +371,26 @@ def test_bad_sizes_name_the_argument_for_every_stream(name):
     task.init_stream(KEY, 0)
   with pytest.raises(ValueError, match="num_steps"):
     task.chunk(task.init_stream(KEY, 2), 0)
+
+
+def test_mackey_glass_stream_continues_the_series():
+  """The streamed lanes' targets, over two chunks, are `mackey_glass`'s
+  samples for the same key; inputs are the previous samples."""
+  task = suite.make_task("mackey_glass", sample_every=3, sequence_length=5)
+  run = jax.jit(
+    lambda key: jax.lax.scan(
+      lambda stream, _: task.chunk(stream, 4),
+      task.init_stream(key, 2),
+      None,
+      length=2,
+    )[1]
+  )
+  chunks = run(KEY)
+  targets = np.asarray(chunks.targets).reshape(8, 2)
+  inputs = np.asarray(chunks.inputs).reshape(8, 2)
+  reference = np.asarray(series.mackey_glass(KEY, 2, 8, sample_every=3))
+  np.testing.assert_allclose(targets, reference, atol=1e-5)
+  np.testing.assert_allclose(inputs[1:], reference[:-1], atol=1e-5)
+  np.testing.assert_array_equal(
+    np.asarray(chunks.resets).reshape(8, 2)[:, 0], [1, 0, 0, 0, 0, 1, 0, 0]
+  )
