@@ -1,7 +1,8 @@
 """A task of the suite (rtrl/tasks/suite.py), trained online; one preset per
 task, each at sonaradarcn/sketched-rtrl's setting (the peer whose tables the
 suite mirrors; see docs/results/task_suite.md): a tanh RNN of 64 units, batch
-8, Adam at 1e-3, exact RTRL, 20,000 steps (15,000 for the chaotic series).
+8, Adam at 1e-3, exact RTRL, 20,000 steps (15,000 for the chaotic series,
+30,000 for rotation recall).
 
   python -m experiments.suite_task --config configs/suite_task.py:adding --workdir runs/suite_adding
   python -m experiments.suite_task --config configs/suite_task.py:copy_memory --workdir runs/suite_copy_memory
@@ -64,7 +65,17 @@ TASK_SETTINGS = {
   "lorenz": dict(sample_every=2, sequence_length=200),
   "mackey_glass": dict(sample_every=10, sequence_length=200),
 }
-SERIES = ("henon", "lorenz", "mackey_glass")
+# sketched-rtrl's steps per task (rtrl.tasks.suite.PEER_NUM_STEPS).
+NUM_STEPS = {
+  "adding": 20_000,
+  "copy_memory": 20_000,
+  "rotation": 20_000,
+  "rotation_recall": 30_000,
+  "anbn": 20_000,
+  "henon": 15_000,
+  "lorenz": 15_000,
+  "mackey_glass": 15_000,
+}
 
 
 def get_config(preset: str = "") -> ml_collections.ConfigDict:
@@ -114,7 +125,7 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   config.batch_size = 8
   config.seed = 0
   config.num_seeds = 1
-  config.num_steps = 15_000 if task in SERIES else 20_000
+  config.num_steps = NUM_STEPS[task]
   config.chunk_steps = 250
   config.log_every = 1000
   config.checkpoint_every = 5000

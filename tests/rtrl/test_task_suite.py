@@ -3,6 +3,7 @@ shapes, statistics and resets, generated inside jit and vmapped over keys;
 bad settings raise ValueErrors naming them; the metrics count what they
 claim across chunk boundaries."""
 
+from helpers import load_config
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -394,3 +395,16 @@ def test_mackey_glass_stream_continues_the_series():
   np.testing.assert_array_equal(
     np.asarray(chunks.resets).reshape(8, 2)[:, 0], [1, 0, 0, 0, 0, 1, 0, 0]
   )
+
+
+def test_presets_follow_the_peer_protocol():
+  """configs/suite_task.py has a preset per task at sketched-rtrl's
+  protocol and steps, with every setting of its task listed."""
+  for name in suite.names():
+    config = load_config("suite_task", name)
+    assert config.task == name
+    assert config.num_steps == suite.PEER_NUM_STEPS[name]
+    protocol = {key: config[key] for key in suite.PEER_PROTOCOL}
+    assert protocol == suite.PEER_PROTOCOL
+    task = suite.make_task(name, **dict(config.task_settings))
+    assert dict(config.task_settings) == task.settings
