@@ -67,6 +67,7 @@ def _lane_step(sample: Sampler, lane: EpisodeStream):
   then play its next step."""
   finished = lane.position >= lane.length
   key, draw_key = jax.random.split(lane.key)
+  # Drawn at every step and selected: under vmap a cond would be a select.
   fresh, fresh_length = sample(draw_key)
   episode = jax.tree_util.tree_map(
     lambda new, old: jnp.where(finished, new, old), fresh, lane.episode
