@@ -30,7 +30,6 @@ from experiments.loop import checks
 from experiments.loop import runner
 from experiments.online import setup as online_setup
 from rtrl.tasks import suite
-from rtrl.tasks import task_metrics
 
 
 def make_task(config) -> suite.SuiteTask:
@@ -158,12 +157,11 @@ def make_summarize(task: suite.SuiteTask):
       name: sum(float(m[name]) for m in window)
       for name in ("loss_sum", "weight_sum", "metric_sum", "metric_weight_sum")
     }
-    metric = task_metrics.MetricSums(
-      total["metric_sum"], total["metric_weight_sum"]
-    )
+    weight = total["metric_weight_sum"]
     return {
       "loss": total["loss_sum"] / max(total["weight_sum"], 1.0),
-      task.metric.name: float(task_metrics.value(metric)),
+      # The metric's ratio of sums (task_metrics.value) over the window.
+      task.metric.name: total["metric_sum"] / weight if weight else 0.0,
     }
 
   return summarize
