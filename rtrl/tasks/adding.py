@@ -24,8 +24,9 @@ Peers' settings (see docs/results/task_suite.md):
   last step only; all lanes reset together at each episode's first step; a
   tanh RNN of 64 units, batch 8, Adam 1e-3, 20,000 online steps; its metric
   is that MSE.
-- Le et al. 2015 use T = 150 .. 750 and report the same 0.167 baseline;
-  their marker placement was not checked here.
+- Le et al. 2015 (IRNN) run longer sequences; their lengths, marker
+  placement and quoted baseline were not checked here (the paper is not
+  among the shared papers).
 """
 
 from __future__ import annotations
