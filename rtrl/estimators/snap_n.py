@@ -26,7 +26,8 @@ one step is
     A[edge, s] = Σ_k' D[i_e, s, k'] W_h[i_e', k' n + i_e],
 
 the `H` terms times `jac.history` (the folded reset), the edge sum a
-segment sum over static indices. Memory `S P K E`, time
+gather per in-edge slot over static indices (`lax.scan` over the padded
+`in_edges`). Memory `S P K E`, time
 `~ (S^2 E + S edges) P K` per example and step: `E = n` and `edges = n`
 (the self-loops) at order 1, SnAp-1's pattern and cost; `E = n^2` and
 `edges = n^3` on a dense recurrence from order 2 on, exact RTRL's.
@@ -66,12 +67,19 @@ class SnapPattern(NamedTuple):
     edge_target: (edges,) the pair `e` each edge feeds, sorted.
     edge_source: (edges,) the pair `e'` it reads: same column unit, and
       `M[i_e', i_e]`.
+    in_edges: (E, d) the edges into each pair, padded with `edges` (no
+      edge) to `d`, the largest in-degree: the layout of the update's
+      gathers.
+    column_pairs: (n, r) the pairs of each column unit, padded with `E`
+      (no pair) to `r`, the largest `|R_j|`: the readout's gather.
   """
 
   unit: np.ndarray
   column_unit: np.ndarray
   edge_target: np.ndarray
   edge_source: np.ndarray
+  in_edges: np.ndarray
+  column_pairs: np.ndarray
 
   @property
   def num_pairs(self) -> int:
@@ -143,15 +151,30 @@ def snap_pattern(
     column_unit=column_unit,
     edge_target=edge_target.astype(np.int32),
     edge_source=sources[edge_target, feeder].astype(np.int32),
+    in_edges=_padded_groups(edge_target, unit.shape[0]),
+    column_pairs=_padded_groups(column_unit, n),
   )
+
+
+def _padded_groups(group: np.ndarray, num_groups: int) -> np.ndarray:
+  """`(num_groups, d)` int32: row `g` lists the indices `x` with
+  `group[x] == g` in order, then `len(group)` (none) up to the largest
+  group's size `d` (at least 1)."""
+  size = np.bincount(group, minlength=num_groups)
+  members = np.argsort(group, kind="stable")
+  first = np.cumsum(size) - size
+  slot = np.arange(group.shape[0]) - first[group[members]]
+  padded = np.full((num_groups, max(1, size.max())), group.shape[0], np.int32)
+  padded[group[members], slot] = members
+  return padded
 
 
 def _propagate(
   pattern: SnapPattern, influence: tuple, jac: StepJacobians, hidden_row: int
 ) -> tuple:
   """`H J` on the pattern, one `(E, P, K)` array per state row."""
-  n, _, num_gates = jac.D.shape
-  rows = range(len(influence))
+  n, num_rows, num_gates = jac.D.shape
+  rows = range(num_rows)
   direct = jac.history * jac.dfds[pattern.unit]  # (E, S, S)
   target_unit = pattern.unit[pattern.edge_target]
   source_unit = pattern.unit[pattern.edge_source]
@@ -161,17 +184,25 @@ def _propagate(
     jac.D[target_unit],
     weights[source_unit, :, target_unit],
   )  # (edges, S)
-  carried = influence[hidden_row][pattern.edge_source]  # (edges, P, K)
-  return tuple(
-    sum(direct[:, s, t, None, None] * influence[t] for t in rows)
-    + jax.ops.segment_sum(
-      through[:, s, None, None] * carried,
-      pattern.edge_target,
-      num_segments=pattern.num_pairs,
-      indices_are_sorted=True,
-    )
-    for s in rows
+  # The padding slots read pair 0 with coefficient 0.
+  through = jnp.concatenate([through, jnp.zeros((1, num_rows), through.dtype)])
+  sources = np.append(pattern.edge_source, 0)[pattern.in_edges]  # (E, d)
+  carried = influence[hidden_row]
+
+  def add_slot(acc, slot):
+    # One in-edge of every pair: a gather of `(E, P, K)` rows, no scatter
+    # (XLA:CPU's scatter-add was 10x slower: docs/benchmarks/estimators.md).
+    source, coefficient = slot  # (E,), (E, S)
+    picked = carried[source]
+    return tuple(
+      a + coefficient[:, s, None, None] * picked for s, a in enumerate(acc)
+    ), None
+
+  start = tuple(
+    sum(direct[:, s, t, None, None] * influence[t] for t in rows) for s in rows
   )
+  slots = (sources.T, jnp.moveaxis(through[pattern.in_edges], 1, 0))
+  return jax.lax.scan(add_slot, start, slots, unroll=8)[0]
 
 
 def _snap_n(
@@ -193,15 +224,29 @@ def _snap_n(
       for s, new in enumerate(propagated)
     )
 
-  def readout(influence, g):
-    per_pair = sum(
-      g[s][pattern.unit][:, None, None] * influence[s]
-      for s in range(len(influence))
-    )  # (E, P, K)
-    per_unit = jax.ops.segment_sum(
-      per_pair, pattern.column_unit, num_segments=cell.hidden_size
-    )  # (n, P, K)
+  def by_column_unit(per_pair):
+    """`(E, P, K)` -> `dL/dW (P, K n)`: the pairs of each column unit
+    summed (a padded gather, no scatter)."""
+    padded = jnp.concatenate([per_pair, jnp.zeros_like(per_pair[:1])])
+    per_unit = padded[pattern.column_pairs].sum(axis=1)  # (n, P, K)
     return jnp.transpose(per_unit, (1, 2, 0)).reshape(per_unit.shape[1], -1)
+
+  def readout(influence, g):
+    return by_column_unit(
+      sum(
+        g[s][pattern.unit][:, None, None] * influence[s]
+        for s in range(len(influence))
+      )
+    )
+
+  def batch_readout(influences, g):
+    # The batch contracted before the column sum: one gather per step.
+    return by_column_unit(
+      sum(
+        jnp.einsum("be,bepk->epk", g[:, s][:, pattern.unit], influences[s])
+        for s in range(len(influences))
+      )
+    )
 
   return base.build(
     "snap",
@@ -213,6 +258,7 @@ def _snap_n(
     routing=routing_lib.resolve(routing),
     jacobians_once=True,
     forget=base.forget_nothing,
+    batch_readout=batch_readout,
   )
 
 

@@ -210,3 +210,31 @@ def test_make_needs_order_and_a_lemma1_cell():
   estimator = estimators.make("snap", cells.RNN(4), order=2)
   assert (estimator.name, estimator.implementation) == ("snap", "snap")
   assert estimator.folds_reset
+
+
+def test_batch_gradient_equals_the_summed_per_example_gradients(x64):
+  cell = cells.make("lstm", N, **SPARSE)
+  estimator = estimators.snap(cell, order=2)
+  params, chunk = _problem(cell, seed=4)
+  cell_params = params["cell"]
+  keys = jax.random.split(jax.random.PRNGKey(0), B)
+  tstate = jax.vmap(estimator.init, in_axes=(None, None, 0))(
+    cell_params, cell.initial_state(), keys
+  )
+  state = online.broadcast_state(cell.initial_state(), B)
+  step = jax.vmap(estimator.step(cell_params))
+  for x in chunk.inputs[:4]:
+    tstate, state = step(tstate, state, x)
+  errors = jax.tree_util.tree_map(
+    lambda s: jax.random.normal(jax.random.PRNGKey(2), s.shape, s.dtype), state
+  )
+  per_example = jax.vmap(estimator.gradient, in_axes=(None, 0, 0))(
+    cell_params, tstate, errors
+  )["W"].sum(0)
+  assert np.abs(np.asarray(per_example)).max() > 1e-3  # not vacuous
+  np.testing.assert_allclose(
+    estimator.batch_gradient(cell_params, tstate, errors)["W"],
+    per_example,
+    rtol=1e-12,
+    atol=1e-14,
+  )
