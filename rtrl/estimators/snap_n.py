@@ -30,7 +30,8 @@ gather per in-edge slot over static indices (`lax.scan` over the padded
 `in_edges`). Memory `S P K E`, time
 `~ (S^2 E + S edges) P K` per example and step: `E = n` and `edges = n`
 (the self-loops) at order 1, SnAp-1's pattern and cost; `E = n^2` and
-`edges = n^3` on a dense recurrence from order 2 on, exact RTRL's.
+`edges = n^3` on a dense recurrence from order 2 on, exact RTRL's (`snap`
+then builds exact RTRL's dense code: nothing is dropped).
 
 SnAp-n is exact once every pair it drops has zero influence: when `n - 1`
 steps reach whatever the recurrence ever reaches (order above the mask
@@ -55,6 +56,7 @@ from rtrl.cells import Cell
 from rtrl.cells import StepJacobians
 from rtrl.cells import recurrent_mask as recurrent_mask_lib
 from rtrl.estimators import base
+from rtrl.estimators.exact import exact_rtrl
 
 
 class SnapPattern(NamedTuple):
@@ -205,10 +207,10 @@ def _propagate(
   return jax.lax.scan(add_slot, start, slots, unroll=8)[0]
 
 
-def _snap_n(
-  cell: Cell, order: int, routing: routing_lib.Routing | None
+def _sparse_snap(
+  cell: Cell, pattern: SnapPattern, routing: routing_lib.Routing | None
 ) -> base.Estimator:
-  pattern = snap_pattern(cell.recurrent_mask, cell.hidden_size, order)
+  """SnAp-n on `pattern`, in its sparse storage."""
 
   def zeros(params):
     p, k, s, _ = base.sizes(cell, params)
@@ -274,7 +276,11 @@ def snap(
   Deterministic, biased; exact once `order - 1` steps reach everything the
   recurrence reaches (above the mask graph's diameter; order 2 on a dense
   recurrence; any order on a diagonal one). `order=1` gives `snap1`'s
-  numbers (the name stays 'snap', `make`'s). Cost per example and step:
+  numbers (the name stays 'snap', `make`'s). Where the pattern keeps every
+  `(unit, column unit)` pair (every unit reaches every other within
+  `order - 1` steps: order >= 2 on a dense recurrence), nothing is dropped
+  and this is exact RTRL's code (`implementation='exact_rtrl'`), faster
+  than the sparse storage at full density. Cost per example and step:
   memory `S P K E`, time `~ (S^2 E + S edges) P K`, with `E` the kept pairs
   (`n` at order 1, up to `n^2`) and `edges` the recurrence's edges between
   them (up to `n^3`, exact RTRL's cost).
@@ -288,7 +294,8 @@ def snap(
       None: `Routing.auto()`.
 
   Returns:
-    The `Estimator` (`name='snap'`, `implementation='snap'`).
+    The `Estimator`: `name='snap'`, `implementation='snap'`
+    (`'exact_rtrl'` when the pattern is full).
 
   Raises:
     ValueError: `order` not an int >= 1, or a cell not in the Lemma-1 form.
@@ -300,7 +307,12 @@ def snap(
     custom_instead="autodiff_snap1 (order 1) or autodiff_rtrl (exact)",
     lru_instead="diagonal_rtrl (SnAp-n of a diagonal recurrence is exact)",
   )
-  return _snap_n(cell, order, routing)
+  pattern = snap_pattern(cell.recurrent_mask, cell.hidden_size, order)
+  if pattern.num_pairs == cell.hidden_size**2:
+    # Nothing dropped: exact RTRL, whose dense GEMM beats the gathers (7x
+    # at n = 64: docs/benchmarks/estimators.md).
+    return exact_rtrl(cell, routing=routing)._replace(name="snap")
+  return _sparse_snap(cell, pattern, routing)
 
 
 __all__ = ["SnapPattern", "check_order", "snap", "snap_pattern"]

@@ -56,17 +56,18 @@ def _entry(cell, estimator, params, chunk, batch_size):
 
 def measure_size(n, args) -> dict:
   """`{label: result}` for exact RTRL and each order at hidden size `n`."""
-  cell = cells.make(
-    args.cell, n, recurrent_density=args.density, mask_seed=args.mask_seed
+  cell = cells.CELLS[args.cell](
+    n, recurrent_density=args.density, mask_seed=args.mask_seed
   )
   params = init_params(cell, jax.random.PRNGKey(0), VOCAB, VOCAB)
   stream = copy_task.stream_init(jax.random.PRNGKey(3), args.batch_size, 16)
   chunk = copy_task.generate(stream, 10, args.steps)[1]
   entries, results = {}, {}
   # Exact RTRL, today's SnAp-1 (per-unit blocks), then SnAp-n.
-  methods = [("rtrl", None, {}), ("snap1", 1, {})] + [
-    (f"snap-{order}", order, {"order": order}) for order in args.snap_orders
-  ]
+  methods: list[tuple[str, int | None, dict]] = [
+    ("rtrl", None, {}),
+    ("snap1", 1, {}),
+  ] + [(f"snap-{order}", order, {"order": order}) for order in args.snap_orders]
   for tag, order, hparams in methods:
     estimator = estimators.make(tag.split("-")[0], cell, **hparams)
     entries[tag] = _entry(cell, estimator, params, chunk, args.batch_size)

@@ -3,7 +3,8 @@ Lemma-1 cells, in float64.
 
 * Order 1 is today's SnAp-1 (`snap1`), dense and sparse, resets included.
 * Order above the recurrence graph's diameter is exact RTRL (order 2 on a
-  dense recurrence), and every order is on a diagonal recurrence.
+  dense recurrence, where `snap` builds exact RTRL's code), and every
+  order is on a diagonal recurrence.
 * On a sparse 6-unit ring RNN the deviation from BPTT falls as the order
   grows and vanishes at order 6 (the ring's diameter is 5): the shape of
   braintrace's published ladder.
@@ -77,30 +78,71 @@ def test_order_one_equals_snap1(cell_name, sparsity, x64):
   )
 
 
+def _chain(n, self_loops=False):
+  """`(n, n)` bool: unit `j` feeds unit `j + 1` (no wrap: diameter
+  `n - 1`, and unit `j` never reaches a unit below it)."""
+  mask = np.eye(n, k=1, dtype=bool)
+  return mask | np.eye(n, dtype=bool) if self_loops else mask
+
+
+def _two_rings():
+  """Units 0-2 and 3-4 in two separate rings (diameter 2)."""
+  mask = np.zeros((N, N), bool)
+  mask[[0, 1, 2], [1, 2, 0]] = True
+  mask[[3, 4], [4, 3]] = True
+  return mask
+
+
+@pytest.mark.parametrize(
+  "cell_name, mask, order",
+  [
+    ("lstm", _chain(N), N),
+    ("gru", _chain(N, self_loops=True), N),
+    ("rhn", _two_rings(), 3),
+  ],
+)
+def test_order_above_diameter_is_exact_rtrl(cell_name, mask, order, x64):
+  """The kept pattern (not every pair: some units never reach others)
+  holds every nonzero influence, at every step."""
+  cell = cells.make(cell_name, N, recurrent_mask=mask)
+  estimator = estimators.make("snap", cell, order=order)
+  assert estimator.implementation == "snap"  # the sparse storage
+  params, chunk = _problem(cell, seed=1)
+  exact = _per_step(cell, estimators.exact_rtrl(cell), params, chunk)
+  np.testing.assert_allclose(
+    _per_step(cell, estimator, params, chunk), exact, rtol=1e-12, atol=1e-15
+  )
+  # ...and one order less is not: the test can fail.
+  below = _per_step(cell, estimators.snap(cell, order=order - 1), params, chunk)
+  assert rtrl_problems.rel_err(below, exact) > 1e-6
+
+
 @pytest.mark.parametrize(
   "cell_name, mask, order",
   [
     ("rnn", None, 2),
     ("rhn", None, 2),
-    ("lstm", None, 2),
+    ("lstm", None, 3),
     ("gru", None, 2),
-    ("lstm", _ring(N), N),  # diameter N - 1
-    ("gru", _ring(N, self_loops=True), N),
+    ("gru", _ring(N), N),  # diameter N - 1: every unit reaches every other
   ],
 )
-def test_order_above_diameter_is_exact_rtrl(cell_name, mask, order, x64):
+def test_a_full_pattern_is_exact_rtrl(cell_name, mask, order, x64):
+  """Every pair kept: `snap` builds exact RTRL's dense code, and the
+  sparse storage on the same pattern gives the same gradients."""
   cell = cells.make(cell_name, N, recurrent_mask=mask)
+  public = estimators.snap(cell, order=order)
+  assert (public.name, public.implementation) == ("snap", "exact_rtrl")
+  pattern = snap_n.snap_pattern(cell.recurrent_mask, N, order)
+  assert pattern.num_pairs == N * N
+  sparse = snap_n._sparse_snap(cell, pattern, None)  # pylint: disable=protected-access
   params, chunk = _problem(cell, seed=1)
-  exact = _per_step(cell, estimators.exact_rtrl(cell), params, chunk)
   np.testing.assert_allclose(
-    _per_step(cell, estimators.make("snap", cell, order=order), params, chunk),
-    exact,
+    _per_step(cell, sparse, params, chunk),
+    _per_step(cell, estimators.exact_rtrl(cell), params, chunk),
     rtol=1e-12,
     atol=1e-15,
   )
-  # ...and one order less is not: the test can fail.
-  below = _per_step(cell, estimators.snap(cell, order=order - 1), params, chunk)
-  assert rtrl_problems.rel_err(below, exact) > 1e-6
 
 
 @pytest.mark.parametrize("cell_name", ["rnn", "lstm"])
