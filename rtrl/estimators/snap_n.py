@@ -30,8 +30,8 @@ gather per in-edge slot over static indices (`lax.scan` over the padded
 `in_edges`). Memory `S P K E`, time
 `~ (S^2 E + S edges) P K` per example and step: `E = n` and `edges = n`
 (the self-loops) at order 1, SnAp-1's pattern and cost; `E = n^2` and
-`edges = n^3` on a dense recurrence from order 2 on, exact RTRL's (`snap`
-then builds exact RTRL's dense code: nothing is dropped).
+`edges = n^3` on a dense recurrence from order 2 on, exact RTRL's. For
+those two `snap` builds the faster code of `snap1` and `exact_rtrl`.
 
 SnAp-n is exact once every pair it drops has zero influence: when `n - 1`
 steps reach whatever the recurrence ever reaches (order above the mask
@@ -57,6 +57,7 @@ from rtrl.cells import StepJacobians
 from rtrl.cells import recurrent_mask as recurrent_mask_lib
 from rtrl.estimators import base
 from rtrl.estimators.exact import exact_rtrl
+from rtrl.estimators.snap import snap1
 
 
 class SnapPattern(NamedTuple):
@@ -275,12 +276,13 @@ def snap(
   stored sparsely (`E` kept `(unit, column unit)` pairs, `snap_pattern`).
   Deterministic, biased; exact once `order - 1` steps reach everything the
   recurrence reaches (above the mask graph's diameter; order 2 on a dense
-  recurrence; any order on a diagonal one). `order=1` gives `snap1`'s
-  numbers (the name stays 'snap', `make`'s). Where the pattern keeps every
-  `(unit, column unit)` pair (every unit reaches every other within
-  `order - 1` steps: order >= 2 on a dense recurrence), nothing is dropped
-  and this is exact RTRL's code (`implementation='exact_rtrl'`), faster
-  than the sparse storage at full density. Cost per example and step:
+  recurrence; any order on a diagonal one). Two patterns have faster
+  code, which `snap` builds (the name stays 'snap', `make`'s;
+  `implementation` says which code): order 1 is SnAp-1, `snap1`'s
+  per-unit blocks (`'snap1'`); a pattern keeping every `(unit, column
+  unit)` pair (every unit reaches every other within `order - 1` steps:
+  order >= 2 on a dense recurrence) drops nothing and is exact RTRL's
+  dense code (`'exact_rtrl'`). Cost per example and step:
   memory `S P K E`, time `~ (S^2 E + S edges) P K`, with `E` the kept pairs
   (`n` at order 1, up to `n^2`) and `edges` the recurrence's edges between
   them (up to `n^3`, exact RTRL's cost).
@@ -294,8 +296,8 @@ def snap(
       None: `Routing.auto()`.
 
   Returns:
-    The `Estimator`: `name='snap'`, `implementation='snap'`
-    (`'exact_rtrl'` when the pattern is full).
+    The `Estimator`: `name='snap'`, `implementation='snap'` (`'snap1'` at
+    order 1, `'exact_rtrl'` for a full pattern).
 
   Raises:
     ValueError: `order` not an int >= 1, or a cell not in the Lemma-1 form.
@@ -307,6 +309,8 @@ def snap(
     custom_instead="autodiff_snap1 (order 1) or autodiff_rtrl (exact)",
     lru_instead="diagonal_rtrl (SnAp-n of a diagonal recurrence is exact)",
   )
+  if order == 1:  # The unit-diagonal pattern: SnAp-1's per-unit blocks.
+    return snap1(cell, routing=routing)._replace(name="snap")
   pattern = snap_pattern(cell.recurrent_mask, cell.hidden_size, order)
   if pattern.num_pairs == cell.hidden_size**2:
     # Nothing dropped: exact RTRL, whose dense GEMM beats the gathers (7x

@@ -1,8 +1,8 @@
 """SnAp-n at several orders against exact RTRL on a sparse cell, measured
-side by side in one run (`bench_rtrl --snap_orders 1,2,3`; today's `snap1`
-beside them): the kept pairs and edges of each pattern, the tangent's
-floats, and the time per training step (`full`) and per tangent step alone
-(`core`), each over exact RTRL's.
+side by side in one run (`bench_rtrl --snap_orders 1,2,3`): the kept pairs
+and edges of each pattern, the tangent's floats, the time per training
+step (`full`) and per tangent step alone (`core`), each over exact RTRL's,
+and the code that ran (`Estimator.implementation`: `snap1`'s at order 1).
 """
 
 from __future__ import annotations
@@ -63,11 +63,9 @@ def measure_size(n, args) -> dict:
   stream = copy_task.stream_init(jax.random.PRNGKey(3), args.batch_size, 16)
   chunk = copy_task.generate(stream, 10, args.steps)[1]
   entries, results = {}, {}
-  # Exact RTRL, today's SnAp-1 (per-unit blocks), then SnAp-n.
-  methods: list[tuple[str, int | None, dict]] = [
-    ("rtrl", None, {}),
-    ("snap1", 1, {}),
-  ] + [(f"snap-{order}", order, {"order": order}) for order in args.snap_orders]
+  methods: list[tuple[str, int | None, dict]] = [("rtrl", None, {})] + [
+    (f"snap-{order}", order, {"order": order}) for order in args.snap_orders
+  ]
   for tag, order, hparams in methods:
     estimator = estimators.make(tag.split("-")[0], cell, **hparams)
     entries[tag] = _entry(cell, estimator, params, chunk, args.batch_size)
@@ -76,6 +74,7 @@ def measure_size(n, args) -> dict:
       "n": n,
       "pairs": pattern.num_pairs if pattern else n * n,
       "edges": pattern.num_edges if pattern else None,
+      "code": estimator.implementation,
       "mem": entries[tag]["mem"],
       "full": [],
       "core": [],
@@ -103,6 +102,7 @@ def report(all_results: dict) -> None:
     print(
       f"\nn={n}: {'method':<8}{'pairs':>8}{'edges':>9}{'floats':>9}"
       f"{'mem/rtrl':>10}{'full ms':>9}{'/rtrl':>7}{'core ms':>9}{'/rtrl':>7}"
+      "  code"
     )
     for tag, res in results.items():
       full, core = res["full"]["min"], res["core"]["min"]
@@ -112,6 +112,7 @@ def report(all_results: dict) -> None:
         f"{fmt_count(res['mem']):>9}{res['mem'] / exact['mem']:>10.3f}"
         f"{fmt_ms(full):>9}{full / exact['full']['min']:>7.2f}"
         f"{fmt_ms(core):>9}{core / exact['core']['min']:>7.2f}"
+        f"  {res['code']}"
       )
 
 

@@ -56,6 +56,13 @@ def _ring(n, self_loops=False):
 SPARSE = {"recurrent_density": 0.4, "mask_seed": 3}
 
 
+def _sparse(cell, order):
+  """SnAp-`order` in the sparse storage, whatever the pattern (`snap`
+  builds faster code for order 1 and for a full pattern)."""
+  pattern = snap_n.snap_pattern(cell.recurrent_mask, cell.hidden_size, order)
+  return snap_n._sparse_snap(cell, pattern, None)  # pylint: disable=protected-access
+
+
 @pytest.mark.parametrize(
   "cell_name, sparsity",
   [
@@ -68,10 +75,16 @@ SPARSE = {"recurrent_density": 0.4, "mask_seed": 3}
   ],
 )
 def test_order_one_equals_snap1(cell_name, sparsity, x64):
+  """`snap` builds `snap1`'s code at order 1; the sparse storage on the
+  order-1 pattern gives the same gradients."""
   cell = cells.make(cell_name, N, **sparsity)
+  public = estimators.snap(cell, order=1)
+  assert (public.name, public.implementation) == ("snap", "snap1")
+  sparse = _sparse(cell, 1)
+  assert sparse.implementation == "snap"
   params, chunk = _problem(cell)
   np.testing.assert_allclose(
-    _per_step(cell, estimators.snap(cell, order=1), params, chunk),
+    _per_step(cell, sparse, params, chunk),
     _per_step(cell, estimators.snap1(cell), params, chunk),
     rtol=1e-12,
     atol=1e-15,
@@ -133,9 +146,8 @@ def test_a_full_pattern_is_exact_rtrl(cell_name, mask, order, x64):
   cell = cells.make(cell_name, N, recurrent_mask=mask)
   public = estimators.snap(cell, order=order)
   assert (public.name, public.implementation) == ("snap", "exact_rtrl")
-  pattern = snap_n.snap_pattern(cell.recurrent_mask, N, order)
-  assert pattern.num_pairs == N * N
-  sparse = snap_n._sparse_snap(cell, pattern, None)  # pylint: disable=protected-access
+  assert snap_n.snap_pattern(cell.recurrent_mask, N, order).num_pairs == N**2
+  sparse = _sparse(cell, order)
   params, chunk = _problem(cell, seed=1)
   np.testing.assert_allclose(
     _per_step(cell, sparse, params, chunk),
@@ -152,7 +164,7 @@ def test_every_order_is_exact_on_a_diagonal_recurrence(cell_name, x64):
   exact = _per_step(cell, estimators.exact_rtrl(cell), params, chunk)
   for order in (1, 2, 3):
     np.testing.assert_allclose(
-      _per_step(cell, estimators.snap(cell, order=order), params, chunk),
+      _per_step(cell, _sparse(cell, order), params, chunk),
       exact,
       rtol=1e-12,
       atol=1e-15,
@@ -178,7 +190,7 @@ def test_deviation_from_bptt_falls_with_order_on_a_ring(x64):
   deviations = []
   for order in range(1, 7):
     total, reference = rtrl_problems.summed_online_and_bptt(
-      cell, estimators.snap(cell, order=order), params, chunk
+      cell, _sparse(cell, order), params, chunk
     )
     deviations.append(rtrl_problems.rel_err(total["W"], reference["W"]))
   assert all(a > 3 * b for a, b in zip(deviations[:4], deviations[1:5])), (
@@ -194,7 +206,7 @@ def test_influence_holds_exactly_the_kept_entries(cell_name, order):
   cell = cells.make(cell_name, 8, recurrent_density=0.15, mask_seed=1)
   params = cell.init(jax.random.PRNGKey(0), INPUT)
   tangent = (
-    estimators.snap(cell, order=order)
+    _sparse(cell, order)
     .init(params, cell.initial_state(), jax.random.PRNGKey(1))
     .tangent
   )
@@ -249,9 +261,18 @@ def test_make_needs_order_and_a_lemma1_cell():
     estimators.snap(cells.LRU(4), order=2)
   with pytest.raises(ValueError, match="autodiff_snap1"):
     estimators.snap(cells.as_custom(cells.RNN(4)), order=2)
-  estimator = estimators.make("snap", cells.RNN(4), order=2)
-  assert (estimator.name, estimator.implementation) == ("snap", "snap")
-  assert estimator.folds_reset
+  sparse = cells.RNN(4, recurrent_mask=_chain(4))
+  for cell, order, implementation in [
+    (sparse, 2, "snap"),
+    (sparse, 1, "snap1"),
+    (cells.RNN(4), 2, "exact_rtrl"),  # every pair kept
+  ]:
+    estimator = estimators.make("snap", cell, order=order)
+    assert (estimator.name, estimator.implementation) == (
+      "snap",
+      implementation,
+    )
+    assert estimator.folds_reset
 
 
 def test_batch_gradient_equals_the_summed_per_example_gradients(x64):

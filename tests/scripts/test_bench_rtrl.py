@@ -171,4 +171,4 @@ def test_smoke_snap_orders_run(capsys):
   )
   printed = capsys.readouterr().out
   assert "SnAp-n vs exact RTRL" in printed
-  assert "snap-2" in printed and "snap1" in printed and "mem/rtrl" in printed
+  assert "snap-2" in printed and "snap-1" in printed and "mem/rtrl" in printed
