@@ -27,11 +27,14 @@ one step is
 
 the `H` terms times `jac.history` (the folded reset), the edge sum a
 gather per in-edge slot over static indices (`lax.scan` over the padded
-`in_edges`). Memory `S P K E`, time
-`~ (S^2 E + S edges) P K` per example and step: `E = n` and `edges = n`
-(the self-loops) at order 1, SnAp-1's pattern and cost; `E = n^2` and
-`edges = n^3` on a dense recurrence from order 2 on, exact RTRL's. For
-those two `snap` builds the faster code of `snap1` and `exact_rtrl`.
+`in_edges`), and the gradient `dL/dW[p, k n + j] = Σ_s Σ_{e: j_e = j}
+g[s, i_e] J[s][e, p, k]` a padded gather per column unit.
+
+Memory `S P K E`, time `~ (S^2 E + S edges) P K` per example and step:
+`E = n` and `edges <= n` (the self-loops) at order 1, SnAp-1's pattern
+and cost; `E = n^2` and `edges = n^3` on a dense recurrence from order 2
+on, exact RTRL's. For those two `snap` builds the faster code of `snap1`
+and `exact_rtrl`.
 
 SnAp-n is exact once every pair it drops has zero influence: when `n - 1`
 steps reach whatever the recurrence ever reaches (order above the mask
