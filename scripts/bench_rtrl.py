@@ -25,6 +25,10 @@ run, each step's FLOP floor (its `H·A` GEMMs, plus OK's reduction GEMMs, at
 that throughput) is printed with the ratio full / floor, and the breakdown
 shows the H·A GEMM's own GFLOP/s as a percentage of the large matmul's.
 `--core` also times the tangent step alone (vmapped `estimator.step`).
+`--snap_orders 1,2,3` instead measures SnAp-n at those orders against exact
+RTRL on a sparse cell (`--density`, `--mask_seed`): kept pairs, edges,
+tangent floats and step times, each over exact RTRL's
+(`scripts/benchlib/snap_orders.py`).
 `--generic` adds, beside exact RTRL, UORO and SnAp-1, their generic autodiff
 twins (`generic-*`: the same cell wrapped by `cells.as_custom`, so served by
 `rtrl.estimators.autodiff`) and prints each twin's full step over the
@@ -42,6 +46,8 @@ Table 1's exponent) exceeds `--max_seconds` are skipped and listed.
       --ranks 8 --breakdown_sizes 256                          # PTB setting
   python -m scripts.bench_rtrl --cell lstm --estimators uoro,snap1,rflo,rtrl \
       --generic --breakdown_sizes none                        # issue 20
+  python -m scripts.bench_rtrl --snap_orders 1,2,3 --cell gru \
+      --density 0.1 --sizes 64,128 --batch_size 8 --steps 10  # issue 36
   python -m scripts.bench_rtrl --sizes 128 --steps 100 --repeats 1 \
       --breakdown_sizes none                                   # compile times
 """
@@ -78,6 +84,7 @@ from scripts.benchlib.ok_pieces import ok_pieces
 from scripts.benchlib.report import report
 from scripts.benchlib.report import report_generic
 from scripts.benchlib.report import report_overhead
+from scripts.benchlib.snap_orders import measure as measure_snap_orders
 from scripts.benchlib.timing import compiled
 from scripts.benchlib.timing import count_floats
 from scripts.benchlib.timing import load_average
@@ -310,6 +317,25 @@ def parse_args(argv):
     "snap1 on the cell wrapped by cells.as_custom) beside "
     "each analytic one",
   )
+  parser.add_argument(
+    "--snap_orders",
+    type=ints,
+    default=[],
+    help="SnAp-n orders to measure against exact RTRL on a sparse cell "
+    "(instead of the estimator table)",
+  )
+  parser.add_argument(
+    "--density",
+    type=float,
+    default=0.1,
+    help="--snap_orders: the cell's recurrent_density",
+  )
+  parser.add_argument(
+    "--mask_seed",
+    type=int,
+    default=0,
+    help="--snap_orders: the seed of the cell's sparsity pattern",
+  )
   parser.add_argument("--json", default=None, help="write all results here")
   parser.add_argument(
     "--cache_dir",
@@ -341,6 +367,10 @@ def parse_args(argv):
   for flag in ("batch_size", "steps", "repeats", "truncation"):
     if getattr(args, flag) < 1:
       parser.error(f"--{flag} must be positive")
+  if any(order < 1 for order in args.snap_orders):
+    parser.error("--snap_orders must be ints >= 1")
+  if not 0.0 < args.density <= 1.0:
+    parser.error("--density must be in (0, 1]")
   return args
 
 
@@ -383,6 +413,12 @@ def main(argv=None):
   if args.cache_dir:
     jax.config.update("jax_compilation_cache_dir", args.cache_dir)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  if args.snap_orders:
+    results = measure_snap_orders(args)
+    if args.json:
+      with open(args.json, "w") as f:
+        json.dump({"args": vars(args), "snap_orders": results}, f, indent=1)
+    return
   sizes = sorted(args.sizes)
   todo = methods(args.names, args.ranks, args.generic)
   tags = [label(m, args.truncation) for m in todo]

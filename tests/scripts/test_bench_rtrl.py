@@ -149,3 +149,26 @@ def test_smoke_generic_run(capsys):
   printed = capsys.readouterr().out
   assert "generic-snap1" in printed
   assert "generic (CustomCell, autodiff) / analytic full step" in printed
+
+
+@pytest.mark.slow
+def test_smoke_snap_orders_run(capsys):
+  bench.main(
+    [
+      "--snap_orders",
+      "1,2",
+      "--sizes",
+      "6",
+      "--density",
+      "0.3",
+      "--steps",
+      "2",
+      "--repeats",
+      "1",
+      "--batch_size",
+      "2",
+    ]
+  )
+  printed = capsys.readouterr().out
+  assert "SnAp-n vs exact RTRL" in printed
+  assert "snap-2" in printed and "snap-1" in printed and "mem/rtrl" in printed
