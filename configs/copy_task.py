@@ -54,12 +54,17 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
 
   # Model (experiments/online/setup.py): `num_layers` layers of `cell`
-  # (rnn | rhn | lstm | gru | lru), each followed by `head` (identity |
+  # (rnn | leaky_rnn | rhn | lstm | gru | lru), each followed by `head` (identity |
   # lru_block, with `model_size` outputs; 0: the cell's), and a readout.
   config.cell = "rhn"
   config.hidden_size = 32
   config.lru_r_min = 0.0  # an LRU's |λ| ring at initialisation
   config.lru_r_max = 0.99
+  # A sparse recurrence: this fraction of W_h kept (1: dense), drawn
+  # from mask_seed; leaky_rnn's leak α (h' = (1-α) h + α tanh(z)).
+  config.recurrent_density = 1.0
+  config.mask_seed = 0
+  config.leak = 0.1
   config.num_layers = 1
   config.head = "identity"
   config.model_size = 0
@@ -68,9 +73,10 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   config.init_stddev = 0.0  # > 0: every weight normal(0, it); 0: defaults
 
   # Estimator: rtrl, uoro, kf, kf_avg, kf_approx, ok, ok_biased, ktp,
-  # snap1, rflo (trained online), or tbptt.
+  # snap1, snap, sk_rtrl, rflo (trained online), or tbptt.
   config.estimator = "ok"
-  config.rank = 8  # kf_avg, kf_approx, ok, ok_biased, ktp
+  config.rank = 8  # kf_avg, kf_approx, ok, ok_biased, ktp, sk_rtrl
+  config.order = 2  # snap (SnAp-n's n)
   config.truncation = 20  # tbptt's horizon (divides chunk_steps)
 
   # Optimizer. adam (optax, on the batch-mean gradient) | tf1_adam (the

@@ -66,13 +66,18 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   epoch = steps_per_epoch(FULL_TRAIN_IMAGES, 32)  # 1,600,512 at batch 32
 
   # Model (experiments/online/setup.py): `num_layers` layers of `cell`
-  # (rnn | rhn | lstm | gru | lru), each followed by `head` (identity |
+  # (rnn | leaky_rnn | rhn | lstm | gru | lru), each followed by `head` (identity |
   # lru_block, with `model_size` outputs; 0: the cell's), and a readout.
   config.cell = "lru"
   config.hidden_size = 128  # the LRU's state size (complex units)
   # The LRU's |λ| ring at initialisation: the LRU papers' sCIFAR values.
   config.lru_r_min = 0.9
   config.lru_r_max = 0.999
+  # A sparse recurrence: this fraction of W_h kept (1: dense), drawn
+  # from mask_seed; leaky_rnn's leak α (h' = (1-α) h + α tanh(z)).
+  config.recurrent_density = 1.0
+  config.mask_seed = 0
+  config.leak = 0.1
   config.num_layers = 4
   config.head = "lru_block"
   config.model_size = 256
@@ -81,10 +86,11 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   config.init_stddev = 0.0  # 0: the cells' default initialisation
 
   # Estimator: rtrl, uoro, kf, kf_avg, kf_approx, ok, ok_biased, ktp,
-  # snap1, rflo (trained online), or tbptt. The TBPTT horizon divides 1024:
+  # snap1, snap, sk_rtrl, rflo (trained online), or tbptt. The TBPTT horizon divides 1024:
   # windows are aligned to images; 1024 is full BPTT over each.
   config.estimator = "rtrl"
-  config.rank = 8  # kf_avg, kf_approx, ok, ok_biased, ktp
+  config.rank = 8  # kf_avg, kf_approx, ok, ok_biased, ktp, sk_rtrl
+  config.order = 2  # snap (SnAp-n's n)
   config.truncation = PIXELS_PER_IMAGE
 
   # Optimizer: adam | tf1_adam.

@@ -90,12 +90,17 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   config.task_settings = ml_collections.ConfigDict(TASK_SETTINGS[task])
 
   # Model (experiments/online/setup.py): `num_layers` layers of `cell`
-  # (rnn | rhn | lstm | gru | lru), each followed by `head` (identity |
+  # (rnn | leaky_rnn | rhn | lstm | gru | lru), each followed by `head` (identity |
   # lru_block, with `model_size` outputs; 0: the cell's), and a readout.
   config.cell = "rnn"
   config.hidden_size = 64
   config.lru_r_min = 0.0
   config.lru_r_max = 0.99
+  # A sparse recurrence: this fraction of W_h kept (1: dense), drawn
+  # from mask_seed; leaky_rnn's leak α (h' = (1-α) h + α tanh(z)).
+  config.recurrent_density = 1.0
+  config.mask_seed = 0
+  config.leak = 0.1
   config.num_layers = 1
   config.head = "identity"
   config.model_size = 0
@@ -104,9 +109,10 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   config.init_stddev = 0.0  # > 0: every weight normal(0, it); 0: defaults
 
   # Estimator: rtrl, uoro, kf, kf_avg, kf_approx, ok, ok_biased, ktp,
-  # snap1, rflo (trained online), or tbptt.
+  # snap1, snap, sk_rtrl, rflo (trained online), or tbptt.
   config.estimator = "rtrl"
-  config.rank = 4  # kf_avg, kf_approx, ok, ok_biased, ktp
+  config.rank = 4  # kf_avg, kf_approx, ok, ok_biased, ktp, sk_rtrl
+  config.order = 2  # snap (SnAp-n's n)
   config.truncation = 25  # tbptt's window (divides chunk_steps)
 
   # Optimizer (as configs/copy_task.py).

@@ -79,6 +79,10 @@ ADDED_FIELD_DEFAULTS = {
   "lru_r_max": 0.99,
   "muon_adam_learning_rate": 1e-3,
   "model_api": "linen",
+  "recurrent_density": 1.0,
+  "mask_seed": 0,
+  "leak": 0.1,
+  "order": 2,
 }
 
 

@@ -5,10 +5,12 @@ algorithm, only the mapping from config fields to library objects. The
 fields (every one listed in `configs/{copy_task,ptb,seq_cifar}.py`):
 
 * `estimator`: a registered estimator (rtrl, uoro, kf, kf_avg, kf_approx,
-  ok, ok_biased, ktp, snap1, rflo) trained online, or tbptt; `rank` (for the
-  estimators that take one); `truncation`: the TBPTT horizon;
-* `cell` (rnn, rhn, lstm, gru or lru) with `hidden_size` units, an LRU's
-  |λ| ring `lru_r_min` .. `lru_r_max`; `readout`: linear, or
+  ok, ok_biased, ktp, snap1, snap, sk_rtrl, rflo) trained online, or tbptt;
+  `rank` (for the estimators that take one), `order` (snap's);
+  `truncation`: the TBPTT horizon;
+* `cell` (rnn, leaky_rnn, rhn, lstm, gru or lru) with `hidden_size` units,
+  an LRU's |λ| ring `lru_r_min` .. `lru_r_max`, a sparse recurrence
+  (`recurrent_density`, 1: dense; `mask_seed`), a leaky_rnn's `leak`; `readout`: linear, or
   feedback_alignment (RFLO's random feedback);
 * the stack: `num_layers` layers (`rtrl.stack`), each followed by `head`
   (identity, or lru_block with `model_size` outputs; 0: the cell's);
@@ -55,8 +57,12 @@ def validate_trainer(config) -> None:
     checks.multiple_of(
       config, "chunk_steps", config.truncation, "config.truncation"
     )
+  elif config.estimator == "sk_rtrl":  # rank 0 is SnAp-1
+    checks.nonnegative_ints(config, "rank")
   elif "rank" in estimators.hyperparameters(config.estimator):
     checks.positive_ints(config, "rank")
+  elif "order" in estimators.hyperparameters(config.estimator):
+    checks.positive_ints(config, "order")
   for rate in list(config.learning_rates) + [config.learning_rate]:
     validation.positive_number("config.learning_rate(s)", rate)
   if config.optimizer not in OPTIMIZERS:
@@ -146,11 +152,23 @@ def make_head(config, cell) -> heads.Head:
 def _one_cell(config):
   """`config.cell` with `config.hidden_size` units; an LRU's |λ| ring from
   `config.lru_r_min` / `config.lru_r_max` (the LRU papers' sCIFAR ring is
-  0.9 .. 0.999)."""
-  ring = dict(r_min=config.lru_r_min, r_max=config.lru_r_max)
-  return cells.make(
-    config.cell, config.hidden_size, **(ring if config.cell == "lru" else {})
-  )
+  0.9 .. 0.999); a Lemma-1 cell's sparse recurrence from
+  `config.recurrent_density` (1: dense) and `config.mask_seed`; a
+  leaky_rnn's `config.leak`."""
+  if config.cell == "lru":
+    ring = dict(r_min=config.lru_r_min, r_max=config.lru_r_max)
+    return cells.make(config.cell, config.hidden_size, **ring)
+  options: dict[str, Any] = {}
+  if config.recurrent_density != 1.0:
+    options.update(
+      recurrent_density=config.recurrent_density, mask_seed=config.mask_seed
+    )
+  if config.cell == "leaky_rnn":
+    options["leak"] = config.leak
+  try:
+    return cells.make(config.cell, config.hidden_size, **options)
+  except ValueError as error:  # name the config field, not the argument
+    raise ValueError(f"config: {error}") from None
 
 
 def make_cell(config):
@@ -220,9 +238,9 @@ def init_params(
 
 
 def make_estimator(config, cell) -> estimators.Estimator:
-  """`config.estimator` with its hyper-parameter `config.rank` where it
-  takes one."""
-  known = {"rank": config.rank}
+  """`config.estimator` with its hyper-parameter (`config.rank`, or
+  `config.order` for snap) where it takes one."""
+  known = {"rank": config.rank, "order": config.order}
   wanted = estimators.hyperparameters(config.estimator)
   if set(wanted) - set(known):
     raise ValueError(
@@ -358,8 +376,12 @@ def describe(config) -> str:
     name = f"tbptt-{config.truncation}"
   elif "rank" in estimators.hyperparameters(config.estimator):
     name = f"{config.rank}-{config.estimator}"
+  elif "order" in estimators.hyperparameters(config.estimator):
+    name = f"{config.estimator}-{config.order}"
   else:
     name = config.estimator
+  if config.cell != "lru" and config.recurrent_density != 1.0:
+    name += f" (density {config.recurrent_density:g})"
   if is_stacked(config):
     name += f" x {config.num_layers} layers ({config.head})"
   return name
