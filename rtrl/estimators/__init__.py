@@ -13,14 +13,16 @@ and its hyper-parameters:
                   the Kronecker-sum family (`kronecker_sum.py`)
   ktp             the Kronecker triple product (`ktp.py`)
   snap1, rflo     SnAp-1 and RFLO, Lemma-1 cells (`snap.py`)
+  sk_rtrl         SK-RTRL: SnAp-1 plus a certified rank-r sketch of the
+                  rest, Lemma-1 cells (`sk_rtrl.py`)
   autodiff_snap1  SnAp-1 for any cell, by autodiff
 
 The Lemma-1 factories take `routing=` (an `rtrl.routing.Routing`: the
 speed choices, resolved when the estimator is built). `make(name, cell,
 **hparams)` is the same by registry name, for configs: names
 (`names()`) 'rtrl', 'uoro', 'kf', 'kf_avg', 'kf_approx', 'ok',
-'ok_biased', 'ktp', 'snap1', 'rflo'; `hyperparameters(name)` says which
-keyword arguments each takes, as declared in `registry.py`.
+'ok_biased', 'ktp', 'snap1', 'rflo', 'sk_rtrl'; `hyperparameters(name)`
+says which keyword arguments each takes, as declared in `registry.py`.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from rtrl.estimators.registry import hyperparameters
 from rtrl.estimators.registry import make
 from rtrl.estimators.registry import names
 from rtrl.estimators.registry import spec
+from rtrl.estimators.sk_rtrl import sk_rtrl
 from rtrl.estimators.snap import rflo
 from rtrl.estimators.snap import snap1
 from rtrl.estimators.uoro import uoro
@@ -63,6 +66,7 @@ FACTORIES = (
   "ktp",
   "snap1",
   "rflo",
+  "sk_rtrl",
   "autodiff_snap1",
 )
 
@@ -80,6 +84,7 @@ __all__ = [
   "ktp",
   "snap1",
   "rflo",
+  "sk_rtrl",
   "autodiff_snap1",
   "Estimator",
   "EstimatorSpec",

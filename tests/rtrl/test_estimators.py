@@ -44,7 +44,9 @@ UNBIASED = {
   "ktp": {"rank": 2},
   "kf_approx": {"rank": 2},
 }
-ALL_APPROXIMATIONS = dict(UNBIASED, ok_biased={"rank": 2}, snap1={}, rflo={})
+ALL_APPROXIMATIONS = dict(
+  UNBIASED, ok_biased={"rank": 2}, snap1={}, rflo={}, sk_rtrl={"rank": 2}
+)
 
 
 def z_critical(num_entries: int, alpha: float = FAMILY_WISE_FAILURE) -> float:
@@ -408,6 +410,16 @@ def _cancelling_tangent(name, tangent, rng):
   if name == "uoro":
     s, p = tangent
     return jnp.zeros_like(s), rand_like(p)
+  if name == "sk_rtrl":
+    # rank 2: l ⊗ r + (-l) ⊗ r == 0, a rank-deficient right factor.
+    left, right = (
+      rand_like(tangent.left[:, 0]),
+      rand_like(tangent.right[..., 0]),
+    )
+    return jax.tree_util.tree_map(jnp.zeros_like, tangent)._replace(
+      left=jnp.stack([left, -left], axis=-1),
+      right=jnp.stack([right, right], axis=-1),
+    )
   if name in ("snap1", "rflo"):  # deterministic arrays: nothing to cancel
     return jax.tree_util.tree_map(jnp.zeros_like, tangent)
   raise AssertionError(name)
@@ -486,6 +498,8 @@ def test_degenerate_cases_stay_finite(cell_name):
 # ---------------------------------------------------------------------------
 
 RANKED = ("kf_avg", "ok", "ok_biased", "ktp", "kf_approx")
+# Rank 0 is meaningful (SnAp-1): its bad ranks are in test_sk_rtrl.py.
+RANKED_FROM_ZERO = ("sk_rtrl",)
 
 
 @pytest.mark.parametrize("name", RANKED)
@@ -552,16 +566,17 @@ def test_misspelled_hparam_raises():
 
 
 def test_registry_knows_which_estimators_take_rank():
-  """`hyperparameters` reads the registry: exactly RANKED take `rank`."""
+  """`hyperparameters` reads the registry: exactly RANKED and
+  RANKED_FROM_ZERO take `rank`."""
   assert {
     name
     for name in estimators.names()
     if estimators.hyperparameters(name) == ("rank",)
-  } == set(RANKED)
+  } == set(RANKED) | set(RANKED_FROM_ZERO)
   assert all(
     estimators.hyperparameters(name) == ()
     for name in estimators.names()
-    if name not in RANKED
+    if name not in RANKED + RANKED_FROM_ZERO
   )
   with pytest.raises(ValueError, match="estimator must be one of"):
     estimators.hyperparameters("bogus")

@@ -30,6 +30,7 @@ FOLDING = {
   "ktp": {"rank": 2},
   "snap1": {},
   "rflo": {},
+  "sk_rtrl": {"rank": 2},
 }
 
 
