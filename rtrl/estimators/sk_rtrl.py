@@ -39,10 +39,17 @@ bounds `|E|_F` at every step. The gradient's error at a step is
 (SK-RTRL is deterministic, so bias is all its error) is known as it is
 computed (`Estimator.metrics` reports `e` as `'certificate'`).
 
+`ρ̄` is cheap (`O(n^2)`) but loose for a dense `H`: `e` compounds by it
+every step, so it is informative where `ρ̄ < 1` (contractive dynamics,
+the paper's clipped recurrent weights, short episodes: a reset restarts it
+at 0) and valid but astronomically large elsewhere
+(docs/benchmarks/sk_rtrl.md).
+
 `r = 0` keeps no sketch: SnAp-1 exactly (`e` then bounds SnAp-1's
 error). `r = S n` skips the pre-projection (`c = S n`) and keeps every
 singular value: exact RTRL, `e = 0` (Corollary 3 of the paper). Between,
-`c = min(S n, max(4, ⌈r / 4⌉))`, the paper's default.
+`c` is `preprojection_rank`, by default the paper's
+`min(S n, max(4, ⌈r / 4⌉))`.
 
 References:
   "Certified Low-Rank Real-Time Recurrent Learning for Dense Recurrent
@@ -104,12 +111,30 @@ def check_sketch_rank(cell: Cell, rank) -> int:
   return rank
 
 
-def append_width(rank: int, state_size: int) -> int:
-  """`c`, the columns of the new residual kept by the pre-projection: all
-  `S n` at full rank (exact), else the paper's `max(4, ⌈r / 4⌉)`."""
+def append_width(cell: Cell, rank: int, preprojection_rank) -> int:
+  """`c`, the columns of each step's new residual the pre-projection keeps:
+  all `S n` at full rank (exact); else `preprojection_rank`, or where None
+  the paper's `max(4, ⌈r / 4⌉)` (at most `S n`).
+
+  Raises:
+    ValueError: `preprojection_rank` not None or an int in `[1, S n]`.
+  """
+  state_size = cell.num_state_rows * cell.hidden_size
+  if preprojection_rank is not None and (
+    isinstance(preprojection_rank, bool)
+    or not isinstance(preprojection_rank, int)
+    or not 1 <= preprojection_rank <= state_size
+  ):
+    raise ValueError(
+      f"preprojection_rank of estimator 'sk_rtrl' must be None or an int "
+      f"in [1, {state_size}] (the state size S n of {cell!r}), got "
+      f"{preprojection_rank!r}"
+    )
   if rank == state_size:
     return state_size
-  return min(state_size, max(4, math.ceil(rank / 4)))
+  if preprojection_rank is None:
+    return min(state_size, max(4, math.ceil(rank / 4)))
+  return preprojection_rank
 
 
 def snap1_blocks_update(
@@ -204,7 +229,11 @@ def sketch_update(
 
 
 def sk_rtrl(
-  cell: Cell, *, rank: int, routing: routing_lib.Routing | None = None
+  cell: Cell,
+  *,
+  rank: int,
+  preprojection_rank: int | None = None,
+  routing: routing_lib.Routing | None = None,
 ) -> base.Estimator:
   """SK-RTRL ("Certified Low-Rank Real-Time Recurrent Learning for Dense
   Recurrent Neural Networks", under review, 2026) for a Lemma-1 cell.
@@ -215,12 +244,14 @@ def sk_rtrl(
   running certificate `e >= |J - Ĵ|_F` (module docstring: the equations).
   Deterministic and biased for `0 <= rank < S n`; its gradient error at a
   step is at most `|dL/dstate|_2 e` (`metrics(tstate)['certificate']` is
-  `e`). `rank=0` is `snap1`, `rank = S n` (`n` for RNN/RHN/GRU, `2 n` for
+  `e`; it compounds by a bound on `|H|_2` and is informative only on
+  contractive dynamics). `rank=0` is `snap1`, `rank = S n` (`n` for RNN/RHN/GRU, `2 n` for
   the LSTM) exact RTRL with `e = 0`. Its unbiased counterpart at a rank is
   r-OK (`ok`, an optimal unbiased Kronecker sum), its biased one r-B-OK.
 
   Cost per example and step (`P = input_size + n + 1`, `K` gates, `S`
-  state rows, `c = max(4, ⌈r / 4⌉)`): memory `S P K n + P K n r + S n r
+  state rows, `c` the pre-projection rank, `max(4, ⌈r / 4⌉)` by
+  default): memory `S P K n + P K n r + S n r
   ~ (S + r) K n^2`; time `S^2 P K n + P K n (r + c)^2 + (S n)^3
   ~ K n^2 r^2 + S^3 n^3` (SnAp-1's step, the QR and the recompression of
   `R`, the SVD of the `(S n, S n)` new residual; at `rank = S n`, `~ n^4`,
@@ -229,6 +260,11 @@ def sk_rtrl(
   Args:
     cell: a Lemma-1 `rtrl.cells.Cell` (dense or with a `recurrent_mask`).
     rank: an int in `[0, S n]`, `S n` the cell's state size.
+    preprojection_rank: `c`, how many directions of each step's new
+      residual (rank up to `S n`) enter the truncation; None: the paper's
+      `max(4, ⌈r / 4⌉)`. Larger is closer to exact RTRL at a cost
+      `~ (r + c)^2` (docs/benchmarks/sk_rtrl.md: at `r = 16`, `c = 16`
+      aligns far better than the default 4). Ignored at `rank = S n`.
     routing: speed choices (`rtrl.routing.Routing`: `jacobians_once`, the
       small SVDs); None: `Routing.auto()`.
 
@@ -237,15 +273,14 @@ def sk_rtrl(
     {'certificate': e}` per example.
 
   Raises:
-    ValueError: a cell not in the Lemma-1 form, or `rank` not an int in
-      `[0, S n]`.
+    ValueError: a cell not in the Lemma-1 form, `rank` not an int in
+      `[0, S n]`, or `preprojection_rank` not None or an int in `[1, S n]`.
   """
   base.require_lemma1_cell(cell, "sk_rtrl")
   rank = check_sketch_rank(cell, rank)
   routing = routing_lib.resolve(routing)
   num_rows, n = cell.num_state_rows, cell.hidden_size
-  state_size = num_rows * n
-  append = append_width(rank, state_size)
+  append = append_width(cell, rank, preprojection_rank)
   # Per-unit diagonal blocks of the (S n, S n) H, rows and columns s n + j.
   unit_diagonal = jnp.kron(jnp.ones((num_rows, num_rows)), jnp.eye(n)) > 0
 

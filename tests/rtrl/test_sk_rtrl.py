@@ -29,9 +29,15 @@ def _per_step(cell, estimator, params, chunk):
   return np.asarray(grads["W"])
 
 
-@pytest.mark.parametrize("cell_name", ["rnn", "lstm", "gru"])
-def test_rank_zero_is_snap1_and_full_rank_is_exact_rtrl(cell_name, x64):
-  cell = cells.make(cell_name, N)
+# Dense, and a sparse recurrence (half the recurrent weights kept).
+@pytest.mark.parametrize(
+  "cell_name, sparsity",
+  [("rnn", {}), ("lstm", {}), ("gru", {}), ("rnn", {"recurrent_density": 0.5})],
+)
+def test_rank_zero_is_snap1_and_full_rank_is_exact_rtrl(
+  cell_name, sparsity, x64
+):
+  cell = cells.make(cell_name, N, **sparsity)
   params, chunk = rtrl_problems.make_problem(
     cell,
     input_size=INPUT,
@@ -79,10 +85,12 @@ def _dense_exact(tangent):
   return jnp.transpose(tangent, (3, 1, 2, 0))
 
 
-def _run_both(cell, rank, params, xs, gs, resets):
+def _run_both(cell, rank, params, xs, gs, resets, preprojection_rank=None):
   """Per step: `(|J - Ĵ|_F, e, |ĝ - g|_2, |dL/dstate|_2)` for one example,
   exact RTRL and SK-RTRL run side by side on the same states."""
-  sketch = estimators.sk_rtrl(cell, rank=rank)
+  sketch = estimators.sk_rtrl(
+    cell, rank=rank, preprojection_rank=preprojection_rank
+  )
   exact = estimators.exact_rtrl(cell)
   state0 = cell.initial_state()
   key = jax.random.PRNGKey(0)
@@ -119,13 +127,19 @@ def _run_both(cell, rank, params, xs, gs, resets):
 
 
 @pytest.mark.parametrize("cell_name", ["rnn", "lstm", "gru"])
-@pytest.mark.parametrize("rank", [1, 3])
-def test_certificate_bounds_the_error_on_random_problems(cell_name, rank, x64):
+# (rank, preprojection_rank): the default c = 4, and c = 1, which drops
+# most of each step's new residual before the truncation.
+@pytest.mark.parametrize("rank, preprojection", [(1, None), (3, 1)])
+def test_certificate_bounds_the_error_on_random_problems(
+  cell_name, rank, preprojection, x64
+):
   cell = cells.make(cell_name, N)
   steps = 14
   resets = jnp.zeros((steps,), bool).at[0].set(True).at[9].set(True)
   run = jax.jit(
-    lambda params, xs, gs: _run_both(cell, rank, params, xs, gs, resets)
+    lambda params, xs, gs: _run_both(
+      cell, rank, params, xs, gs, resets, preprojection
+    )
   )
   for seed in range(3):
     params, xs, gs = rtrl_problems.make_example_problem(
@@ -197,6 +211,16 @@ def test_rank_outside_zero_to_state_size_raises(rank):
     estimators.make("sk_rtrl", cell, rank=rank)
   with pytest.raises(ValueError, match="rank"):
     estimators.sk_rtrl(cell, rank=rank)
+
+
+@pytest.mark.parametrize("preprojection_rank", [0, 6, 2.0, True])
+def test_preprojection_rank_outside_one_to_state_size_raises(
+  preprojection_rank,
+):
+  with pytest.raises(ValueError, match=r"preprojection_rank.*\[1, 5\]"):
+    estimators.sk_rtrl(
+      cells.RNN(N), rank=2, preprojection_rank=preprojection_rank
+    )
 
 
 def test_lstm_rank_counts_both_state_rows():
