@@ -309,7 +309,10 @@ def sk_rtrl(
       left, right, dropped = sketch_update(
         tangent.left, tangent.right, h, mass, basis, rank, append, routing
       )
-    certificate = spectral_norm_bound(h) * tangent.certificate + dropped
+    # A zero H forgets the old error exactly, even an overflowed (inf) bound.
+    rho = spectral_norm_bound(h)
+    carried = jnp.where(rho > 0, rho * tangent.certificate, 0.0)
+    certificate = carried + dropped
     return SketchedInfluence(blocks, left, right, certificate)
 
   def readout(tangent: SketchedInfluence, g):

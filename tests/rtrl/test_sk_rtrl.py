@@ -234,3 +234,20 @@ def test_needs_rank_and_a_lemma1_cell():
     estimators.make("sk_rtrl", cells.RNN(N))
   with pytest.raises(ValueError, match="Lemma-1"):
     estimators.sk_rtrl(cells.LRU(N), rank=1)
+
+
+def test_a_zero_jacobian_clears_even_an_overflowed_certificate():
+  """`H = 0` (no recurrent weights): the old error is forgotten exactly,
+  so an infinite bound (float32 overflow on a long sequence) becomes 0,
+  never `0 * inf = nan`."""
+  cell = cells.RNN(N)
+  params = cell.init(jax.random.PRNGKey(0), INPUT)
+  params = {"W": params["W"].at[INPUT : INPUT + N].set(0.0)}
+  estimator = estimators.sk_rtrl(cell, rank=2)
+  state = cell.initial_state()
+  tstate = estimator.init(params, state, jax.random.PRNGKey(0))
+  tangent = tstate.tangent._replace(certificate=jnp.asarray(jnp.inf))
+  tstate, _ = estimator.step(params)(
+    tstate._replace(tangent=tangent), state, jnp.ones((INPUT,)), False
+  )
+  assert float(estimator.metrics(tstate)["certificate"]) == 0.0
