@@ -255,7 +255,8 @@ def sk_rtrl(
   ~ (S + r) K n^2`; time `S^2 P K n + P K n (r + c)^2 + (S n)^3
   ~ K n^2 r^2 + S^3 n^3` (SnAp-1's step, the QR and the recompression of
   `R`, the SVD of the `(S n, S n)` new residual; at `rank = S n`, `~ n^4`,
-  exact RTRL's order).
+  exact RTRL's order). On XLA:CPU its small per-example factorisations
+  dominate the step for now (docs/benchmarks/sk_rtrl.md).
 
   Args:
     cell: a Lemma-1 `rtrl.cells.Cell` (dense or with a `recurrent_mask`).
