@@ -29,6 +29,9 @@ PAPER = {
   "tbptt": (2, 1),
   "snap1": (2, 2),
   "rflo": (2, 2),
+  # Not in Table 1 (SK-RTRL's paper): the (S n)^3 SVD of each step's new
+  # residual, n^2 r^2 for the sketch; memory (S + r) K n^2.
+  "sk_rtrl": (3, 2),
 }
 PAPER_TEXT = {
   "rtrl": "n^4 / n^3",
@@ -42,6 +45,7 @@ PAPER_TEXT = {
   "tbptt": "T n^2 / T n",
   "snap1": "n^2 / n^2",
   "rflo": "n^2 / n^2",
+  "sk_rtrl": "n^3 + r^2 n^2 / r n^2",
 }
 
 
@@ -98,6 +102,8 @@ def analytic_tangent_floats(name, rank, cell, input_size) -> int:
     return rank * (p + s * n + k * n)
   if name in ("snap1", "rflo"):
     return s * p * k * n
+  if name == "sk_rtrl":  # SnAp-1's blocks, L, R and the certificate
+    return s * p * k * n + (p * k * n + s * n) * rank + 1
   raise ValueError(f"no analytic size for estimator {name!r}")
 
 
@@ -141,6 +147,11 @@ def flop_floor(name, rank, cell, input_size, batch) -> float:
     # propagation `A_j J_j + hhat ⊗ D_j`, memory-bound, so the ratio to a
     # GEMM roofline overstates how far it is from its own floor.
     flops = 2 * p * k * n + 2 * (s * s + s) * p * k * n
+  elif name == "sk_rtrl":
+    # H L, and R's recompression by the truncation's right vectors (the QR
+    # and the SVDs are LAPACK, left out); c: the default pre-projection.
+    c = min(s * n, max(4, -(-rank // 4)))
+    flops = rank * square + 2 * p * k * n * (rank + c) * rank
   elif name == "tbptt":
     flops = 3 * 2 * p * k * n  # forward + two backward products per step
   else:

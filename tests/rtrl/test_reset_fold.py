@@ -31,6 +31,7 @@ FOLDING = {
   "snap1": {},
   "rflo": {},
   "snap": {"order": 2},
+  "sk_rtrl": {"rank": 2},
 }
 
 
@@ -88,7 +89,7 @@ def test_folded_reset_trains_exactly_as_reset_first(cell_name, name, x64):
     np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
 
 
-@pytest.mark.parametrize("name", ["ok", "uoro", "snap1"])
+@pytest.mark.parametrize("name", ["ok", "uoro", "snap1", "sk_rtrl"])
 def test_folded_reset_in_a_stack(name, x64):
   """Two RHN layers, each by the estimator, with resets: the same again."""
   cell = cells.RHN(N)

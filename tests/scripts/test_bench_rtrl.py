@@ -14,7 +14,17 @@ from scripts.benchlib.timing import fit_exponent
 @pytest.mark.parametrize("cell_name", ["rnn", "rhn", "lstm"])
 @pytest.mark.parametrize(
   "name",
-  ["rtrl", "uoro", "kf", "kf_avg", "kf_approx", "ok", "ok_biased", "ktp"],
+  [
+    "rtrl",
+    "uoro",
+    "kf",
+    "kf_avg",
+    "kf_approx",
+    "ok",
+    "ok_biased",
+    "ktp",
+    "sk_rtrl",
+  ],
 )
 def test_memory_counter_matches_analytic_size(cell_name, name):
   for n, rank in ((7, 3),):
