@@ -12,7 +12,7 @@ and its hyper-parameters:
   kf, kf_avg, kf_approx, ok, ok_biased
                   the Kronecker-sum family (`kronecker_sum.py`)
   ktp             the Kronecker triple product (`ktp.py`)
-  snap1, rflo     SnAp-1 and RFLO, Lemma-1 cells (`snap.py`)
+  snap1, rflo     SnAp-1 and RFLO, Lemma-1 cells (`snap1_rflo.py`)
   snap            SnAp-n for any order n >= 1, Lemma-1 cells, dense or
                   sparse (`snap_n.py`)
   sk_rtrl         SK-RTRL: SnAp-1 plus a certified rank-r sketch of the
@@ -50,8 +50,8 @@ from rtrl.estimators.registry import make
 from rtrl.estimators.registry import names
 from rtrl.estimators.registry import spec
 from rtrl.estimators.sk_rtrl import sk_rtrl
-from rtrl.estimators.snap import rflo
-from rtrl.estimators.snap import snap1
+from rtrl.estimators.snap1_rflo import rflo
+from rtrl.estimators.snap1_rflo import snap1
 from rtrl.estimators.snap_n import snap
 from rtrl.estimators.uoro import uoro
 

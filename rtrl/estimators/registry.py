@@ -28,8 +28,8 @@ from rtrl.estimators.kronecker_sum import ok_biased
 from rtrl.estimators.ktp import ktp
 from rtrl.estimators.lru_exact import diagonal_rtrl
 from rtrl.estimators.sk_rtrl import sk_rtrl
-from rtrl.estimators.snap import rflo
-from rtrl.estimators.snap import snap1
+from rtrl.estimators.snap1_rflo import rflo
+from rtrl.estimators.snap1_rflo import snap1
 from rtrl.estimators.snap_n import snap
 from rtrl.estimators.uoro import uoro
 from rtrl.routing import Routing

@@ -73,7 +73,7 @@ from rtrl import tangents
 from rtrl.cells import Cell
 from rtrl.cells import StepJacobians
 from rtrl.estimators import base
-from rtrl.estimators.snap import snap1_unit_jacobian
+from rtrl.estimators.snap1_rflo import snap1_unit_jacobian
 
 
 class SketchedInfluence(NamedTuple):
@@ -81,7 +81,7 @@ class SketchedInfluence(NamedTuple):
 
   Attributes:
     blocks: SnAp-1's per-unit influence, a tuple of `S` arrays `(P, K, n)`
-      (`rtrl.estimators.snap`'s layout).
+      (`rtrl.estimators.snap1_rflo`'s layout).
     left: `(S n, r)`, the sketch's state factor `L` (rows `s n + i`).
     right: `(P, K, n, r)`, the sketch's orthonormal parameter factor `R`
       (`W`'s layout, `W[p, k n + j]`, then the rank).

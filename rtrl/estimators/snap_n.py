@@ -60,7 +60,7 @@ from rtrl.cells import StepJacobians
 from rtrl.cells import recurrent_mask as recurrent_mask_lib
 from rtrl.estimators import base
 from rtrl.estimators.exact import exact_rtrl
-from rtrl.estimators.snap import snap1
+from rtrl.estimators.snap1_rflo import snap1
 
 
 class SnapPattern(NamedTuple):
