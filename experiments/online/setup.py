@@ -315,19 +315,24 @@ def make_optimizer(config, learning_rate) -> optax.GradientTransformation:
 
 
 def make_trainer(
-  config, cell: cells.Cell, learning_rate=None
+  config, cell: cells.Cell, learning_rate=None, loss=None
 ) -> online.Trainer:
   """TBPTT if `config.estimator == 'tbptt'`, else the online trainer.
 
   `learning_rate` (default `config.learning_rate`) may be a traced scalar, so
-  a run axis can vmap over learning rates.
+  a run axis can vmap over learning rates. `loss`: the per-example loss
+  (`rtrl.losses`; None: softmax cross-entropy).
   """
   if learning_rate is None:
     learning_rate = config.learning_rate
   optimizer = make_optimizer(config, learning_rate)
   if config.estimator == "tbptt":
     return bptt.make_tbptt_trainer(
-      cell, optimizer, config.truncation, readout=make_readout(config)
+      cell,
+      optimizer,
+      config.truncation,
+      readout=make_readout(config),
+      loss=loss,
     )
   if isinstance(cell, stack.StackedCell):
     return stack.make_stacked_online_trainer(
@@ -335,6 +340,7 @@ def make_trainer(
       optimizer,
       accumulate_steps=config.accumulate_steps,
       readout=make_readout(config),
+      loss=loss,
     )
   return online.make_online_trainer(
     cell,
@@ -342,6 +348,7 @@ def make_trainer(
     optimizer,
     accumulate_steps=config.accumulate_steps,
     readout=make_readout(config),
+    loss=loss,
   )
 
 

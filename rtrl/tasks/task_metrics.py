@@ -84,16 +84,26 @@ def mse(baseline: float | None = None, baseline_name: str = "") -> Metric:
   return Metric("mse", _no_state, update, baseline, baseline_name, False)
 
 
-def accuracy(chance: float | None = None, baseline_name: str = "") -> Metric:
-  """Fraction of weighted steps whose arg-max logit is the integer label."""
+def accuracy(
+  chance: float | None = None,
+  baseline_name: str = "",
+  counted: Callable[[StepBatch], jax.Array] | None = None,
+) -> Metric:
+  """Fraction of weighted steps whose arg-max logit is the integer label.
+
+  Args:
+    counted: optional `batch -> (B,) bool`, the steps to count among the
+      weighted ones (e.g. the recall steps of a loss on every step).
+  """
 
   def update(state, prediction, batch):
+    weights = batch.weights
+    if counted is not None:
+      weights = weights * counted(batch).astype(weights.dtype)
     correct = (jnp.argmax(prediction, axis=-1) == batch.targets).astype(
-      batch.weights.dtype
+      weights.dtype
     )
-    return state, MetricSums(
-      jnp.sum(batch.weights * correct), jnp.sum(batch.weights)
-    )
+    return state, MetricSums(jnp.sum(weights * correct), jnp.sum(weights))
 
   return Metric("accuracy", _no_state, update, chance, baseline_name, True)
 

@@ -13,7 +13,13 @@ from helpers import load_config
 import pytest
 
 CONFIGS = REPO_ROOT / "configs"
-EXPERIMENTS = ("copy_task", "ptb", "seq_cifar", "gradient_cosine")
+EXPERIMENTS = (
+  "copy_task",
+  "ptb",
+  "seq_cifar",
+  "gradient_cosine",
+  "suite_task",
+)
 CLASSIFIERS = ("mnist", "cifar10", "imdb")
 
 
