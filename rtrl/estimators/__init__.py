@@ -13,14 +13,16 @@ and its hyper-parameters:
                   the Kronecker-sum family (`kronecker_sum.py`)
   ktp             the Kronecker triple product (`ktp.py`)
   snap1, rflo     SnAp-1 and RFLO, Lemma-1 cells (`snap.py`)
+  snap            SnAp-n for any order n >= 1, Lemma-1 cells, dense or
+                  sparse (`snap_n.py`)
   autodiff_snap1  SnAp-1 for any cell, by autodiff
 
 The Lemma-1 factories take `routing=` (an `rtrl.routing.Routing`: the
 speed choices, resolved when the estimator is built). `make(name, cell,
 **hparams)` is the same by registry name, for configs: names
 (`names()`) 'rtrl', 'uoro', 'kf', 'kf_avg', 'kf_approx', 'ok',
-'ok_biased', 'ktp', 'snap1', 'rflo'; `hyperparameters(name)` says which
-keyword arguments each takes, as declared in `registry.py`.
+'ok_biased', 'ktp', 'snap1', 'rflo', 'snap'; `hyperparameters(name)` says
+which keyword arguments each takes, as declared in `registry.py`.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from rtrl.estimators.registry import names
 from rtrl.estimators.registry import spec
 from rtrl.estimators.snap import rflo
 from rtrl.estimators.snap import snap1
+from rtrl.estimators.snap_n import snap
 from rtrl.estimators.uoro import uoro
 
 # The factories, in the order of the docstring above.
@@ -63,6 +66,7 @@ FACTORIES = (
   "ktp",
   "snap1",
   "rflo",
+  "snap",
   "autodiff_snap1",
 )
 
@@ -80,6 +84,7 @@ __all__ = [
   "ktp",
   "snap1",
   "rflo",
+  "snap",
   "autodiff_snap1",
   "Estimator",
   "EstimatorSpec",

@@ -29,6 +29,7 @@ from rtrl.estimators.ktp import ktp
 from rtrl.estimators.lru_exact import diagonal_rtrl
 from rtrl.estimators.snap import rflo
 from rtrl.estimators.snap import snap1
+from rtrl.estimators.snap_n import snap
 from rtrl.estimators.uoro import uoro
 from rtrl.routing import Routing
 
@@ -84,6 +85,7 @@ _SPECS = (
     ),
   ),
   EstimatorSpec("rflo", rflo),
+  EstimatorSpec("snap", snap, (Hyperparameter("order", "an int >= 1"),)),
 )
 
 REGISTRY: types.MappingProxyType[str, EstimatorSpec] = types.MappingProxyType(

@@ -10,8 +10,10 @@ RANKED = tuple(
   for name in estimators.names()
   if "rank" in estimators.hyperparameters(name)
 )
+# Those taking another hyper-parameter (SnAp-n's `order`) are measured by
+# `bench_rtrl --snap_orders`, not in the ranked/unranked table.
 UNRANKED = ("tbptt",) + tuple(
-  name for name in estimators.names() if name not in RANKED
+  name for name in estimators.names() if not estimators.hyperparameters(name)
 )
 # Paper Table 1: (time, memory) exponents of n per example and step. kf and
 # kf_approx are 1-OK-like; ok_biased costs what ok does.

@@ -44,7 +44,9 @@ UNBIASED = {
   "ktp": {"rank": 2},
   "kf_approx": {"rank": 2},
 }
-ALL_APPROXIMATIONS = dict(UNBIASED, ok_biased={"rank": 2}, snap1={}, rflo={})
+ALL_APPROXIMATIONS = dict(
+  UNBIASED, ok_biased={"rank": 2}, snap1={}, rflo={}, snap={"order": 2}
+)
 
 
 def z_critical(num_entries: int, alpha: float = FAMILY_WISE_FAILURE) -> float:
@@ -408,7 +410,7 @@ def _cancelling_tangent(name, tangent, rng):
   if name == "uoro":
     s, p = tangent
     return jnp.zeros_like(s), rand_like(p)
-  if name in ("snap1", "rflo"):  # deterministic arrays: nothing to cancel
+  if name in ("snap1", "rflo", "snap"):  # deterministic: nothing to cancel
     return jax.tree_util.tree_map(jnp.zeros_like, tangent)
   raise AssertionError(name)
 
@@ -558,10 +560,11 @@ def test_registry_knows_which_estimators_take_rank():
     for name in estimators.names()
     if estimators.hyperparameters(name) == ("rank",)
   } == set(RANKED)
+  assert estimators.hyperparameters("snap") == ("order",)
   assert all(
     estimators.hyperparameters(name) == ()
     for name in estimators.names()
-    if name not in RANKED
+    if name not in RANKED + ("snap",)
   )
   with pytest.raises(ValueError, match="estimator must be one of"):
     estimators.hyperparameters("bogus")

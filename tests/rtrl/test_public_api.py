@@ -60,6 +60,7 @@ SPEC_FACTORIES = (
   "ktp",
   "snap1",
   "rflo",
+  "snap",
 )
 SPEC_NAMES = (
   "rtrl",
@@ -72,6 +73,7 @@ SPEC_NAMES = (
   "kf_approx",
   "snap1",
   "rflo",
+  "snap",
 )
 
 

@@ -30,6 +30,7 @@ FOLDING = {
   "ktp": {"rank": 2},
   "snap1": {},
   "rflo": {},
+  "snap": {"order": 2},
 }
 
 

@@ -7,6 +7,8 @@
   removed, and exact at every step when `W_h = 0`.
 """
 
+import importlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,7 +19,9 @@ from rtrl import cells
 from rtrl import estimators
 from rtrl import online
 from rtrl import tangents
-from rtrl.estimators import snap
+
+# The module: `rtrl.estimators.snap` is SnAp-n's factory (`snap_n.py`).
+snap = importlib.import_module("rtrl.estimators.snap")
 
 N, INPUT, OUTPUTS, B, T = 5, 3, 4, 2, 8
 CELL_NAMES = ["rnn", "rhn", "lstm", "gru"]
