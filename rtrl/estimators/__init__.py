@@ -15,14 +15,17 @@ and its hyper-parameters:
   snap1, rflo     SnAp-1 and RFLO, Lemma-1 cells (`snap.py`)
   snap            SnAp-n for any order n >= 1, Lemma-1 cells, dense or
                   sparse (`snap_n.py`)
+  sk_rtrl         SK-RTRL: SnAp-1 plus a certified rank-r sketch of the
+                  rest, Lemma-1 cells (`sk_rtrl.py`)
   autodiff_snap1  SnAp-1 for any cell, by autodiff
 
 The Lemma-1 factories take `routing=` (an `rtrl.routing.Routing`: the
 speed choices, resolved when the estimator is built). `make(name, cell,
 **hparams)` is the same by registry name, for configs: names
 (`names()`) 'rtrl', 'uoro', 'kf', 'kf_avg', 'kf_approx', 'ok',
-'ok_biased', 'ktp', 'snap1', 'rflo', 'snap'; `hyperparameters(name)` says
-which keyword arguments each takes, as declared in `registry.py`.
+'ok_biased', 'ktp', 'snap1', 'rflo', 'snap', 'sk_rtrl';
+`hyperparameters(name)` says which keyword arguments each takes, as
+declared in `registry.py`.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from rtrl.estimators.registry import hyperparameters
 from rtrl.estimators.registry import make
 from rtrl.estimators.registry import names
 from rtrl.estimators.registry import spec
+from rtrl.estimators.sk_rtrl import sk_rtrl
 from rtrl.estimators.snap import rflo
 from rtrl.estimators.snap import snap1
 from rtrl.estimators.snap_n import snap
@@ -67,6 +71,7 @@ FACTORIES = (
   "snap1",
   "rflo",
   "snap",
+  "sk_rtrl",
   "autodiff_snap1",
 )
 
@@ -85,6 +90,7 @@ __all__ = [
   "snap1",
   "rflo",
   "snap",
+  "sk_rtrl",
   "autodiff_snap1",
   "Estimator",
   "EstimatorSpec",

@@ -44,6 +44,10 @@ class Estimator(NamedTuple):
       and code computes the estimate.
     routing: the speed choices it was built with (`rtrl.routing.Routing`),
       None for an estimator with no routed operation.
+    metrics: optional `tstate -> dict[str, scalar]`, per example: what the
+      estimator reports about its own state (SK-RTRL's `'certificate'`, a
+      bound on its influence's error); None: nothing (every other
+      estimator). vmap it over a batch of tangent states.
   """
 
   init: Callable[..., Any]
@@ -55,6 +59,7 @@ class Estimator(NamedTuple):
   batch_gradient: Callable[..., Any] | None = None
   implementation: str = ""
   routing: Routing | None = None
+  metrics: Callable[..., dict[str, Any]] | None = None
 
 
 class TangentState(NamedTuple):
@@ -82,6 +87,7 @@ def build(
   jacobians_once: bool = False,
   forget: Callable[[Any, jax.Array], Any] | None = None,
   batch_readout: Callable[[Any, jax.Array], jax.Array] | None = None,
+  metrics: Callable[[Any], dict[str, Any]] | None = None,
 ) -> Estimator:
   """Wraps the three per-estimator pieces into the `Estimator` contract.
 
@@ -113,6 +119,9 @@ def build(
       over the batch (tangents with a leading batch axis), for a readout
       that contracts the batch inside one product rather than forming each
       example's `(P, K n)` gradient (the Estimator's `batch_gradient`).
+    metrics: optional `tangent -> dict[str, scalar]` (per example), what
+      the estimator reports about its tangent (`Estimator.metrics`, which
+      takes the whole `TangentState`); None: nothing.
   """
   routing = routing_lib.resolve(routing)
   implementation = name if implementation is None else implementation
@@ -161,6 +170,10 @@ def build(
       tangent=jax.tree_util.tree_map(jnp.zeros_like, tstate.tangent)
     )
 
+  def metrics_fn(tstate: TangentState) -> dict[str, Any]:
+    assert metrics is not None  # only returned when given
+    return metrics(tstate.tangent)
+
   return Estimator(
     init=init,
     step=step,
@@ -171,6 +184,7 @@ def build(
     batch_gradient=(batch_gradient if batch_readout else None),
     implementation=implementation,
     routing=routing,
+    metrics=(metrics_fn if metrics is not None else None),
   )
 
 

@@ -27,6 +27,7 @@ from rtrl.estimators.kronecker_sum import ok
 from rtrl.estimators.kronecker_sum import ok_biased
 from rtrl.estimators.ktp import ktp
 from rtrl.estimators.lru_exact import diagonal_rtrl
+from rtrl.estimators.sk_rtrl import sk_rtrl
 from rtrl.estimators.snap import rflo
 from rtrl.estimators.snap import snap1
 from rtrl.estimators.snap_n import snap
@@ -86,6 +87,11 @@ _SPECS = (
   ),
   EstimatorSpec("rflo", rflo),
   EstimatorSpec("snap", snap, (Hyperparameter("order", "an int >= 1"),)),
+  EstimatorSpec(
+    "sk_rtrl",
+    sk_rtrl,
+    (Hyperparameter("rank", "an int in [0, S n]: 0 SnAp-1, S n exact"),),
+  ),
 )
 
 REGISTRY: types.MappingProxyType[str, EstimatorSpec] = types.MappingProxyType(

@@ -45,7 +45,12 @@ UNBIASED = {
   "kf_approx": {"rank": 2},
 }
 ALL_APPROXIMATIONS = dict(
-  UNBIASED, ok_biased={"rank": 2}, snap1={}, rflo={}, snap={"order": 2}
+  UNBIASED,
+  ok_biased={"rank": 2},
+  snap1={},
+  rflo={},
+  snap={"order": 2},
+  sk_rtrl={"rank": 2},
 )
 
 
@@ -410,6 +415,16 @@ def _cancelling_tangent(name, tangent, rng):
   if name == "uoro":
     s, p = tangent
     return jnp.zeros_like(s), rand_like(p)
+  if name == "sk_rtrl":
+    # rank 2: l ⊗ r + (-l) ⊗ r == 0, a rank-deficient right factor.
+    left, right = (
+      rand_like(tangent.left[:, 0]),
+      rand_like(tangent.right[..., 0]),
+    )
+    return jax.tree_util.tree_map(jnp.zeros_like, tangent)._replace(
+      left=jnp.stack([left, -left], axis=-1),
+      right=jnp.stack([right, right], axis=-1),
+    )
   if name in ("snap1", "rflo", "snap"):  # deterministic: nothing to cancel
     return jax.tree_util.tree_map(jnp.zeros_like, tangent)
   raise AssertionError(name)
@@ -488,6 +503,8 @@ def test_degenerate_cases_stay_finite(cell_name):
 # ---------------------------------------------------------------------------
 
 RANKED = ("kf_avg", "ok", "ok_biased", "ktp", "kf_approx")
+# Rank 0 is meaningful (SnAp-1): its bad ranks are in test_sk_rtrl.py.
+RANKED_FROM_ZERO = ("sk_rtrl",)
 
 
 @pytest.mark.parametrize("name", RANKED)
@@ -554,17 +571,18 @@ def test_misspelled_hparam_raises():
 
 
 def test_registry_knows_which_estimators_take_rank():
-  """`hyperparameters` reads the registry: exactly RANKED take `rank`."""
+  """`hyperparameters` reads the registry: exactly RANKED and
+  RANKED_FROM_ZERO take `rank`."""
   assert {
     name
     for name in estimators.names()
     if estimators.hyperparameters(name) == ("rank",)
-  } == set(RANKED)
+  } == set(RANKED) | set(RANKED_FROM_ZERO)
   assert estimators.hyperparameters("snap") == ("order",)
   assert all(
     estimators.hyperparameters(name) == ()
     for name in estimators.names()
-    if name not in RANKED + ("snap",)
+    if name not in RANKED + RANKED_FROM_ZERO + ("snap",)
   )
   with pytest.raises(ValueError, match="estimator must be one of"):
     estimators.hyperparameters("bogus")

@@ -61,6 +61,7 @@ SPEC_FACTORIES = (
   "snap1",
   "rflo",
   "snap",
+  "sk_rtrl",
 )
 SPEC_NAMES = (
   "rtrl",
@@ -74,6 +75,7 @@ SPEC_NAMES = (
   "snap1",
   "rflo",
   "snap",
+  "sk_rtrl",
 )
 
 

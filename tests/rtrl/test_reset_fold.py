@@ -31,6 +31,7 @@ FOLDING = {
   "snap1": {},
   "rflo": {},
   "snap": {"order": 2},
+  "sk_rtrl": {"rank": 2},
 }
 
 
