@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from rtrl import optim
 from rtrl import validation
 from rtrl.cells import Cell
 from rtrl.online import StepBatch
@@ -146,10 +147,13 @@ def make_tbptt_trainer(
 
   `run(state, chunk)` needs a chunk length that is a multiple of `truncation`
   and returns per-step metrics; `step` runs one window. `readout` and `loss`
-  as in `online.make_online_trainer`.
+  as in `online.make_online_trainer`; for a cell with a `recurrent_mask`,
+  `optimizer` is followed by `rtrl.optim.masked_updates` (no entry off the
+  mask moves).
   """
   validation.positive_int("truncation", truncation)
   readout, loss = readout_and_loss(readout, loss)
+  optimizer = optim.keep_recurrent_mask(optimizer, cell)
 
   def init(params, key, batch_size):
     del key  # deterministic

@@ -22,6 +22,7 @@ import optax
 
 from rtrl import estimators
 from rtrl import losses
+from rtrl import optim
 from rtrl import readout as readouts
 from rtrl import validation
 from rtrl.cells import Cell
@@ -386,7 +387,9 @@ def make_online_trainer(
   Args:
     cell: the recurrent cell.
     estimator: any `rtrl.estimators` estimator for `cell`.
-    optimizer: any optax transformation (e.g. `optax.adam(1e-3)`).
+    optimizer: any optax transformation (e.g. `optax.adam(1e-3)`); for a
+      cell with a `recurrent_mask`, followed by `rtrl.optim.masked_updates`
+      so that no entry off the mask moves.
     accumulate_steps: apply the (averaged) update every this many steps
       (`optax.MultiSteps`); 1 updates at every step.
     readout: an `rtrl.readout.Readout` matching `params['readout']`; None:
@@ -409,6 +412,8 @@ def make_online_trainer(
     ValueError: `shadow_every` not None or an integer >= 0.
   """
   readout, loss = readout_and_loss(readout, loss)
+  # A sparse cell stays sparse: no update off its mask (weight decay...).
+  optimizer = optim.keep_recurrent_mask(optimizer, cell)
   if shadow_every is not None:
     validation.nonnegative_int("shadow_every", shadow_every, "off")
   if shadow_every:

@@ -1,4 +1,5 @@
-"""TF1's Adam, with which the official OK code steps.
+"""TF1's Adam, with which the official OK code steps; and `masked_updates`,
+which keeps a sparse cell's fixed zeros through any optimiser.
 
 The official OK code (TF1) trains with `tf.train.AdamOptimizer` and feeds it
 the cell gradient in its own units. Two details change the update compared
@@ -126,3 +127,67 @@ def warmup_cosine_schedule(
     return jnp.where(count < warmup_updates, warm, cosine)
 
   return schedule
+
+
+def masked_updates(mask: Any) -> optax.GradientTransformation:
+  """Zeroes the updates wherever `mask` is 0: chained after an optimiser,
+  parameters off the mask never move (`optax.chain(opt, masked_updates(m))`).
+
+  An optimiser may move a parameter whose gradient is zero (weight decay on
+  a nonzero entry, a preconditioner that mixes entries such as RLS's), so
+  masking the gradient alone does not keep a sparse cell sparse; the online
+  trainers chain this for a cell with a `recurrent_mask`.
+
+  Args:
+    mask: a pytree that is a prefix of the updates' structure, whose leaves
+      are 0/1 (or bool) arrays broadcastable to the update leaves they
+      cover, or None (those updates pass unchanged); or a callable
+      `updates -> such a pytree` (evaluated on shapes at trace time, e.g.
+      `W`'s mask from its input size).
+
+  Returns:
+    The `optax.GradientTransformation` (state `optax.EmptyState`).
+  """
+
+  def init(params):
+    del params
+    return optax.EmptyState()
+
+  def update(updates, state, params=None):
+    del params
+    tree = mask(updates) if callable(mask) else mask
+
+    def keep(m, u):
+      if m is None:
+        return u
+      return jnp.where(jnp.asarray(m) != 0, u, jnp.zeros_like(u))
+
+    masked = jax.tree_util.tree_map(
+      keep, tree, updates, is_leaf=lambda m: m is None
+    )
+    return masked, state
+
+  return optax.GradientTransformation(init, update)
+
+
+def keep_recurrent_mask(
+  optimizer: optax.GradientTransformation, cell: Any
+) -> optax.GradientTransformation:
+  """`optimizer` followed by `masked_updates` of `cell.params_mask` on the
+  trainers' `params['cell']` when `cell` has a `recurrent_mask`; else
+  `optimizer` itself (the same state structure: dense runs and their
+  checkpoints are unchanged). What `rtrl.make_online_trainer` and
+  `rtrl.make_tbptt_trainer` apply.
+
+  Args:
+    optimizer: any optax transformation of `{'cell': ..., ...}` params.
+    cell: the trained cell (any kind; only a sparse `rtrl.cells.Cell` has
+      a `recurrent_mask`).
+  """
+  if getattr(cell, "recurrent_mask", None) is None:
+    return optimizer
+
+  def masks(updates):
+    return {**dict.fromkeys(updates), "cell": cell.params_mask(updates["cell"])}
+
+  return optax.chain(optimizer, masked_updates(masks))

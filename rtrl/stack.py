@@ -27,6 +27,7 @@ References:
 from __future__ import annotations
 
 from collections.abc import Sequence
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -34,6 +35,7 @@ import jax.numpy as jnp
 import optax
 
 from rtrl import losses as losses_lib
+from rtrl import optim
 from rtrl import validation
 from rtrl.bptt import bptt_gradient
 from rtrl.estimators import Estimator
@@ -262,6 +264,19 @@ def _init_states(layers, params, key, batch_size):
   )
 
 
+def _masks(layers, updates):
+  """The `rtrl.optim.masked_updates` tree: each sparse cell's
+  `params_mask`, None elsewhere."""
+
+  def layer_masks(layer, layer_updates):
+    sparse = getattr(layer.cell, "recurrent_mask", None) is not None
+    cell = layer.cell.params_mask(layer_updates["cell"]) if sparse else None
+    return {**dict.fromkeys(layer_updates), "cell": cell}
+
+  cells = tuple(map(layer_masks, layers, updates["cell"]))
+  return {**dict.fromkeys(updates), "cell": cells}
+
+
 def make_stacked_online_trainer(
   layers: Sequence[Layer],
   optimizer: optax.GradientTransformation,
@@ -276,6 +291,11 @@ def make_stacked_online_trainer(
   `run` is jitted."""
   layers = check_layers(layers)
   readout, loss = readout_and_loss(readout, loss)
+  if any(getattr(l.cell, "recurrent_mask", None) is not None for l in layers):
+    # Sparse cells stay sparse: no update off their masks.
+    optimizer = optax.chain(
+      optimizer, optim.masked_updates(functools.partial(_masks, layers))
+    )
 
   def initial_states(params, key, batch_size):
     return _init_states(layers, params, key, batch_size)

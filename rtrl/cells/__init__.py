@@ -1,5 +1,7 @@
-"""Recurrent cells: `make(name, hidden_size)` with names 'rnn', 'rhn', 'lstm'
-and 'gru', or the classes `RNN`, `RHN`, `LSTM`, `GRU`.
+"""Recurrent cells: `make(name, hidden_size)` with names 'rnn', 'leaky_rnn',
+'rhn', 'lstm' and 'gru', or the classes `RNN`, `LeakyRNN`, `RHN`, `LSTM`,
+`GRU`. Each takes a sparse recurrence: `recurrent_mask` (an `(n, n)` bool
+pattern) or `recurrent_density` with `mask_seed` (`recurrent_mask.py`).
 
 Each is a Lemma-1 `Cell` (`lemma1.py`): `z = concat(x, h, 1) @ W`, then a map
 acting on each hidden unit separately; every estimator serves such a cell. To
@@ -21,6 +23,7 @@ from rtrl.cells.builtin import GRU
 from rtrl.cells.builtin import LSTM
 from rtrl.cells.builtin import RHN
 from rtrl.cells.builtin import RNN
+from rtrl.cells.builtin import LeakyRNN
 from rtrl.cells.custom import CustomCell
 from rtrl.cells.custom import as_custom
 from rtrl.cells.flax_cells import from_flax
@@ -31,15 +34,30 @@ from rtrl.cells.lemma1 import Params
 from rtrl.cells.lemma1 import StepJacobians
 from rtrl.cells.lru import LRU
 
-CELLS = {"rnn": RNN, "rhn": RHN, "lstm": LSTM, "gru": GRU}
+CELLS = {
+  "rnn": RNN,
+  "leaky_rnn": LeakyRNN,
+  "rhn": RHN,
+  "lstm": LSTM,
+  "gru": GRU,
+}
 
 
 def make(name: str, hidden_size: int, **kwargs) -> Cell | LRU:
-  """Builds a cell by name: one of `CELLS` ('rnn', 'rhn', 'lstm', 'gru'),
-  'lru' with `hidden_size` complex units (`LRU(state_size=hidden_size)`,
-  whose readout sees the `2 hidden_size` vector `[Re h, Im h]`), or a Flax
-  built-in cell as 'flax:nnx.GRUCell', 'flax:linen.LSTMCell', ...
-  (`named_cell`: its exact Lemma-1 form, Flax's initialisation)."""
+  """Builds a cell by name: one of `CELLS` ('rnn', 'leaky_rnn', 'rhn',
+  'lstm', 'gru'), 'lru' with `hidden_size` complex units
+  (`LRU(state_size=hidden_size)`, whose readout sees the `2 hidden_size`
+  vector `[Re h, Im h]`), or a Flax built-in cell as 'flax:nnx.GRUCell',
+  'flax:linen.LSTMCell', ... (`named_cell`: its exact Lemma-1 form, Flax's
+  initialisation).
+
+  `kwargs` go to the cell's constructor: `recurrent_mask=M` or
+  `recurrent_density=d, mask_seed=s` for a sparse recurrence (every cell
+  but 'lru'), `leak=` for 'leaky_rnn', ...
+
+  Raises:
+    ValueError: an unknown name; a bad sparsity or cell argument (named).
+  """
   key = str(name).lower()
   if key.startswith("flax:"):
     return named_cell(str(name)[len("flax:") :], hidden_size, **kwargs)
@@ -59,6 +77,7 @@ __all__ = [
   "GRU",
   "LRU",
   "LSTM",
+  "LeakyRNN",
   "Params",
   "RHN",
   "RNN",

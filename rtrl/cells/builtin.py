@@ -24,13 +24,62 @@ def _scaled_sigmoid(x):
 
 
 class RNN(Cell):
-  """Elman RNN: `h' = tanh(concat(x, h, 1) @ W)`. One gate, one state row."""
+  """Elman RNN: `h' = tanh(concat(x, h, 1) @ W)`. One gate, one state row.
+
+  Its unit map ignores the old state (no direct path), so RFLO is
+  memoryless on it: use `LeakyRNN` for RFLO.
+  """
+
+  num_gates = 1
+  num_state_rows = 1
+  has_direct_path = False
+
+  def _unit_map(self, z_unit, state_unit):
+    return jnp.tanh(z_unit)
+
+
+def _check_leak(leak: Any) -> float:
+  if (
+    isinstance(leak, bool)
+    or not isinstance(leak, (int, float, np.integer, np.floating))
+    or not 0.0 < float(leak) <= 1.0
+  ):
+    raise ValueError(
+      f"leak must be a number in (0, 1] (1: the plain tanh RNN), got {leak!r}"
+    )
+  return float(leak)
+
+
+class LeakyRNN(Cell):
+  """Leaky (continuous-time, Euler-discretised) RNN, Murray's RFLO setting:
+  `h' = (1 - leak) h + leak tanh(concat(x, h, 1) @ W)`.
+
+  `leak = dt / tau` in (0, 1]; 1 is the plain `RNN`. The leak is the direct
+  state path `dfds = 1 - leak` that RFLO's eligibility trace follows.
+  `sparsity`: `recurrent_mask` / `recurrent_density` / `mask_seed` (`Cell`).
+
+  Raises:
+    ValueError: `leak` not a number in (0, 1].
+
+  References:
+    Murray, "Local online learning in recurrent networks with random
+    feedback", eLife 2019.
+  """
 
   num_gates = 1
   num_state_rows = 1
 
+  def __init__(self, hidden_size: int, leak: float = 0.1, **sparsity: Any):
+    super().__init__(hidden_size, **sparsity)
+    self.leak = _check_leak(leak)
+    self.has_direct_path = self.leak < 1.0
+
+  def _repr_args(self) -> str:
+    return f"{super()._repr_args()}, leak={self.leak}"
+
   def _unit_map(self, z_unit, state_unit):
-    return jnp.tanh(z_unit)
+    leak = self.leak
+    return (1.0 - leak) * state_unit + leak * jnp.tanh(z_unit)
 
 
 class RHN(Cell):

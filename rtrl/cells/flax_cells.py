@@ -166,7 +166,11 @@ def _is_elementwise(fn: Callable) -> bool:
 
 
 def _exact_form(
-  api: str, module: Any, kind: str, init_fn: Callable | None = None
+  api: str,
+  module: Any,
+  kind: str,
+  init_fn: Callable | None = None,
+  **sparsity: Any,
 ) -> Cell | str:
   """The Lemma-1 cell for a built-in Flax cell, or why it has none."""
   gate_fn = jax.nn.sigmoid if kind == "SimpleCell" else module.gate_fn
@@ -180,13 +184,15 @@ def _exact_form(
   n = module.hidden_features if api == "nnx" else module.features
   if kind == "SimpleCell":
     return flax_forms.FlaxSimpleCell(
-      n, activation_fn, module.residual, init_fn=init_fn
+      n, activation_fn, module.residual, init_fn=init_fn, **sparsity
     )
   if kind == "GRUCell":
     return flax_forms.FlaxGRUCell(
-      n, gate_fn, activation_fn, api == "linen", init_fn=init_fn
+      n, gate_fn, activation_fn, api == "linen", init_fn=init_fn, **sparsity
     )
-  return flax_forms.FlaxLSTMCell(n, gate_fn, activation_fn, init_fn=init_fn)
+  return flax_forms.FlaxLSTMCell(
+    n, gate_fn, activation_fn, init_fn=init_fn, **sparsity
+  )
 
 
 class _FlaxAutodiffCell(CustomCell):
@@ -398,6 +404,9 @@ def from_flax(
   input_size: int | None = None,
   initial_carry: Any = None,
   exact_form: bool = True,
+  recurrent_mask: Any = None,
+  recurrent_density: Any = None,
+  mask_seed: Any = 0,
 ):
   """An rtrl cell and its params from a Flax recurrent cell.
 
@@ -420,6 +429,12 @@ def from_flax(
       default from the module's `initialize_carry`.
     exact_form: False forces the autodiff path even for a built-in cell
       (a cell outside the Lemma-1 form takes it anyway).
+    recurrent_mask: optional `(n, n)` bool sparsity pattern of the
+      recurrent weights (`rtrl.cells.Cell`), for a built-in cell on the
+      exact path; the packed `W` is zeroed off it.
+    recurrent_density: optional number in (0, 1] instead of a mask: a
+      random pattern drawn from `mask_seed` (`rtrl.cells.Cell`).
+    mask_seed: the NumPy seed of `recurrent_density`'s pattern.
 
   Returns:
     `(cell, params)`, ready for `rtrl.estimators.make(name, cell)` and the
@@ -431,8 +446,16 @@ def from_flax(
       or (not built in) without `input_size`; `params` given for an NNX
       module; an NNX module whose call changes its non-parameter state (an
       RNG stream, batch statistics), naming the variable's path; a Linen
-      cell whose call needs an RNG or a collection besides params.
+      cell whose call needs an RNG or a collection besides params; a
+      sparsity (`recurrent_mask`, `recurrent_density`) for a cell that
+      takes the autodiff path, or a bad one (`rtrl.cells.Cell`).
   """
+  sparsity = {
+    "recurrent_mask": recurrent_mask,
+    "recurrent_density": recurrent_density,
+    "mask_seed": mask_seed,
+  }
+  sparse = recurrent_mask is not None or recurrent_density is not None
   api = _api(module)
   if api == "linen":
     if params is None:
@@ -456,10 +479,21 @@ def from_flax(
     input_size = _input_kernel_rows(api, kind, params)
   why = None if exact_form else "exact_form=False"
   if kind is not None and exact_form:
-    form = _exact_form(api, module, kind)
+    form = _exact_form(api, module, kind, **sparsity)
     if isinstance(form, Cell):
-      return form, {"W": _fused_weights(api, module, kind, params, input_size)}
+      weights = _fused_weights(api, module, kind, params, input_size)
+      mask = form.weight_mask(form.input_size({"W": weights}))
+      if sparse and mask is not None:
+        weights = weights * mask.astype(weights.dtype)
+      return form, {"W": weights}
     why = form
+  if sparse:
+    raise ValueError(
+      f"recurrent_mask / recurrent_density need the exact Lemma-1 form of "
+      f"one of Flax's {BUILTIN_CELLS}; {type(module).__name__} takes the "
+      f"autodiff path ({why or 'not a built-in cell'}), whose params are "
+      f"Flax's own: leave both None"
+    )
   return _autodiff_cell(api, module, params, input_size, initial_carry, why)
 
 
@@ -522,7 +556,7 @@ def to_flax(module: Any, params: Any):
   return module
 
 
-def named_cell(name: str, hidden_size: int) -> Cell:
+def named_cell(name: str, hidden_size: int, **sparsity: Any) -> Cell:
   """Flax's built-in cell by name, in its exact Lemma-1 form.
 
   What `rtrl.cells.make('flax:nnx.GRUCell', n)` (and the experiments'
@@ -534,12 +568,16 @@ def named_cell(name: str, hidden_size: int) -> Cell:
     name: `'nnx.'` or `'linen.'` followed by one of `BUILTIN_CELLS`
       (case-insensitive), e.g. `'nnx.GRUCell'`, `'linen.LSTMCell'`.
     hidden_size: the number of hidden units.
+    **sparsity: `recurrent_mask` / `recurrent_density` / `mask_seed`
+      (`rtrl.cells.Cell`): a sparse recurrence, Flax's initialisation
+      zeroed off it.
 
   Returns:
     A `rtrl.cells.flax_forms` cell.
 
   Raises:
-    ValueError: naming `name` when it is not such a cell.
+    ValueError: naming `name` when it is not such a cell; a bad sparsity
+      (`rtrl.cells.Cell`).
   """
   from flax import nnx  # pylint: disable=g-import-not-at-top
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
@@ -572,7 +610,7 @@ def named_cell(name: str, hidden_size: int) -> Cell:
 
   built = build(jax.random.PRNGKey(0), 1)
   form = _exact_form(
-    api, built[0] if api == "linen" else built, kind, init_fn=init
+    api, built[0] if api == "linen" else built, kind, init_fn=init, **sparsity
   )
   assert isinstance(form, Cell)  # Flax's defaults are element-wise
   return form

@@ -15,6 +15,7 @@ The gate and activation functions are any element-wise callables (Flax's
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -36,10 +37,20 @@ class FlaxForm(Cell):
   init_fn: Callable | None = None
 
   def init(self, key: jax.Array, input_size: int) -> Params:
-    """`init_fn(key, input_size)` if given, else `Cell.init`."""
+    """`init_fn(key, input_size)` if given (its `W` zeroed off the
+    `weight_mask`, as `Cell.init`'s is), else `Cell.init`."""
     if self.init_fn is None:
       return super().init(key, input_size)
-    return self.init_fn(key, input_size)
+    params = self.init_fn(key, input_size)
+    mask = self.weight_mask(input_size)
+    if mask is None:
+      return params
+    return {"W": params["W"] * mask.astype(params["W"].dtype)}
+
+  def _sparsity_repr(self) -> str:
+    """`', recurrent_...'` for a sparse cell, else `''`."""
+    dense = f"hidden_size={self.hidden_size}"
+    return Cell._repr_args(self)[len(dense) :]
 
 
 class FlaxSimpleCell(FlaxForm):
@@ -53,6 +64,8 @@ class FlaxSimpleCell(FlaxForm):
     activation_fn: Flax's `activation_fn`, element-wise (default tanh).
     residual: Flax's `residual`.
     init_fn: replaces `Cell.init` when given (`FlaxForm`).
+    **sparsity: `recurrent_mask` / `recurrent_density` / `mask_seed`
+      (`Cell`): a sparse recurrence.
   """
 
   num_gates = 1
@@ -64,15 +77,18 @@ class FlaxSimpleCell(FlaxForm):
     activation_fn: Callable = jnp.tanh,
     residual: bool = False,
     init_fn: Callable | None = None,
+    **sparsity: Any,
   ):
-    super().__init__(hidden_size)
+    super().__init__(hidden_size, **sparsity)
     self.activation_fn, self.residual = activation_fn, bool(residual)
+    self.has_direct_path = self.residual  # without it, RFLO is memoryless
     self.init_fn = init_fn
 
   def __repr__(self):
     return (
       f"FlaxSimpleCell(hidden_size={self.hidden_size}, activation_fn="
-      f"{_name(self.activation_fn)}, residual={self.residual})"
+      f"{_name(self.activation_fn)}, residual={self.residual}"
+      f"{self._sparsity_repr()})"
     )
 
   def _unit_map(self, z_unit, state_unit):
@@ -94,6 +110,8 @@ class FlaxLSTMCell(FlaxForm):
     gate_fn: Flax's `gate_fn`, element-wise (default sigmoid).
     activation_fn: Flax's `activation_fn`, element-wise (default tanh).
     init_fn: replaces `Cell.init` when given (`FlaxForm`).
+    **sparsity: `recurrent_mask` / `recurrent_density` / `mask_seed`
+      (`Cell`): a sparse recurrence.
   """
 
   num_gates = 4
@@ -106,15 +124,17 @@ class FlaxLSTMCell(FlaxForm):
     gate_fn: Callable = jax.nn.sigmoid,
     activation_fn: Callable = jnp.tanh,
     init_fn: Callable | None = None,
+    **sparsity: Any,
   ):
-    super().__init__(hidden_size)
+    super().__init__(hidden_size, **sparsity)
     self.gate_fn, self.activation_fn = gate_fn, activation_fn
     self.init_fn = init_fn
 
   def __repr__(self):
     return (
       f"FlaxLSTMCell(hidden_size={self.hidden_size}, gate_fn="
-      f"{_name(self.gate_fn)}, activation_fn={_name(self.activation_fn)})"
+      f"{_name(self.gate_fn)}, activation_fn={_name(self.activation_fn)}"
+      f"{self._sparsity_repr()})"
     )
 
   def _unit_map(self, z_unit, state_unit):
@@ -144,6 +164,8 @@ class FlaxGRUCell(FlaxForm):
     activation_fn: Flax's `activation_fn`, element-wise (default tanh).
     recurrent_bias: whether the candidate's recurrent product has a bias.
     init_fn: replaces `Cell.init` when given (`FlaxForm`).
+    **sparsity: `recurrent_mask` / `recurrent_density` / `mask_seed`
+      (`Cell`): a sparse recurrence.
   """
 
   num_gates = 4
@@ -156,8 +178,9 @@ class FlaxGRUCell(FlaxForm):
     activation_fn: Callable = jnp.tanh,
     recurrent_bias: bool = True,
     init_fn: Callable | None = None,
+    **sparsity: Any,
   ):
-    super().__init__(hidden_size)
+    super().__init__(hidden_size, **sparsity)
     self.gate_fn, self.activation_fn = gate_fn, activation_fn
     self.recurrent_bias = bool(recurrent_bias)
     self.init_fn = init_fn
@@ -166,7 +189,7 @@ class FlaxGRUCell(FlaxForm):
     return (
       f"FlaxGRUCell(hidden_size={self.hidden_size}, gate_fn="
       f"{_name(self.gate_fn)}, activation_fn={_name(self.activation_fn)}, "
-      f"recurrent_bias={self.recurrent_bias})"
+      f"recurrent_bias={self.recurrent_bias}{self._sparsity_repr()})"
     )
 
   def structural_mask(self, input_size: int):

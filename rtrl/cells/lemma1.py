@@ -87,12 +87,20 @@ class Cell:
       fraction of the recurrent weights kept, at random positions drawn
       from `mask_seed`.
     mask_seed: the NumPy seed of `recurrent_density`'s pattern.
+
+  Attributes:
+    recurrent_mask: the `(n, n)` bool pattern, None for a dense recurrence.
+    has_direct_path: whether the unit map reads the old state (False for
+      the tanh `RNN`, on which RFLO is memoryless and warns).
   """
 
   num_gates: int = 1
   num_state_rows: int = 1
   hidden_row: int = 0  # which state row is `h` (fed back and read out)
   recurrent_mask: np.ndarray | None = None  # (n, n) bool; None: dense
+  # False where the unit map ignores the old state (`dfds == 0`, the tanh
+  # RNN): RFLO, which follows that path only, is then memoryless.
+  has_direct_path: bool = True
 
   def __init__(
     self,
@@ -128,6 +136,17 @@ class Cell:
     if self.recurrent_mask is None:
       return self.hidden_size * self.hidden_size
     return int(self.recurrent_mask.sum())
+
+  def num_parameters(self, input_size: int) -> int:
+    """The entries of `W` the cell uses for inputs of size `input_size`:
+    the kept recurrent entries and none of the structural zeros (what
+    docs and benchmarks count as the cell's parameters)."""
+    input_size = _check_positive_int("input_size", input_size)
+    mask = self.weight_mask(input_size)
+    if mask is None:
+      n = self.hidden_size
+      return (input_size + n + 1) * self.num_gates * n
+    return int(np.count_nonzero(mask))
 
   # -- public API -----------------------------------------------------------
 
@@ -217,6 +236,15 @@ class Cell:
       self.recurrent_mask, self.num_gates
     )
     return mask
+
+  def params_mask(self, params: Params) -> dict | None:
+    """`{'W': weight_mask}` for params of this cell (any pytree with `W`'s
+    shape, e.g. its updates): the mask tree of
+    `rtrl.optim.masked_updates`, which the online trainers chain after the
+    optimiser; None for a dense recurrence (runs left as they were)."""
+    if self.recurrent_mask is None:
+      return None
+    return {"W": self.weight_mask(self.input_size(params))}
 
   def effective_weights(self, params: Params) -> jax.Array:
     """`W ⊙ weight_mask`: the matrix the step multiplies by."""

@@ -48,6 +48,12 @@ def resolve(
     ValueError: a mask that is not a boolean `(n, n)` array, a density
       outside (0, 1], a bad seed, or both a mask and a density.
   """
+  if (
+    isinstance(mask_seed, bool)
+    or not isinstance(mask_seed, (int, np.integer))
+    or mask_seed < 0
+  ):
+    raise ValueError(f"mask_seed must be an integer >= 0, got {mask_seed!r}")
   if recurrent_mask is not None and recurrent_density is not None:
     raise ValueError(
       "pass recurrent_mask or recurrent_density, not both "
@@ -73,12 +79,6 @@ def resolve(
       "recurrent_density must be a number in (0, 1] (the fraction of "
       f"recurrent weights kept), got {recurrent_density!r}"
     )
-  if (
-    isinstance(mask_seed, bool)
-    or not isinstance(mask_seed, (int, np.integer))
-    or mask_seed < 0
-  ):
-    raise ValueError(f"mask_seed must be an integer >= 0, got {mask_seed!r}")
   if float(recurrent_density) == 1.0:
     return None
   return random_pattern(hidden_size, float(recurrent_density), int(mask_seed))

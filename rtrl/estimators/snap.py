@@ -43,6 +43,7 @@ References:
 from __future__ import annotations
 
 from collections.abc import Callable
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -178,8 +179,22 @@ def rflo(
 
   Raises:
     ValueError: a cell not in the Lemma-1 form.
+
+  Warns:
+    UserWarning: a cell without a direct state path (`Cell.has_direct_path`
+      False: the tanh `RNN`, Flax's `SimpleCell` without `residual`), on
+      which the trace is the current step's term only.
   """
   base.require_lemma1_cell(cell, "rflo")
+  if not cell.has_direct_path:
+    warnings.warn(
+      f"RFLO is memoryless on {cell!r}: its unit map has no direct state "
+      f"path (dfds = 0), so the eligibility trace is the current step's "
+      f"term only; RFLO is defined on a leaky RNN, "
+      f"rtrl.cells.LeakyRNN(hidden_size, leak=...)",
+      UserWarning,
+      stacklevel=2,
+    )
   return _unit_diagonal("rflo", cell, rflo_unit_jacobian, routing)
 
 

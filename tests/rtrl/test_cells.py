@@ -14,6 +14,17 @@ from rtrl import tangents
 N, INPUT = 4, 3
 CELL_CLASSES = [cells.RNN, cells.RHN, cells.LSTM, cells.GRU]
 IDS = ["rnn", "rhn", "lstm", "gru"]
+# Every cell's constructor, and the leaky and sparse variants.
+CELL_FACTORIES = [lambda cls=cls: cls(hidden_size=N) for cls in CELL_CLASSES]
+CELL_FACTORIES += [
+  lambda: cells.LeakyRNN(hidden_size=N, leak=0.3),
+  lambda: cells.LeakyRNN(hidden_size=N, leak=0.3, recurrent_density=0.5),
+] + [
+  lambda cls=cls: cls(hidden_size=N, recurrent_density=0.5, mask_seed=1)
+  for cls in CELL_CLASSES
+]
+FACTORY_IDS = IDS + ["leaky_rnn", "sparse-leaky_rnn"]
+FACTORY_IDS += [f"sparse-{name}" for name in IDS]
 
 
 def _random_setup(cell, seed=0):
@@ -43,13 +54,19 @@ def _sigmoid(z):
   return 1.0 / (1.0 + np.exp(-z))
 
 
-@pytest.mark.parametrize("cls", CELL_CLASSES, ids=IDS)
+@pytest.mark.parametrize("cls", CELL_CLASSES + [cells.LeakyRNN])
 def test_params_shape_fused_lemma1_form(cls):
   """`W` has shape `(input + n + 1, K n)` with K = 1, 2, 4 gates."""
   cell = cls(hidden_size=N)
   params = cell.init(jax.random.PRNGKey(0), INPUT)
   assert set(params) == {"W"}
-  gates = {cells.RNN: 1, cells.RHN: 2, cells.LSTM: 4, cells.GRU: 4}[cls]
+  gates = {
+    cells.RNN: 1,
+    cells.LeakyRNN: 1,
+    cells.RHN: 2,
+    cells.LSTM: 4,
+    cells.GRU: 4,
+  }[cls]
   assert params["W"].shape == (INPUT + N + 1, gates * N)
 
 
@@ -152,13 +169,13 @@ def test_init_biases():
   np.testing.assert_array_equal(b[2 * N :], 0.0)
 
 
-@pytest.mark.parametrize("cls", CELL_CLASSES, ids=IDS)
-def test_linearized_step_matches_step_and_jacobians(cls, x64):
+@pytest.mark.parametrize("make_cell", CELL_FACTORIES, ids=FACTORY_IDS)
+def test_linearized_step_matches_step_and_jacobians(make_cell, x64):
   """`linearized_step`: new state == `step`; hhat == concat(x, h, 1);
   D, dfds == jacfwd of the pointwise map (and the map is really pointwise);
-  `hhat ⊗ D` == jacfwd of the step w.r.t. W; `H v` from
-  `apply_recurrent_jacobian` == jvp of the step w.r.t. the state."""
-  cell = cls(hidden_size=N)
+  `hhat ⊗ D` == jacfwd of the step w.r.t. W (zero off a sparse mask); `H v`
+  from `apply_recurrent_jacobian` == jvp of the step w.r.t. the state."""
+  cell = make_cell()
   s, k = cell.num_state_rows, cell.num_gates
   params, state, x = _random_setup(cell, seed=2)
   vs = jax.random.normal(jax.random.PRNGKey(3), (3, s, N), jnp.float64)
@@ -253,3 +270,5 @@ def test_make_by_name():
   assert isinstance(cells.make("RHN", 3), cells.RHN)
   lstm = cells.make("lstm", 5)
   assert isinstance(lstm, cells.LSTM) and lstm.hidden_size == 5
+  leaky = cells.make("Leaky_RNN", 4, leak=0.25)
+  assert isinstance(leaky, cells.LeakyRNN) and leaky.leak == 0.25
