@@ -241,6 +241,9 @@ def run_all(scale: str, out: str, mode: common.Mode) -> tuple[list, list]:
         with open(path) as f:
           summaries.append(json.load(f))
         continue
+      if overrides.get("report_only"):
+        notes.append(f"{name}: {method.label} not run")
+        continue
       start = time.perf_counter()
       try:
         outcome = suite_runs.run_method(
@@ -275,7 +278,8 @@ def _by(summaries: list[dict]) -> tuple[list[str], list[str], dict]:
 
 def table_rows(summaries: list[dict]) -> list[dict]:
   """One row per method: its cost, its cosine to exact RTRL per task and
-  on average, and its task metric per task (mean over seeds)."""
+  on average over the tasks it ran, and its task metric per task (mean
+  over seeds, last fifth of training)."""
   methods_, tasks, cell = _by(summaries)
   rows = []
   for method in methods_:
@@ -286,13 +290,14 @@ def table_rows(summaries: list[dict]) -> list[dict]:
       "tangent_floats": mine[0]["tangent_floats"],
       "ms_per_step": timed[0] if timed else None,
       "mean_cosine": float(np.mean([s["cosine_mean"] for s in mine])),
+      "tasks_run": len(mine),
     }
     for t in tasks:
       s = cell.get((method, t))
       row[f"cos {t}"] = None if s is None else s["cosine_mean"]
     for t in tasks:
       s = cell.get((method, t))
-      row[f"{t} {s['metric_name'] if s else ''}".strip()] = (
+      row[f"metric {t}"] = (
         None if s is None else float(np.mean(s["metric_last_fifth"]))
       )
     certificate = [
@@ -303,6 +308,34 @@ def table_rows(summaries: list[dict]) -> list[dict]:
     if certificate:
       row["certificate"] = float(np.mean(certificate))
     rows.append(row)
+  return rows
+
+
+def metric_rows(summaries: list[dict]) -> list[dict]:
+  """The task metric table: one row per method, then each task's metric
+  name, its trivial predictor's value and which way is better."""
+  _, tasks, cell = _by(summaries)
+  rows = [
+    {k: v for k, v in row.items() if k == "method" or k.startswith("metric ")}
+    for row in table_rows(summaries)
+  ]
+  first = {t: next(s for (m, tt), s in cell.items() if tt == t) for t in tasks}
+  rows.append(
+    {
+      "method": "(baseline)",
+      **{f"metric {t}": first[t]["metric_baseline"] for t in tasks},
+    }
+  )
+  rows.append(
+    {
+      "method": "(metric)",
+      **{
+        f"metric {t}": first[t]["metric_name"]
+        + (" ↑" if first[t]["higher_is_better"] else " ↓")
+        for t in tasks
+      },
+    }
+  )
   return rows
 
 
@@ -413,8 +446,20 @@ def compare_suite(
   if mode.planning or not summaries:
     return common.Result(NAME, [], [])
   rows = table_rows(summaries)
-  title = f"{NAME} ({scale}): cosine to exact RTRL, task metric, cost"
-  files = common.write_table(rows, os.path.join(out, "table"), title)
+  cosine_columns = [
+    {k: v for k, v in row.items() if not k.startswith("metric ")}
+    for row in rows
+  ]
+  files = common.write_table(
+    cosine_columns,
+    os.path.join(out, "table"),
+    f"{NAME} ({scale}): cosine to exact RTRL and cost",
+  )
+  files += common.write_table(
+    metric_rows(summaries),
+    os.path.join(out, "table_metric"),
+    f"{NAME} ({scale}): task metric, last fifth of training",
+  )
   with open(os.path.join(out, "notes.md"), "w") as f:
     f.write("\n".join(f"- {n}" for n in notes) + "\n")
   files.append(os.path.join(out, "notes.md"))
