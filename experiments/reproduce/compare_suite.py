@@ -413,24 +413,36 @@ def plot_curves(summaries: list[dict], path: str) -> str:
     rows, columns, figsize=(4.5 * columns, 3.4 * rows), squeeze=False
   )
   for ax, task in zip(axes.flat, tasks):
-    for method in CURVE_METHODS:
+    for index, method in enumerate(CURVE_METHODS):
       s = cell.get((method, task))
       if s is None:
         continue
+      steps = np.asarray(s["cosine_steps"])
       curve = np.asarray(s["cosine_curve"], float)
+      kept = np.isfinite(curve)  # steps with a target
+      steps, curve = steps[kept], curve[kept]
+      if not curve.size:
+        continue
       width = max(1, len(curve) // 10)  # smoothed over a tenth of the run
-      smooth = np.convolve(
-        np.nan_to_num(curve), np.ones(width) / width, mode="valid"
-      )
-      ax.plot(s["cosine_steps"][width - 1 :], smooth, label=method)
-    ax.set(
-      title=task, xlabel="training step", ylabel="cosine", ylim=(-0.2, 1.02)
-    )
+      smooth = np.convolve(curve, np.ones(width) / width, mode="valid")
+      ax.plot(steps[width - 1 :], smooth, label=method, color=f"C{index}")
+    ax.set(title=task, xlabel="training step", ylabel="cosine")
+    ax.set_ylim(-0.2, 1.02)
     ax.grid(alpha=0.3)
   for ax in list(axes.flat)[len(tasks) :]:
     ax.axis("off")
-  axes.flat[0].legend(fontsize=7)
-  fig.tight_layout()
+  handles = {}
+  for ax in axes.flat:
+    for handle, label in zip(*ax.get_legend_handles_labels()):
+      handles.setdefault(label, handle)
+  fig.legend(
+    list(handles.values()),
+    list(handles),
+    loc="lower center",
+    ncol=min(5, max(1, len(handles))),
+    fontsize="small",
+  )
+  fig.tight_layout(rect=(0, 0.08, 1, 1))
   fig.savefig(path, dpi=110)
   plt.close(fig)
   return path
