@@ -457,8 +457,10 @@ def compare_suite(
   cosine to exact RTRL's gradient on its own trajectory at every step,
   the task metric over the last fifth of training, ms per step (no shadow)
   and tangent floats. Small: tanh RNN-16, batch 8, 3 seeds vmapped, 600
-  steps, Adam 3e-3, adding T=20 (compilation dominates: about a minute
-  per program on a contended 2-core CPU). Paper: RNN-64 (sketched-rtrl's),
+  steps, Adam 3e-3, short episodes (TASK_SETTINGS); 144 programs of
+  30-60 s each on a contended 2-core CPU, mostly compilation: ~1 h 45 min
+  in one process, 19 min as 4 processes sharing the workdir
+  (`--set tasks=...`). Paper: RNN-64 (sketched-rtrl's),
   5 seeds, 20k steps, the tasks' peer settings, compared every 100 steps.
   Outside reference (sketched-rtrl, n=64, chaotic series): SnAp-1 0.505,
   KF-RTRL 0.512, RFLO 0.288, UORO 0.056."""
