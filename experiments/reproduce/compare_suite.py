@@ -23,6 +23,7 @@ from collections.abc import Callable
 import json
 import os
 import time
+from typing import Any
 import warnings
 
 import numpy as np
@@ -431,7 +432,7 @@ def plot_curves(summaries: list[dict], path: str) -> str:
     ax.grid(alpha=0.3)
   for ax in list(axes.flat)[len(tasks) :]:
     ax.axis("off")
-  handles = {}
+  handles: dict[str, Any] = {}
   for ax in axes.flat:
     for handle, label in zip(*ax.get_legend_handles_labels()):
       handles.setdefault(label, handle)
