@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from rtrl import estimators
 from rtrl import losses
 from rtrl import optim
 from rtrl import readout as readouts
@@ -64,6 +65,35 @@ class OnlineState(NamedTuple):
   cell_state: Any  # batched cell state
   tstate: Any  # batched estimator state
   step: jax.Array
+
+
+class ShadowTangents(NamedTuple):
+  """`OnlineState.tstate` of a trainer built with `shadow_every`: the
+  learner's estimator state and an exact-RTRL tangent stepped on the same
+  states with the same parameters (it never changes training)."""
+
+  learner: Any  # batched estimator state
+  exact: Any  # batched exact-RTRL state (`estimators.make('rtrl', cell)`)
+
+
+class ShadowStepMetrics(NamedTuple):
+  """One step's metrics with `shadow_every` on: `StepMetrics`' fields, then
+  the estimator's cell gradient set beside exact RTRL's (both summed over
+  the batch, as the update sees them), NaN at steps that do not report.
+
+  `cosine` is NaN also where either gradient is zero (e.g. a step with no
+  target). `estimator_metrics` is the estimator's own `metrics(tstate)`
+  (e.g. SK-RTRL's certificate), each a mean over the batch; `{}` for an
+  estimator without them.
+  """
+
+  loss_sum: jax.Array  # as StepMetrics
+  weight_sum: jax.Array  # as StepMetrics
+  reported: jax.Array  # bool: this step compared the two gradients
+  cosine: jax.Array  # cos(estimate, exact) over the flattened cell gradient
+  estimate_norm: jax.Array  # ||estimate||_2
+  exact_norm: jax.Array  # ||exact RTRL's gradient||_2
+  estimator_metrics: dict  # name -> batch mean of estimator.metrics
 
 
 class Trainer(NamedTuple):
@@ -195,23 +225,150 @@ def estimate_step(
   'readout': exact immediate gradient}` of that loss. `readout` and `loss`
   as in `make_online_trainer`.
   """
-  batch_size = batch.targets.shape[0]
-  cell_state = where_reset(
-    batch.resets, broadcast_state(cell.initial_state(), batch_size), cell_state
-  )
+  cell_state = reset_cell_states(cell, cell_state, batch.resets)
   tstate, cell_state = step_resetting(
     estimator, params["cell"], tstate, cell_state, batch.inputs, batch.resets
   )
-  mean_loss, (readout_grads, dloss_dstate) = jax.value_and_grad(
-    lambda r, s: batch_loss(cell, r, s, batch, readout=readout, loss=loss),
-    argnums=(0, 1),
-  )(params["readout"], cell_state)
+  mean_loss, readout_grads, dloss_dstate = loss_gradients(
+    cell, params["readout"], cell_state, batch, readout=readout, loss=loss
+  )
   cell_grads = summed_gradient(estimator, params["cell"], tstate, dloss_dstate)
   return (
     tstate,
     cell_state,
     mean_loss,
     {"cell": cell_grads, "readout": readout_grads},
+  )
+
+
+def reset_cell_states(cell: Cell, cell_state: Any, resets: jax.Array) -> Any:
+  """The batch's cell states with `cell.initial_state()` where `resets`."""
+  fresh = broadcast_state(cell.initial_state(), resets.shape[0])
+  return where_reset(resets, fresh, cell_state)
+
+
+def loss_gradients(
+  cell: Cell,
+  readout_params: dict,
+  cell_state: Any,
+  batch: StepBatch,
+  *,
+  readout=None,
+  loss=None,
+) -> tuple[jax.Array, Any, Any]:
+  """`(batch-mean loss, its readout gradient, its gradient w.r.t. the
+  batch's cell states)` at this step (`batch_loss`)."""
+  mean_loss, (readout_grads, dloss_dstate) = jax.value_and_grad(
+    lambda r, s: batch_loss(cell, r, s, batch, readout=readout, loss=loss),
+    argnums=(0, 1),
+  )(readout_params, cell_state)
+  return mean_loss, readout_grads, dloss_dstate
+
+
+def gradient_cosine(
+  estimate: Any, exact: Any
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """`(cosine, ||estimate||, ||exact||)` of two gradient trees, each
+  flattened to one vector; the cosine is NaN where either norm is zero."""
+  flat = lambda tree: jnp.concatenate(
+    [jnp.ravel(leaf) for leaf in jax.tree_util.tree_leaves(tree)]
+  )
+  a, b = flat(estimate), flat(exact)
+  norm_a, norm_b = jnp.linalg.norm(a), jnp.linalg.norm(b)
+  denom = norm_a * norm_b
+  cosine = jnp.where(
+    denom > 0, jnp.dot(a, b) / jnp.where(denom > 0, denom, 1.0), jnp.nan
+  )
+  return jnp.clip(cosine, -1.0, 1.0), norm_a, norm_b
+
+
+def batch_mean_metrics(estimator: Estimator, tstate: Any) -> dict:
+  """The estimator's per-example `metrics(tstate)` averaged over the batch
+  (the leading axis of `tstate`); `{}` for an estimator without them."""
+  metrics = getattr(estimator, "metrics", None)
+  if metrics is None:
+    return {}
+  return jax.tree_util.tree_map(
+    lambda a: jnp.mean(a, axis=0), jax.vmap(metrics)(tstate)
+  )
+
+
+def shadow_estimate_step(
+  cell: Cell,
+  estimator: Estimator,
+  exact: Estimator,
+  params: dict,
+  tstates: ShadowTangents,
+  cell_state: Any,
+  batch: StepBatch,
+  report: jax.Array,
+  *,
+  readout=None,
+  loss=None,
+):
+  """`estimate_step` with an exact-RTRL shadow on the same trajectory.
+
+  The learner's part is `estimate_step`'s, unchanged; the `exact` tangent
+  steps on the same (reset) states, inputs and parameters. Where `report`
+  (a bool scalar), the two batch-summed cell gradients of this step's loss
+  are compared (`gradient_cosine`) and the estimator's `metrics` read.
+
+  Returns:
+    `(tstates, cell_state, loss, grads, report)` with the first four as in
+    `estimate_step` (grads: the learner's) and `report` the last five
+    fields of `ShadowStepMetrics`, NaN where not `report`.
+  """
+  learner, learner_cell_state, mean_loss, grads = estimate_step(
+    cell,
+    estimator,
+    params,
+    tstates.learner,
+    cell_state,
+    batch,
+    readout=readout,
+    loss=loss,
+  )
+  # The shadow reads only values the step keeps anyway, through a barrier:
+  # XLA cannot merge or fuse its ops with the learner's, so training
+  # stays bitwise that without a shadow (the learner's gradient is read
+  # again rather than shared with the update).
+  shadow_in = jax.lax.optimization_barrier(
+    (params, tstates.exact, cell_state, learner, learner_cell_state)
+  )
+  params, shadow, cell_state, learner_copy, new_cell_state = shadow_in
+  cell_state = reset_cell_states(cell, cell_state, batch.resets)
+  shadow, _ = step_resetting(
+    exact, params["cell"], shadow, cell_state, batch.inputs, batch.resets
+  )
+  _, _, dloss_dstate = loss_gradients(
+    cell, params["readout"], new_cell_state, batch, readout=readout, loss=loss
+  )
+
+  def compare():
+    cell_grads = summed_gradient(
+      estimator, params["cell"], learner_copy, dloss_dstate
+    )
+    exact_grads = summed_gradient(exact, params["cell"], shadow, dloss_dstate)
+    cosine, estimate_norm, exact_norm = gradient_cosine(cell_grads, exact_grads)
+    return (
+      cosine,
+      estimate_norm,
+      exact_norm,
+      batch_mean_metrics(estimator, learner_copy),
+    )
+
+  def skip():
+    return jax.tree_util.tree_map(
+      lambda s: jnp.full(s.shape, jnp.nan, s.dtype), jax.eval_shape(compare)
+    )
+
+  compared = jax.lax.cond(report, compare, skip)
+  return (
+    ShadowTangents(learner, shadow),
+    learner_cell_state,
+    mean_loss,
+    grads,
+    (report, *compared),
   )
 
 
@@ -223,6 +380,7 @@ def make_online_trainer(
   *,
   readout=None,
   loss=None,
+  shadow_every: int | None = None,
 ) -> Trainer:
   """Builds the online trainer.
 
@@ -238,13 +396,36 @@ def make_online_trainer(
       `readout.linear()`.
     loss: per-example `loss(prediction, target) -> scalar` (`rtrl.losses`);
       None: `losses.softmax_cross_entropy`.
+    shadow_every: report, every this many steps, the cosine of the
+      estimator's cell gradient to exact RTRL's on the learner's own
+      trajectory and weights: an exact-RTRL tangent
+      (`estimators.make('rtrl', cell)`) steps beside the estimator's on the
+      same states and parameters, without changing training. The state's
+      `tstate` is then a `ShadowTangents` and the metrics
+      `ShadowStepMetrics`. None or 0 (default): off, the trainer exactly as
+      without it. The shadow costs exact RTRL's memory and time per step.
 
   Returns:
     A `Trainer`. `run` is jitted; `step` is pure and jittable.
+
+  Raises:
+    ValueError: `shadow_every` not None or an integer >= 0.
   """
   readout, loss = readout_and_loss(readout, loss)
   # A sparse cell stays sparse: no update off its mask (weight decay...).
   optimizer = optim.keep_recurrent_mask(optimizer, cell)
+  if shadow_every is not None:
+    validation.nonnegative_int("shadow_every", shadow_every, "off")
+  if shadow_every:
+    return _shadow_trainer(
+      cell,
+      estimator,
+      optimizer,
+      accumulate_steps,
+      shadow_every,
+      readout=readout,
+      loss=loss,
+    )
 
   def initial_states(params, key, batch_size):
     keys = jax.random.split(key, batch_size)
@@ -271,11 +452,55 @@ def make_online_trainer(
   )
 
 
+def _shadow_trainer(
+  cell: Cell,
+  estimator: Estimator,
+  optimizer: optax.GradientTransformation,
+  accumulate_steps: int,
+  shadow_every: int,
+  *,
+  readout,
+  loss,
+) -> Trainer:
+  """`make_online_trainer` with `shadow_every` on (a positive int)."""
+  exact = estimators.make("rtrl", cell)
+
+  def initial_states(params, key, batch_size):
+    keys = jax.random.split(key, batch_size)
+    state0 = cell.initial_state()
+    init = lambda e: jax.vmap(e.init, in_axes=(None, None, 0))(
+      params["cell"], state0, keys
+    )
+    tstates = ShadowTangents(learner=init(estimator), exact=init(exact))
+    return tstates, broadcast_state(state0, batch_size)
+
+  def estimate(params, tstates, cell_state, batch, step):
+    report = (step + 1) % shadow_every == 0
+    return shadow_estimate_step(
+      cell,
+      estimator,
+      exact,
+      params,
+      tstates,
+      cell_state,
+      batch,
+      report,
+      readout=readout,
+      loss=loss,
+    )
+
+  return trainer_from_estimate(
+    initial_states, estimate, optimizer, accumulate_steps, reports=True
+  )
+
+
 def trainer_from_estimate(
   initial_states: Callable,
   estimate: Callable,
   optimizer: optax.GradientTransformation,
   accumulate_steps: int = 1,
+  *,
+  reports: bool = False,
 ) -> Trainer:
   """The online `Trainer` around a batched gradient estimate, written once
   for a single cell and for stacks (`rtrl.stack`).
@@ -286,6 +511,9 @@ def trainer_from_estimate(
       batch-mean loss, grads)`, parameters fixed.
     optimizer: applied to `grads` at every step, or to their mean every
       `accumulate_steps` steps (`optax.MultiSteps`).
+    reports: `estimate` also takes the step count (a fifth argument) and
+      returns a fifth item, the last five fields of `ShadowStepMetrics`,
+      which the steps then report instead of `StepMetrics`.
   """
   validation.positive_int("accumulate_steps", accumulate_steps)
   if accumulate_steps > 1:
@@ -305,15 +533,22 @@ def trainer_from_estimate(
     )
 
   def step(state: OnlineState, batch: StepBatch):
-    tstate, cell_state, mean_loss, grads = estimate(
-      state.params, state.tstate, state.cell_state, batch
-    )
+    if reports:
+      tstate, cell_state, mean_loss, grads, report = estimate(
+        state.params, state.tstate, state.cell_state, batch, state.step
+      )
+    else:
+      tstate, cell_state, mean_loss, grads = estimate(
+        state.params, state.tstate, state.cell_state, batch
+      )
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    metrics = StepMetrics(
+    metrics: StepMetrics | ShadowStepMetrics = StepMetrics(
       loss_sum=mean_loss * batch.targets.shape[0],
       weight_sum=batch.weights.sum(),
     )
+    if reports:
+      metrics = ShadowStepMetrics(*metrics, *report)
     return OnlineState(
       params, opt_state, cell_state, tstate, state.step + 1
     ), metrics

@@ -9,7 +9,8 @@ Copy and char-PTB curves, scores and tables in `online_curves.py`), the
 official code's logs against our official presets in `ok_official.py`,
 SnAp-1, RFLO, UORO, KF-RTRL, KF-AVG, OK and TBPTT side by side (gradient
 cosine, Copy, char-PTB) in `compare_online.py`, the online LRU stacks
-beside them in `compare_lru.py`, the RLS paper's figures in
+beside them in `compare_lru.py`, every method on the task suite with
+an exact-RTRL shadow in `compare_suite.py`, the RLS paper's figures in
 `rls_paper.py`; what every target shares (curves, learning-rate selection,
 plots, tables) in `common.py`, and `--plan`'s measurements in `plan.py`.
 A new target is a function in one of the target modules, added to its
@@ -21,11 +22,19 @@ from __future__ import annotations
 from experiments.reproduce import common
 from experiments.reproduce import compare_lru
 from experiments.reproduce import compare_online
+from experiments.reproduce import compare_suite
 from experiments.reproduce import ok_official
 from experiments.reproduce import ok_paper
 from experiments.reproduce import rls_paper
 
-_MODULES = (ok_paper, ok_official, compare_online, compare_lru, rls_paper)
+_MODULES = (
+  ok_paper,
+  ok_official,
+  compare_online,
+  compare_lru,
+  compare_suite,
+  rls_paper,
+)
 
 
 def targets() -> dict:

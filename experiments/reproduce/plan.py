@@ -79,9 +79,20 @@ def duration(seconds: float) -> str:
   return f"{seconds / 86400:.1f} d"
 
 
+def _defaults(experiment: str):
+  """`configs/<experiment>.py`'s config; empty for a program that has no
+  config file and whose config is complete (`online.suite_runs`)."""
+  try:
+    return config_files.load_config(experiment)
+  except FileNotFoundError:
+    import ml_collections  # pylint: disable=g-import-not-at-top
+
+    return ml_collections.ConfigDict()
+
+
 def _short_config(experiment: str, config) -> tuple[Any, int, int]:
   """`(config for a few measured chunks, chunks it runs, steps per chunk)`."""
-  short = config_files.load_config(experiment)
+  short = _defaults(experiment)
   short.update(config.to_dict())
   if experiment in TRAIN_EXAMPLES:  # Epochs of a data subset.
     steps = 10
