@@ -67,15 +67,15 @@ class DampedLayerState(NamedTuple):
       moment, ``(n, n)``, ``n = fan_in (+ 1 with a bias)``.
     inverse_correlation: ``P``, the damped inverse of ``Â`` from the last
       refresh, ``(n, n)``.
-    count: steps taken (int32 scalar); ``A`` and ``P`` are refreshed when
-      ``count % update_every == 0``.
-    updates: refreshes so far (int32 scalar), for the bias correction.
+    step: steps taken (int32 scalar); ``A`` and ``P`` are refreshed when
+      ``step % update_every == 0``.
+    refreshes: refreshes so far (int32 scalar), for the bias correction.
   """
 
   second_moment: jax.Array
   inverse_correlation: jax.Array
-  count: jax.Array
-  updates: jax.Array
+  step: jax.Array
+  refreshes: jax.Array
 
   @property
   def dtype(self):
@@ -139,7 +139,7 @@ def damped_layer_step(
   update_every: int,
 ) -> tuple[jax.Array, DampedLayerState]:
   r"""One layer's ``(η P ∇_Θ, new state)``, refreshing ``A`` and ``P`` first
-  when ``count % update_every == 0``.
+  when ``step % update_every == 0``.
 
   With ``X = rows`` (``S × n``, bias column included) and ``T = steps``:
   ``A ← β A + (1 - β) (T/S) Xᵀ X``, ``Â = A / (1 - β^u)`` after ``u``
@@ -153,21 +153,21 @@ def damped_layer_step(
       steps / rows.shape[0]
     )
     new_moment = beta * state.second_moment + (1 - beta) * moment
-    updates = state.updates + 1
-    estimate = new_moment / (1 - beta ** updates.astype(dtype))
+    refreshes = state.refreshes + 1
+    estimate = new_moment / (1 - beta ** refreshes.astype(dtype))
     return state._replace(
       second_moment=new_moment,
       inverse_correlation=damped_inverse(estimate, damping),
-      updates=updates,
+      refreshes=refreshes,
     )
 
   state = jax.lax.cond(
-    state.count % update_every == 0, refresh, lambda s: s, state
+    state.step % update_every == 0, refresh, lambda s: s, state
   )
   direction = jnp.asarray(gradient_scale, dtype) * jnp.matmul(
     state.inverse_correlation, grad, precision=_HIGHEST
   )
-  return direction, state._replace(count=state.count + 1)
+  return direction, state._replace(step=state.step + 1)
 
 
 def scale_by_rls_damped_second_moment(
@@ -245,8 +245,8 @@ def scale_by_rls_damped_second_moment(
     return DampedLayerState(
       second_moment=jnp.zeros((size, size), dtype),
       inverse_correlation=jnp.eye(size, dtype=dtype),
-      count=jnp.zeros((), jnp.int32),
-      updates=jnp.zeros((), jnp.int32),
+      step=jnp.zeros((), jnp.int32),
+      refreshes=jnp.zeros((), jnp.int32),
     )
 
   def update_layer(state, layer, entry, grad, eta):

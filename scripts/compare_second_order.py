@@ -65,7 +65,7 @@ DAMPED_SAMPLES = 256
 
 OPTAX_VARIANTS = tuple(previous.VARIANTS) + ("RLS-D",)
 VARIANTS = OPTAX_VARIANTS + ("K-FAC",)
-EPOCHS = {"mnist": 3, "cifar10": 3}
+EPOCHS = {"mnist": 2, "cifar10": 3}
 
 
 def slug(label: str) -> str:
@@ -166,17 +166,16 @@ def record(epoch, losses, seconds, params, evaluate, arrays) -> dict:
   }
 
 
-def run_optax(task_name, label, seed, epochs, damped_overrides=None):
-  """One seed of an optax optimiser; a list of per-epoch records."""
+def prepare_optax(task_name, label, seed, damped_overrides=None):
+  """``(run_epoch, params, opt_state, data, evaluate)`` of one seed:
+  ``run_epoch(params, opt_state, order, train_x, train_y) -> (params,
+  opt_state, losses)`` scans the minibatches of ``order``."""
   config = task_config(task_name, label)
   task, arrays, preprocess = load_data(task_name, config)
   model = task.make_model(config)
   tx, with_inputs, samples = optimizer(label, config, damped_overrides or {})
   step = training.make_train_step(model, tx, "mse", with_inputs, samples)
   params = init_params(task, config, model, seed)
-  opt_state = tx.init(params)
-  train_x = jnp.asarray(arrays["train_inputs"])
-  train_y = jnp.asarray(arrays["train_labels"])
 
   def run_epoch(params, opt_state, order, train_x, train_y):
     def body(carry, indices):
@@ -190,6 +189,20 @@ def run_optax(task_name, label, seed, epochs, damped_overrides=None):
     (params, opt_state), losses = jax.lax.scan(body, (params, opt_state), order)
     return params, opt_state, losses
 
+  data = (
+    jnp.asarray(arrays["train_inputs"]),
+    jnp.asarray(arrays["train_labels"]),
+  )
+  evaluate = evaluate_fn(model, config, preprocess)
+  return run_epoch, params, tx.init(params), data, (evaluate, arrays, config)
+
+
+def run_optax(task_name, label, seed, epochs, damped_overrides=None):
+  """One seed of an optax optimiser; a list of per-epoch records."""
+  run_epoch, params, opt_state, (train_x, train_y), extra = prepare_optax(
+    task_name, label, seed, damped_overrides
+  )
+  evaluate, arrays, config = extra
   num_train = train_x.shape[0]
   order = epoch_order(seed, 1, num_train, config.batch_size)
   compiled = (
@@ -197,7 +210,6 @@ def run_optax(task_name, label, seed, epochs, damped_overrides=None):
     .lower(params, opt_state, order, train_x, train_y)
     .compile()
   )
-  evaluate = evaluate_fn(model, config, preprocess)
   records = []
   for epoch in range(1, epochs + 1):
     order = epoch_order(seed, epoch, num_train, config.batch_size)
@@ -210,6 +222,29 @@ def run_optax(task_name, label, seed, epochs, damped_overrides=None):
     records.append(record(epoch, losses, seconds, params, evaluate, arrays))
     print(f"  {label} seed {seed} epoch {epoch}: {records[-1]}", flush=True)
   return records, {}
+
+
+def step_seconds(task_name, labels, steps=20, repeats=5) -> dict:
+  """Seconds per training step of each optax optimiser: `steps` steps in
+  one jitted scan, best of `repeats`, the optimisers interleaved so that
+  the load of a shared machine hits them alike."""
+  runs = {}
+  for label in labels:
+    run_epoch, params, opt_state, data, (_, _, config) = prepare_optax(
+      task_name, label, 0
+    )
+    order = epoch_order(0, 1, data[0].shape[0], config.batch_size)[:steps]
+    compiled = (
+      jax.jit(run_epoch).lower(params, opt_state, order, *data).compile()
+    )
+    runs[label] = (compiled, (params, opt_state, order) + data)
+  best = {label: float("inf") for label in labels}
+  for _ in range(repeats):
+    for label, (compiled, args) in runs.items():
+      start = time.perf_counter()
+      jax.block_until_ready(compiled(*args))
+      best[label] = min(best[label], (time.perf_counter() - start) / steps)
+  return best
 
 
 def kfac_optimizer(kfac_jax, loss_fn):
@@ -378,36 +413,55 @@ def _mean_std(values: np.ndarray) -> str:
   return f"{values.mean():.4f} ± {values.std():.4f}"
 
 
-def table(task_name, results) -> list[str]:
+def steps_per_epoch(task_name) -> int:
+  config = task_config(task_name, "Adam")
+  num_train = {"mnist": 60_000, "cifar10": config.train_limit}[task_name]
+  return num_train // config.batch_size
+
+
+def seconds_per_step(task_name, results, timing) -> dict:
+  """label -> seconds per step: the interleaved timing for optax
+  optimisers, the median measured epoch over steps for K-FAC."""
+  seconds = dict(timing)
+  for label, runs in results.items():
+    if label not in seconds:
+      epoch = np.median([[e["seconds"] for e in r] for r in runs])
+      seconds[label] = float(epoch) / steps_per_epoch(task_name)
+  return seconds
+
+
+def table(task_name, results, seconds) -> list[str]:
   """Markdown: epoch-mean train loss per epoch, the end losses, accuracy,
-  seconds per epoch and time relative to Adam."""
+  time per step and relative to Adam, measured seconds per epoch."""
   epochs = EPOCHS[task_name]
   title = previous.TASKS[task_name][2]
   header = (
     ["optimiser"]
     + [f"train loss ep {e + 1}" for e in range(epochs)]
-    + ["end full-train loss", "test acc", "s/epoch", "x Adam time"]
+    + [
+      "end full-train loss",
+      "test acc",
+      "ms/step",
+      "x Adam time",
+      "s/epoch (run)",
+    ]
   )
   lines = [f"## {title}", "", "| " + " | ".join(header) + " |"]
   lines.append("|" + "---|" * len(header))
-
-  def seconds(runs):
-    # Median over seeds and epochs: the machine is shared, so spikes happen.
-    return float(np.median([[e["seconds"] for e in r] for r in runs]))
-
-  adam = seconds(results["Adam"]) if "Adam" in results else None
+  adam = seconds.get("Adam")
   for label, runs in results.items():
     row = [label]
     row += [_mean_std(_stat(runs, "train_loss", e)) for e in range(epochs)]
     row.append(_mean_std(_stat(runs, "train_eval_loss", epochs - 1)))
     row.append(_mean_std(_stat(runs, "test_accuracy", epochs - 1)))
-    row.append(f"{seconds(runs):.2f}")
-    row.append(f"{seconds(runs) / adam:.2f}" if adam else "")
+    row.append(f"{1e3 * seconds[label]:.1f}")
+    row.append(f"{seconds[label] / adam:.2f}" if adam else "")
+    row.append(f"{np.median([[e['seconds'] for e in r] for r in runs]):.1f}")
     lines.append("| " + " | ".join(row) + " |")
   return lines + [""]
 
 
-def plot(all_results, path) -> None:
+def plot(all_results, all_seconds, path) -> None:
   import matplotlib  # pylint: disable=g-import-not-at-top
 
   matplotlib.use("Agg")
@@ -417,10 +471,11 @@ def plot(all_results, path) -> None:
     len(all_results), 2, figsize=(11, 3.8 * len(all_results)), squeeze=False
   )
   for row, (task_name, results) in enumerate(all_results.items()):
+    steps = steps_per_epoch(task_name)
     for label, runs in results.items():
       epochs = len(runs[0])
       losses = np.asarray([[e["train_loss"] for e in r] for r in runs])
-      axes[row, 0].errorbar(
+      line = axes[row, 0].errorbar(
         np.arange(1, epochs + 1),
         losses.mean(0),
         yerr=losses.std(0),
@@ -428,18 +483,16 @@ def plot(all_results, path) -> None:
         capsize=3,
         label=label,
       )
-      # Per wall-second: each epoch's 10 block means at their share of its
-      # measured seconds, averaged over seeds.
+      # Per second: each epoch's 10 block means (seed mean) at the end of
+      # their block, at the optimiser's seconds per step.
       curve = np.asarray([sum((e["curve"] for e in r), []) for r in runs])
-      per_epoch = np.median([[e["seconds"] for e in r] for r in runs], 0)
-      times = np.concatenate(
-        [
-          np.cumsum(np.r_[0, per_epoch])[i]
-          + per_epoch[i] * (np.arange(10) + 1) / 10
-          for i in range(epochs)
-        ]
+      block_ends = (np.arange(curve.shape[1]) + 1) * steps / 10
+      axes[row, 1].plot(
+        block_ends * all_seconds[task_name][label],
+        curve.mean(0),
+        color=line[0].get_color(),
+        label=label,
       )
-      axes[row, 1].plot(times, curve.mean(0), label=label)
     axes[row, 0].set(
       xlabel="epoch",
       ylabel="train loss (epoch mean, eq. 57 MSE)",
@@ -447,8 +500,9 @@ def plot(all_results, path) -> None:
       title=previous.TASKS[task_name][2],
     )
     axes[row, 1].set(
-      xlabel="wall seconds (one seed, shared 2-core CPU)",
-      ylabel="train loss (block mean)",
+      xlabel="seconds (steps x s/step, one seed, 2 shared CPU cores)",
+      ylabel="train loss (mean over a tenth of an epoch)",
+      xscale="log",
       yscale="log",
     )
     axes[row, 0].legend(fontsize=8)
@@ -457,26 +511,44 @@ def plot(all_results, path) -> None:
   plt.close(fig)
 
 
+def timing_for(workdir, task_name, labels) -> dict:
+  """`step_seconds` of the optax labels, measured once and cached in
+  WORKDIR/TASK/step_seconds.json."""
+  path = os.path.join(workdir, task_name, "step_seconds.json")
+  cached = {}
+  if os.path.exists(path):
+    with open(path) as f:
+      cached = json.load(f)
+  missing = [l for l in labels if l != "K-FAC" and l not in cached]
+  if missing:
+    print(f"== timing {task_name}: {missing}", flush=True)
+    cached.update(step_seconds(task_name, missing))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+      json.dump(cached, f)
+  return {l: cached[l] for l in labels if l in cached}
+
+
 def report(workdir, task_names, labels, seeds, table_path, figure_path):
-  all_results, lines = {}, []
+  all_results, all_seconds, lines = {}, {}, []
   for task_name in task_names:
     results = read_results(workdir, task_name, labels, seeds, EPOCHS[task_name])
     if results:
+      timing = timing_for(workdir, task_name, list(results))
+      all_seconds[task_name] = seconds_per_step(task_name, results, timing)
       all_results[task_name] = results
-      lines += table(task_name, results)
-  blocks = {}
+      lines += table(task_name, results, all_seconds[task_name])
   for task_name in task_names:
     path = os.path.join(workdir, task_name, "k_fac", "seed_0.json")
     if os.path.exists(path):
       with open(path) as f:
-        blocks[task_name] = json.load(f).get("kfac_blocks", [])
+        tags = json.load(f).get("kfac_blocks", [])
+      lines += [f"kfac-jax curvature blocks, {task_name}:", ""]
+      lines += [f"    {t}" for t in tags] + [""]
   with open(table_path, "w") as f:
     f.write("\n".join(lines))
-    for task_name, tags in blocks.items():
-      f.write(f"\nkfac-jax curvature blocks, {task_name}:\n\n")
-      f.write("\n".join(f"    {t}" for t in tags) + "\n")
   if all_results:
-    plot(all_results, figure_path)
+    plot(all_results, all_seconds, figure_path)
   print("\n".join(lines))
 
 
