@@ -50,18 +50,23 @@ with a bias — and ``steps`` is ``T`` (1 for dense/conv, the sequence length
 for `layers.RNN` / `layers.LSTM`).
 
 Forms: `scale_by_rls_conventional` (the paper's update of ``P``),
-`scale_by_rls_square_root` (Potter's form, ``P = S Sᵀ``) and
-`scale_by_rls_second_moment` (``P`` from sampled input rows) are peer
+`scale_by_rls_square_root` (Potter's form, ``P = S Sᵀ``),
+`scale_by_rls_second_moment` (``P`` from sampled input rows) and
+`scale_by_rls_damped_second_moment` (a damped running second moment,
+refreshed every few steps, K-FAC's activation factor) are peer
 transforms over one per-layer loop (`rls.layerwise`), each with its own state
 type; `scale_by_rls` picks one from its options, `with_momentum_and_l1` adds
 the paper's momentum and L1 to any of them, and `rls` chains that with a
-learning rate.
+learning rate. `graft` gives any direction (an RLS form's) another
+transform's step size per parameter array (Adam's).
 
 Parameters without a layer input (embeddings, normalisation scales) raise a
 ValueError naming them; route them to another optimiser with
 `optax.multi_transform`, or pass ``passthrough=True``.
 """
 
+from rls import damped_second_moment
+from rls import grafting
 from rls import input_samples
 from rls import layers
 from rls import second_moment
@@ -73,7 +78,11 @@ from rls.capture import RLS_INPUTS
 from rls.capture import record_layer_input
 from rls.conventional import ScaleByRLSState
 from rls.conventional import scale_by_rls_conventional
+from rls.damped_second_moment import ScaleByRLSDampedSecondMomentState
+from rls.damped_second_moment import scale_by_rls_damped_second_moment
 from rls.flax_capture import layer_inputs
+from rls.grafting import GraftState
+from rls.grafting import graft
 from rls.layers import LSTM
 from rls.layers import RNN
 from rls.layerwise import LayerInput
@@ -86,14 +95,19 @@ from rls.square_root import scale_by_rls_square_root
 from rls.transform import scale_by_rls
 
 __all__ = [
+  "GraftState",
   "LSTM",
   "LayerInput",
   "RLSDirectionState",
   "RLS_INPUTS",
   "RNN",
+  "ScaleByRLSDampedSecondMomentState",
   "ScaleByRLSSecondMomentState",
   "ScaleByRLSSquareRootState",
   "ScaleByRLSState",
+  "damped_second_moment",
+  "graft",
+  "grafting",
   "input_samples",
   "inverse_correlation",
   "layer_inputs",
@@ -103,6 +117,7 @@ __all__ = [
   "rls",
   "scale_by_rls",
   "scale_by_rls_conventional",
+  "scale_by_rls_damped_second_moment",
   "scale_by_rls_second_moment",
   "scale_by_rls_square_root",
   "scale_by_rls_with_momentum_and_l1",

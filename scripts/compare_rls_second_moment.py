@@ -101,8 +101,9 @@ NOTES = """## Notes
 * Muon: learning rate from {0.003, 0.01, 0.03} on 10,000 MNIST images x 2
   epochs (0.03 best, 0.01 close); its AdamW part (biases, conv kernels)
   keeps Adam's 1e-3 (at 0.03 it diverged on CIFAR). Not tuned on CIFAR.
-* kfac-jax was not tried (no time left in the session); Muon stands in as
-  the optax.contrib baseline.
+* kfac-jax's K-FAC, and the damped running second-moment RLS
+  (`rls.damped_second_moment`), are compared with Adam on the same networks
+  in `scripts/compare_second_order.py` (`docs/benchmarks/second_order.md`).
 """
 
 
