@@ -20,17 +20,25 @@ QR `B_jᵀ = Q_j T_j` gives `H_o blockdiag(B) = N Qᵀ` with `N = H_o
 blockdiag(T_jᵀ)` `(S n, S n)` and `Q = blockdiag(Q_j)` orthonormal. One
 step of the sketch:
 
-  1. pre-projection: `N ≈ N_c V_cᵀ`, its top `c` singular triplets,
-     `τ_c` the Frobenius norm of the rest;
-  2. the `r + c` right vectors `[R, Q V_c] = Z Θ` (thin QR, `Z`
-     orthonormal), so the residual is `C Zᵀ` with the core
-     `C = [H L, N_c] Θᵀ` `(S n, r + c)`, exactly;
-  3. truncation: `C = U Σ Wᵀ`, `L' = U_r Σ_r`, `R' = Z W_r`, `τ_r` the
-     Frobenius norm of the dropped singular values.
+  1. pre-projection: `N ≈ N_c V_cᵀ` with `N_c = N V_c`, `V_c` `(S n, c)`
+     an approximate top-`c` right singular basis (the paper: an SVD; here
+     `subspace_iterations` steps of subspace iteration warm-started from
+     the previous step's `V_c`), `τ_c = |N - N_c V_cᵀ|_F` computed
+     directly, so exact for any `V_c`;
+  2. the `r + c` right vectors `X = [R, Q V_c] = Z Θ + Δ` by CholeskyQR2
+     on their `(r + c)^2` Gram matrix (`Z` orthonormal to working
+     precision; the paper: a Householder QR), so the residual is
+     `C Zᵀ + A Δᵀ` with `A = [H L, N_c]` and the core `C = A Θᵀ`
+     `(S n, r + c)`; `τ_m = |A|_F |Δ|_F >= |A Δᵀ|_F`, `Δ` measured (it is
+     at rounding level unless columns are (nearly) dependent);
+  3. truncation: `W_r` the top `r` eigenvectors of `Cᵀ C` `(r + c)^2`,
+     `L' = C W_r`, `R' = Z W_r`, `τ_r = |C - C W_r W_rᵀ|_F` computed
+     directly.
 
-Each step drops `η = τ_c + τ_r` in Frobenius norm (`Q`, `Z`, `W` are
-orthonormal), so the error `E = J - Ĵ` obeys `E' = H E + (dropped)` and
-the certificate
+Each step drops at most `η = τ_c + τ_m + τ_r` in Frobenius norm (`Q`, `Z`
+are orthonormal, and each `τ` is measured, not read off a factorisation,
+so a poor `V_c` or eigensolver loosens the bound but never breaks it); the
+error `E = J - Ĵ` obeys `E' = H E + (dropped)` and the certificate
 
     e' = ρ̄ e + η,    ρ̄ = min(|H|_F, sqrt(|H|_1 |H|_∞)) >= |H|_2,
 
@@ -47,7 +55,9 @@ at 0) and valid but astronomically large elsewhere
 
 `r = 0` keeps no sketch: SnAp-1 exactly (`e` then bounds SnAp-1's
 error). `r = S n` skips the pre-projection (`c = S n`) and keeps every
-singular value: exact RTRL, `e = 0` (Corollary 3 of the paper). Between,
+singular value, by a Householder QR and an SVD of the core (the paper's
+step, exact for any column dependency): exact RTRL, `e = 0` (Corollary 3
+of the paper). Between,
 `c` is `preprojection_rank`, by default the paper's
 `min(S n, max(4, ⌈r / 4⌉))`.
 
@@ -369,12 +379,13 @@ def sk_rtrl(
 
   Cost per example and step (`P = input_size + n + 1`, `K` gates, `S`
   state rows, `c` the pre-projection rank, `max(4, ⌈r / 4⌉)` by
-  default): memory `S P K n + P K n r + S n r
-  ~ (S + r) K n^2`; time `S^2 P K n + P K n (r + c)^2 + (S n)^3
-  ~ K n^2 r^2 + S^3 n^3` (SnAp-1's step, the QR and the recompression of
-  `R`, the SVD of the `(S n, S n)` new residual; at `rank = S n`, `~ n^4`,
-  exact RTRL's order). On XLA:CPU its small per-example factorisations
-  dominate the step for now (docs/benchmarks/sk_rtrl.md).
+  default): memory `S P K n + P K n r + S n r + S n c
+  ~ (S + r) K n^2`; time `S^2 P K n + P K n (r + c)^2 + (S n)^2 c
+  ~ K n^2 (r + c)^2` (SnAp-1's step, the Gram passes over the right
+  factor, the subspace iteration; small `(r + c)^2` factorisations); at
+  `rank = S n`, `~ n^4`, exact RTRL's order. Measured on a loaded CPU at
+  RHN-64, batch 8: 0.2x exact RTRL's step at `r = 4`, 0.6x at `r = 16`,
+  3-4x r-OK's at the same rank (docs/benchmarks/sk_rtrl.md).
 
   Args:
     cell: a Lemma-1 `rtrl.cells.Cell` (dense or with a `recurrent_mask`).
@@ -457,7 +468,7 @@ def sk_rtrl(
         iterations,
         routing,
       )
-      if preprojects:
+      if new_projection is not None:
         projection = new_projection
     # A zero H forgets the old error exactly, even an overflowed (inf) bound.
     rho = spectral_norm_bound(h)
