@@ -249,29 +249,26 @@ def preproject(
 
 def merge_right_factors(
   columns: jax.Array, routing: routing_lib.Routing
-) -> tuple[jax.Array, jax.Array, jax.Array]:
+) -> tuple[jax.Array, jax.Array]:
   """`columns ≈ Z Θ`, `Z` orthonormal, by CholeskyQR2 on the Gram matrix.
 
-  Returns `(Zᵀ-transform T, Θ, |columns - Z Θ|_F)` with `Z = columns Tᵀ`
-  (not formed). The second pass makes `Z` orthonormal to working
-  precision; the representation error (directions of (nearly) dependent
-  columns the Gram factorisation drops) is measured, not assumed, and the
-  caller adds its effect to the certificate.
+  Returns `(T, Θ)` `(m, m)` with `Z = columns Tᵀ` (not formed). The second
+  pass makes `Z` orthonormal to working precision; the representation
+  error `columns - Z Θ` (directions of (nearly) dependent columns the Gram
+  factorisation drops) is left to the caller to measure (`sketch_update`
+  adds its effect to the certificate).
 
   Args:
     columns: `(M, m)`, `M = P K n` rows, `m = r + c`.
     routing: the route of the `(m, m)` factorisations (`linalg.small_svd`).
   """
-  transform, coords = linalg.gram_qr(
+  return linalg.gram_qr(
     lambda t: linalg.gram_of_columns(
       columns if t is None else linalg.matmul(columns, t.T)
     ),
     True,
     routing=routing,
   )
-  eye = jnp.eye(columns.shape[1], dtype=columns.dtype)
-  lost = linalg.matmul(columns, eye - linalg.matmul(transform.T, coords))
-  return transform, coords, jnp.sqrt(jnp.sum(lost * lost))
 
 
 def truncate_core(
@@ -318,13 +315,24 @@ def sketch_update(
   columns = jnp.concatenate(
     [right.reshape(-1, rank), new_right.reshape(p * k * n, -1)], axis=1
   )
-  transform, theta, lost = merge_right_factors(columns, routing)
+  transform, theta = merge_right_factors(columns, routing)
   factors = jnp.concatenate([linalg.matmul(h, left), kept], axis=1)
   core = linalg.matmul(factors, theta.T)
   new_left, kept_vectors, dropped_r = truncate_core(core, rank, routing)
-  # R' = Z W_r with Z = columns Tᵀ, without forming Z.
-  new_right = linalg.matmul(columns, linalg.matmul(transform.T, kept_vectors))
-  merge_error = jnp.sqrt(jnp.sum(factors * factors)) * lost
+  # One pass over the columns for R' = Z W_r (Z = columns Tᵀ, not formed)
+  # and the representation error Δ = columns (I - Tᵀ Θ).
+  m = columns.shape[1]
+  eye = jnp.eye(m, dtype=columns.dtype)
+  both = linalg.matmul(
+    columns,
+    jnp.concatenate(
+      [transform.T @ kept_vectors, eye - transform.T @ theta], axis=1
+    ),
+  )
+  new_right, lost = both[:, :rank], both[:, rank:]
+  merge_error = jnp.sqrt(jnp.sum(factors * factors)) * jnp.sqrt(
+    jnp.sum(lost * lost)
+  )
   dropped = dropped_c + merge_error + dropped_r
   return new_left, new_right.reshape(p, k, n, rank), dropped, projection
 
