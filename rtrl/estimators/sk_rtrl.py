@@ -247,6 +247,18 @@ def preproject(
   return kept, projection, jnp.sqrt(jnp.sum(rest * rest))
 
 
+def mix_columns(
+  columns: jax.Array, coefficients: jax.Array, routing: routing_lib.Routing
+) -> jax.Array:
+  """`columns @ coefficients` for tall `columns` `(M, m)` and a small
+  `coefficients` `(m, o)`: `m` multiply-adds in one loop where
+  `routing.elementwise_mix(m)` (XLA:CPU's GEMM is slow on such shapes),
+  else one GEMM."""
+  if routing.elementwise_mix(columns.shape[1]):
+    return linalg.matmul_unrolled(columns, coefficients)
+  return linalg.matmul(columns, coefficients)
+
+
 def merge_right_factors(
   columns: jax.Array, routing: routing_lib.Routing
 ) -> tuple[jax.Array, jax.Array]:
@@ -264,7 +276,7 @@ def merge_right_factors(
   """
   return linalg.gram_qr(
     lambda t: linalg.gram_of_columns(
-      columns if t is None else linalg.matmul(columns, t.T)
+      columns if t is None else mix_columns(columns, t.T, routing)
     ),
     True,
     routing=routing,
@@ -323,11 +335,12 @@ def sketch_update(
   # and the representation error Δ = columns (I - Tᵀ Θ).
   m = columns.shape[1]
   eye = jnp.eye(m, dtype=columns.dtype)
-  both = linalg.matmul(
+  both = mix_columns(
     columns,
     jnp.concatenate(
       [transform.T @ kept_vectors, eye - transform.T @ theta], axis=1
     ),
+    routing,
   )
   new_right, lost = both[:, :rank], both[:, rank:]
   merge_error = jnp.sqrt(jnp.sum(factors * factors)) * jnp.sqrt(
@@ -521,6 +534,7 @@ __all__ = [
   "exact_sketch_update",
   "fixed_start",
   "merge_right_factors",
+  "mix_columns",
   "off_diagonal_mass",
   "preproject",
   "sk_rtrl",
