@@ -405,8 +405,8 @@ def sk_rtrl(
   ~ K n^2 (r + c)^2` (SnAp-1's step, the Gram passes over the right
   factor, the subspace iteration; small `(r + c)^2` factorisations); at
   `rank = S n`, `~ n^4`, exact RTRL's order. Measured on a loaded CPU at
-  RHN-64, batch 8: 0.3x exact RTRL's step at `r = 4`, 0.7x at `r = 16`,
-  3-5x r-OK's at the same rank (docs/benchmarks/sk_rtrl.md).
+  RHN-64, batch 8: 0.2-0.5x exact RTRL's step at `r <= 4`, 0.6-1x at
+  `r = 16`, 3-6x r-OK's at the same rank (docs/benchmarks/sk_rtrl.md).
 
   Args:
     cell: a Lemma-1 `rtrl.cells.Cell` (dense or with a `recurrent_mask`).
