@@ -85,20 +85,34 @@ def _dense_exact(tangent):
   return jnp.transpose(tangent, (3, 1, 2, 0))
 
 
-def _run_both(cell, rank, params, xs, gs, resets, preprojection_rank=None):
+def _run_both(
+  cell,
+  rank,
+  params,
+  xs,
+  gs,
+  resets,
+  preprojection_rank=None,
+  subspace_iterations=2,
+  start=None,
+):
   """Per step: `(|J - Ĵ|_F, e, |ĝ - g|_2, |dL/dstate|_2)` for one example,
-  exact RTRL and SK-RTRL run side by side on the same states."""
+  exact RTRL and SK-RTRL run side by side on the same states (`start`: the
+  pre-projection's first start `(S n, c)` in place of the fixed one)."""
   sketch = estimators.sk_rtrl(
-    cell, rank=rank, preprojection_rank=preprojection_rank
+    cell,
+    rank=rank,
+    preprojection_rank=preprojection_rank,
+    subspace_iterations=subspace_iterations,
   )
   exact = estimators.exact_rtrl(cell)
   state0 = cell.initial_state()
   key = jax.random.PRNGKey(0)
-  init = (
-    sketch.init(params, state0, key),
-    exact.init(params, state0, key),
-    state0,
-  )
+  sketch_state = sketch.init(params, state0, key)
+  if start is not None:
+    tangent = sketch_state.tangent._replace(preprojection=start)
+    sketch_state = sketch_state._replace(tangent=tangent)
+  init = (sketch_state, exact.init(params, state0, key), state0)
 
   def body(carry, inputs):
     x, g, reset = inputs
@@ -161,6 +175,48 @@ def test_certificate_bounds_the_error_on_random_problems(
     # The bound is not vacuous: the sketch does drop mass here.
     assert influence_error.max() > 1e-6
     assert np.all(certificate[[0, 9]] == 0), "a reset starts it afresh"
+
+
+# A poor pre-projection basis, kept for every step (no subspace
+# iteration): one direction repeated, and large non-orthonormal columns.
+@pytest.mark.parametrize("start_kind", ["repeated", "scaled_gaussian"])
+def test_certificate_bounds_the_error_with_a_poor_preprojection(
+  start_kind, x64
+):
+  cell = cells.RNN(N)
+  steps, rank, append = 12, 1, 2
+  params, xs, gs = rtrl_problems.make_example_problem(cell, INPUT, steps)
+  if start_kind == "repeated":
+    start = jnp.ones((N, append)) / np.sqrt(N)
+  else:
+    start = 3.0 * jax.random.normal(jax.random.PRNGKey(5), (N, append))
+  run = lambda iterations, start: jax.device_get(
+    _run_both(
+      cell,
+      rank,
+      params,
+      xs,
+      gs,
+      jnp.zeros((steps,), bool),  # no reset: the start is never replaced
+      preprojection_rank=append,
+      subspace_iterations=iterations,
+      start=start,
+    )
+  )
+  error, certificate, grad_error, g_norm = run(0, start)
+  slack = 1e-10 * (1 + certificate)
+  assert np.all(error <= certificate + slack), (error, certificate)
+  assert np.all(grad_error <= g_norm * certificate + slack)
+  assert error.max() > 1e-6
+  # Subspace iteration from the same start tightens it.
+  _, iterated, _, _ = run(2, start)
+  assert iterated[-1] < certificate[-1]
+
+
+def test_subspace_iterations_must_be_a_non_negative_int():
+  for bad in (-1, 1.0, True, None):
+    with pytest.raises(ValueError, match="subspace_iterations"):
+      estimators.sk_rtrl(cells.RNN(N), rank=1, subspace_iterations=bad)
 
 
 def test_certificate_is_zero_at_full_rank_and_bounds_snap1(x64):
