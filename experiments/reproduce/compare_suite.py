@@ -376,6 +376,7 @@ def plot_cost(summaries: list[dict], path: str) -> str:
         textcoords="offset points",
       )
     ax.set(xscale="log", xlabel=xlabel, ylabel="mean cosine to exact RTRL")
+    ax.xaxis.set_minor_formatter(plt.NullFormatter())  # labels collide
     ax.grid(alpha=0.3)
   fig.suptitle(
     "Gradient quality against cost (mean over tasks and seeds)",
