@@ -72,6 +72,8 @@ def measure_size(n, args) -> dict:
     pattern = order and snap_n.snap_pattern(cell.recurrent_mask, n, order)
     results[tag] = {
       "n": n,
+      "params": cell.num_parameters(VOCAB),  # W's used entries: kept only
+      "dense_params": cells.CELLS[args.cell](n).num_parameters(VOCAB),
       "pairs": pattern.num_pairs if pattern else n * n,
       "edges": pattern.num_edges if pattern else None,
       "code": estimator.implementation,
@@ -100,7 +102,11 @@ def report(all_results: dict) -> None:
   for n, results in all_results.items():
     exact = results["rtrl"]
     print(
-      f"\nn={n}: {'method':<8}{'pairs':>8}{'edges':>9}{'floats':>9}"
+      f"\nn={n}: W holds {exact['params']} used parameters "
+      f"({exact['dense_params']} dense)"
+    )
+    print(
+      f"{'':<6}{'method':<8}{'pairs':>8}{'edges':>9}{'floats':>9}"
       f"{'mem/rtrl':>10}{'full ms':>9}{'/rtrl':>7}{'core ms':>9}{'/rtrl':>7}"
       "  code"
     )
