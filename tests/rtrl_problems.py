@@ -40,7 +40,7 @@ def make_params(
   biases (drawn from `rng` in that order)."""
   cell_key, readout_key = jax.random.split(key)
   w = cell.init(cell_key, input_size)["W"]
-  r = readout.init(readout_key, cell.hidden_size, num_outputs)
+  r = readout.linear().init(readout_key, cell.hidden_size, num_outputs)
   if rng is not None:
     w = with_random_bias(w, rng)
     r["b"] = jnp.asarray(0.3 * rng.standard_normal(num_outputs))
@@ -132,7 +132,7 @@ def cell_problem(
   kc, kr = jax.random.split(jax.random.PRNGKey(seed))
   params = {
     "cell": cell.init(kc, input_size),
-    "readout": readout.init(kr, cell.hidden_size, num_outputs),
+    "readout": readout.linear().init(kr, cell.hidden_size, num_outputs),
   }
   chunk = make_chunk(
     rng, steps, batch, input_size, num_outputs, resets, keep_probability=0.75

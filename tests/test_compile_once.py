@@ -107,7 +107,10 @@ def echo_chunk(key, length, batch_size, num_symbols):
 def test_online_trainer_run_traces_once_per_chunk_shape(accumulate_steps):
   cell, trainer = make_trainer(1, accumulate_steps)
   key = jax.random.PRNGKey(0)
-  params = {"cell": cell.init(key, 3), "readout": rtrl.readout.init(key, 8, 3)}
+  params = {
+    "cell": cell.init(key, 3),
+    "readout": rtrl.readout.linear().init(key, 8, 3),
+  }
   state = trainer.init(params, key, 4)
   for seed in range(3):
     state, metrics = trainer.run(state, echo_chunk(key + seed, 6, 4, 3))
@@ -120,7 +123,10 @@ def test_a_second_trace_fails():
   # under x64) retraces `run`, and the wrapped estimate says so.
   cell, trainer = make_trainer(estimate_traces=1)
   key = jax.random.PRNGKey(0)
-  params = {"cell": cell.init(key, 3), "readout": rtrl.readout.init(key, 8, 3)}
+  params = {
+    "cell": cell.init(key, 3),
+    "readout": rtrl.readout.linear().init(key, 8, 3),
+  }
   state = trainer.init(params, key, 4)
   state, _ = trainer.run(state, echo_chunk(key, 6, 4, 3))
   with jax.enable_x64(True):

@@ -330,7 +330,7 @@ def test_trainers_learn_on_a_custom_cell(trainer_name, x64):
   key = jax.random.PRNGKey(0)
   params = {
     "cell": cell.init(key, 2),
-    "readout": readout.init(key, cell.hidden_size, 2),
+    "readout": readout.linear().init(key, cell.hidden_size, 2),
   }
   optimizer = optax.adam(5e-2)
   if trainer_name == "tbptt":
@@ -400,7 +400,7 @@ def test_step_that_changes_the_state_is_named(bad_step, what, x64):
       cell,
       {
         "cell": params,
-        "readout": readout.init(jax.random.PRNGKey(0), N, OUTPUTS),
+        "readout": readout.linear().init(jax.random.PRNGKey(0), N, OUTPUTS),
       },
       online.broadcast_state(cell.initial_state(), B),
       chunk,

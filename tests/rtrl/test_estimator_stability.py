@@ -55,7 +55,7 @@ def run_copy_task(name, num_steps, seed=0):
   ck, rk = jax.random.split(params_key)
   params = {
     "cell": cell.init(ck, copy_task.VOCAB_SIZE),
-    "readout": readout.init(rk, HIDDEN, copy_task.VOCAB_SIZE),
+    "readout": readout.linear().init(rk, HIDDEN, copy_task.VOCAB_SIZE),
   }
   state = trainer.init(params, trainer_key, BATCH)
   stream = copy_task.stream_init(data_key, BATCH, MAX_LENGTH)

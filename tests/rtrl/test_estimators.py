@@ -202,7 +202,7 @@ def _exactness_problem(cell):
   w = w.at[-1].add(jnp.asarray(0.5 * rng.standard_normal(w.shape[1])))
   params = {
     "cell": {"W": w},
-    "readout": readout.init(kr, cell.hidden_size, EXACT_OUT),
+    "readout": readout.linear().init(kr, cell.hidden_size, EXACT_OUT),
   }
   resets = np.zeros((EXACT_T, EXACT_B), bool)
   resets[0] = True
@@ -304,7 +304,7 @@ def test_ok2_cosine_near_one_on_untrained_rhn():
   kc, kr, kd = jax.random.split(jax.random.PRNGKey(11), 3)
   params = {
     "cell": cell.init(kc, COS_VOCAB),
-    "readout": readout.init(kr, COS_N, COS_VOCAB),
+    "readout": readout.linear().init(kr, COS_N, COS_VOCAB),
   }
   ki, kt = jax.random.split(kd)
   shape = (COS_REPS, COS_T, 1)

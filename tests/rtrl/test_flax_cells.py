@@ -121,7 +121,9 @@ def problem(cell, cell_params, seed=0):
   rng = np.random.default_rng(seed)
   params = {
     "cell": cell_params,
-    "readout": readout.init(jax.random.PRNGKey(seed), cell.hidden_size, 3),
+    "readout": readout.linear().init(
+      jax.random.PRNGKey(seed), cell.hidden_size, 3
+    ),
   }
   params["readout"]["b"] = jnp.asarray(0.3 * rng.standard_normal(OUTPUTS))
   chunk = rtrl_problems.make_chunk(rng, T, B, INPUT, OUTPUTS, RESETS, 0.75)
@@ -321,7 +323,7 @@ def test_user_nnx_cell_learns_online(name, x64):
   assert h.shape == y.shape == (8,)
   params = {
     "cell": cell_params,
-    "readout": readout.init(jax.random.PRNGKey(1), 8, 2),
+    "readout": readout.linear().init(jax.random.PRNGKey(1), 8, 2),
   }
   trainer = rtrl.make_online_trainer(
     cell, estimators.make(name, cell), optax.adam(5e-2)

@@ -125,7 +125,7 @@ def test_online_training_learns_a_delayed_echo():
   key = jax.random.PRNGKey(0)
   params = {
     "cell": cell.init(key, classes),
-    "readout": readout.init(
+    "readout": readout.linear().init(
       jax.random.fold_in(key, 1), cell.hidden_size, classes
     ),
   }

@@ -125,7 +125,9 @@ def test_bpc_equals_python_loop(x64, batch, reset_every):
   cell_key, readout_key = jax.random.split(jax.random.PRNGKey(3))
   params = {
     "cell": cell.init(cell_key, ptb.VOCAB_SIZE),
-    "readout": readout.init(readout_key, cell.hidden_size, ptb.VOCAB_SIZE),
+    "readout": readout.linear().init(
+      readout_key, cell.hidden_size, ptb.VOCAB_SIZE
+    ),
   }
   streams = ptb_eval.make_eval_streams(ids, batch, reset_every)
   assert float(streams.weights.sum()) == ids.size

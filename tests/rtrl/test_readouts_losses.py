@@ -281,7 +281,7 @@ def learned_mse(trainer, seed=0):
   keys = jax.random.split(jax.random.PRNGKey(seed), 3)
   params = {
     "cell": cell.init(keys[0], 1),
-    "readout": readout.init(keys[1], LEARN_N, 1),
+    "readout": readout.linear().init(keys[1], LEARN_N, 1),
   }
   chunk = series.generate(
     jax.random.PRNGKey(1), LEARN_B, LEARN_T, sample_every=30
