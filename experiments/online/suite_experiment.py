@@ -26,8 +26,10 @@ an exact-RTRL shadow on the same trajectory
 (`rtrl.online.make_online_trainer`'s `shadow_every`, at exact RTRL's
 cost): each record then also has `cosine_to_rtrl`, the mean over the
 window's reported steps (those with a finite cosine; NaN if none) of the
-cell gradient's cosine to exact RTRL's, and the mean of the estimator's
-own metrics (SK-RTRL's `certificate`) over the same steps:
+cell gradient's cosine to exact RTRL's, and the mean of each of the
+estimator's own metrics (SK-RTRL's `certificate`) over the reported steps
+where it is finite, with the fraction of them it was finite at
+(`certificate_finite_fraction`: the bound may overflow on long sequences):
 
   python -m experiments.suite_task --config configs/suite_task.py:henon --config.estimator=sk_rtrl --config.rank=4 --config.shadow_every=10 --workdir runs/x
 """
@@ -176,13 +178,20 @@ def make_train_chunk(config, cell, task: suite.SuiteTask):
 
 def shadow_sums(steps) -> dict:
   """A chunk's `rtrl.online.ShadowStepMetrics` (one row a step) as sums
-  over the reported steps with a finite cosine: `shadow_count`,
-  `cosine_sum` and, per estimator metric, `<name>_sum`."""
-  counted = steps.reported & jnp.isfinite(steps.cosine)
-  total = lambda values: jnp.where(counted, values, 0.0).sum()
-  sums = {"shadow_count": counted.sum(), "cosine_sum": total(steps.cosine)}
-  for name, values in steps.estimator_metrics.items():
-    sums[f"{name}_sum"] = total(values)
+  over the reported steps: `cosine_count` and `cosine_sum` over those with
+  a finite cosine; per estimator metric, `<name>_count` and `<name>_sum`
+  over those where it is finite (SK-RTRL's certificate, a bound that grows
+  with each step's spectral-norm bound, may overflow to inf), and
+  `reported_count`."""
+
+  def counted_sum(values) -> tuple[jax.Array, jax.Array]:
+    counted = steps.reported & jnp.isfinite(values)
+    return counted.sum(), jnp.where(counted, values, 0.0).sum()
+
+  sums = {"reported_count": steps.reported.sum()}
+  named = {"cosine": steps.cosine, **steps.estimator_metrics}
+  for name, values in named.items():
+    sums[f"{name}_count"], sums[f"{name}_sum"] = counted_sum(values)
   return sums
 
 
@@ -201,7 +210,7 @@ def make_summarize(task: suite.SuiteTask):
       # The metric's ratio of sums (task_metrics.value) over the window.
       task.metric.name: total["metric_sum"] / weight if weight else 0.0,
     }
-    if "shadow_count" in window[0]:
+    if "reported_count" in window[0]:
       record.update(shadow_means(window))
     return record
 
@@ -209,15 +218,23 @@ def make_summarize(task: suite.SuiteTask):
 
 
 def shadow_means(window: list[dict]) -> dict:
-  """`cosine_to_rtrl` and each estimator metric: the mean over the
-  window's counted steps (`shadow_sums`); NaN if none was counted."""
-  count = sum(float(m["shadow_count"]) for m in window)
+  """`cosine_to_rtrl` and each estimator metric `<name>`: the mean over the
+  window's reported steps where it is finite (NaN if none), and, for an
+  estimator metric, `<name>_finite_fraction` of the reported steps."""
+  total = lambda key: sum(float(m[key]) for m in window)
+  reported = total("reported_count")
   means = {}
   for key in window[0]:
-    if key.endswith("_sum") and key not in SUMS:
-      name = "cosine_to_rtrl" if key == "cosine_sum" else key[: -len("_sum")]
-      total = sum(float(m[key]) for m in window)
-      means[name] = total / count if count else float("nan")
+    if not key.endswith("_count") or key == "reported_count":
+      continue
+    name = key[: -len("_count")]
+    count = total(key)
+    mean = total(f"{name}_sum") / count if count else float("nan")
+    if name == "cosine":
+      means["cosine_to_rtrl"] = mean
+    else:
+      means[name] = mean
+      means[f"{name}_finite_fraction"] = count / reported if reported else 0.0
   return means
 
 

@@ -62,6 +62,7 @@ def test_shadow_rerun_resumes_and_matches_uninterrupted(tmp_path):
   assert [r["step"] for r in whole] == [50, 100, 150, 200]
   assert all(-1.0 <= r["cosine_to_rtrl"] <= 1.0 for r in whole)
   assert all(math.isfinite(r["certificate"]) for r in whole)
+  assert all(0.0 < r["certificate_finite_fraction"] <= 1.0 for r in whole)
 
 
 def test_exact_rtrl_shadow_logs_cosine_one(tmp_path):
