@@ -30,7 +30,8 @@ aⁿbⁿ strings:
 Other estimators, as in the other configs: --config.estimator=ok
 --config.rank=4; snap1; uoro; rflo (--config.readout=feedback_alignment);
 TBPTT-25 (sketched-rtrl's window): --config.estimator=tbptt
---config.truncation=25.
+--config.truncation=25. The gradient's cosine to exact RTRL's, logged as
+`cosine_to_rtrl` every record: --config.shadow_every=10.
 
 Each record has `loss` (mean per weighted step, in the loss's units: ½
 squared error or nats) and the task metric under its name (`mse` per output
@@ -114,6 +115,11 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   config.rank = 4  # kf_avg, kf_approx, ok, ok_biased, ktp, sk_rtrl
   config.order = 2  # snap (SnAp-n's n)
   config.truncation = 25  # tbptt's window (divides chunk_steps)
+  # > 0: every this many steps, the cell gradient's cosine to exact RTRL's
+  # (an exact-RTRL shadow on the same trajectory, exact RTRL's cost), logged
+  # as cosine_to_rtrl (and SK-RTRL's certificate); 0: off. Online
+  # single-cell estimators only.
+  config.shadow_every = 0
 
   # Optimizer (as configs/copy_task.py).
   config.optimizer = "adam"

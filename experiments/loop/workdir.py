@@ -73,6 +73,7 @@ ADDED_FIELD_DEFAULTS = {
   "learning_rate_schedule": "constant",
   "warmup_updates": 0,
   "test_limit": 0,
+  "shadow_every": 0,
   # Listed in every online config since configs became pure data; before,
   # an LRU in the Copy and PTB configs took the cell's ring.
   "lru_r_min": 0.0,

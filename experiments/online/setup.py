@@ -17,7 +17,10 @@ fields (every one listed in `configs/{copy_task,ptb,seq_cifar}.py`):
 * the optimiser: `optimizer` (adam | tf1_adam), `learning_rate(s)`,
   `clip_norm`, `cell_clip_norm`, `accumulate_steps`, `init_stddev`, and the
   LRU papers' options `weight_decay`, `recurrence_learning_rate_factor`,
-  `learning_rate_schedule`, `warmup_updates` (`lru_adam`).
+  `learning_rate_schedule`, `warmup_updates` (`lru_adam`);
+* `shadow_every` (the suite task's only; `make_trainer`'s argument): the
+  online single-cell trainer's exact-RTRL shadow
+  (`rtrl.online.make_online_trainer`).
 """
 
 from __future__ import annotations
@@ -84,6 +87,25 @@ def validate_trainer(config) -> None:
     if value < 0:
       raise ValueError(f"config.{field} must be >= 0 (0: off), got {value!r}")
   _validate_lru_optimizer(config)
+
+
+def validate_shadow_every(config, shadow_every: int) -> int:
+  """`shadow_every` (an experiment's `config.shadow_every`), checked: an
+  integer >= 0 (0: off), and 0 for TBPTT and stacks (the exact-RTRL shadow
+  is the online single-cell trainer's, `rtrl.online.make_online_trainer`).
+
+  Raises:
+    ValueError: naming config.shadow_every.
+  """
+  checks.nonnegative_int("config.shadow_every", shadow_every, "off")
+  if shadow_every and (config.estimator == "tbptt" or is_stacked(config)):
+    raise ValueError(
+      "config.shadow_every must be 0 (off) for TBPTT and stacks (the "
+      "exact-RTRL shadow is the online single-cell trainer's), got "
+      f"{shadow_every!r} with estimator={config.estimator!r}, "
+      f"num_layers={config.num_layers}, head={config.head!r}"
+    )
+  return shadow_every
 
 
 SCHEDULES = ("constant", "warmup_cosine")
@@ -333,14 +355,17 @@ def make_optimizer(config, learning_rate) -> optax.GradientTransformation:
 
 
 def make_trainer(
-  config, cell: cells.Cell, learning_rate=None, loss=None
+  config, cell: cells.Cell, learning_rate=None, loss=None, shadow_every=0
 ) -> online.Trainer:
   """TBPTT if `config.estimator == 'tbptt'`, else the online trainer.
 
   `learning_rate` (default `config.learning_rate`) may be a traced scalar, so
   a run axis can vmap over learning rates. `loss`: the per-example loss
-  (`rtrl.losses`; None: softmax cross-entropy).
+  (`rtrl.losses`; None: softmax cross-entropy). `shadow_every` > 0 (the
+  online single-cell trainer only; `validate_shadow_every`): its steps
+  report `rtrl.online.ShadowStepMetrics`.
   """
+  validate_shadow_every(config, shadow_every)
   if learning_rate is None:
     learning_rate = config.learning_rate
   optimizer = make_optimizer(config, learning_rate)
@@ -367,6 +392,7 @@ def make_trainer(
     accumulate_steps=config.accumulate_steps,
     readout=make_readout(config),
     loss=loss,
+    shadow_every=shadow_every,
   )
 
 

@@ -20,11 +20,24 @@ mean per weighted step of the task's loss, in its units: nats for the
 classification tasks, ½ squared error for the regression tasks) and the
 task metric under its name (`mse`, `accuracy` or `sequences_solved`),
 both over the steps since the previous record, as each step scored them.
+
+`config.shadow_every` > 0 (online single-cell estimators only; 0: off) runs
+an exact-RTRL shadow on the same trajectory
+(`rtrl.online.make_online_trainer`'s `shadow_every`, at exact RTRL's
+cost): each record then also has `cosine_to_rtrl`, the mean over the
+window's reported steps (those with a finite cosine; NaN if none) of the
+cell gradient's cosine to exact RTRL's, and the mean of each of the
+estimator's own metrics (SK-RTRL's `certificate`) over the reported steps
+where it is finite, with the fraction of them it was finite at
+(`certificate_finite_fraction`: the bound may overflow on long sequences):
+
+  python -m experiments.suite_task --config configs/suite_task.py:henon --config.estimator=sk_rtrl --config.rank=4 --config.shadow_every=10 --workdir runs/x
 """
 
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 
 from experiments.loop import checks
 from experiments.loop import runner
@@ -47,6 +60,7 @@ def validate(config) -> None:
   run loop's: `experiments/loop/checks.schedule`)."""
   checks.positive_ints(config, "hidden_size", "batch_size", "chunk_steps")
   online_setup.validate_trainer(config)
+  online_setup.validate_shadow_every(config, config.shadow_every)
   make_task(config)
 
 
@@ -64,7 +78,13 @@ def make_init(config, cell, task: suite.SuiteTask):
       config.init_stddev,
       readout_fn=online_setup.make_readout(config),
     )
-    trainer = online_setup.make_trainer(config, cell, **hparams, loss=task.loss)
+    trainer = online_setup.make_trainer(
+      config,
+      cell,
+      **hparams,
+      loss=task.loss,
+      shadow_every=config.shadow_every,
+    )
     return {
       "trainer": trainer.init(params, trainer_key, config.batch_size),
       "stream": (
@@ -116,7 +136,11 @@ def make_train_chunk(config, cell, task: suite.SuiteTask):
 
   def train_chunk(state):
     trainer = online_setup.make_trainer(
-      config, cell, **state["hparams"], loss=task.loss
+      config,
+      cell,
+      **state["hparams"],
+      loss=task.loss,
+      shadow_every=config.shadow_every,
     )
     stream, metric_state = state["stream"]
     if config.estimator == "tbptt":
@@ -139,32 +163,79 @@ def make_train_chunk(config, cell, task: suite.SuiteTask):
       "stream": (stream, metric_state),
       "hparams": state["hparams"],
     }
-    return state, {
+    metrics = {
       "loss_sum": outputs.loss.loss_sum.sum(),
       "weight_sum": outputs.loss.weight_sum.sum(),
       "metric_sum": outputs.metric.value_sum.sum(),
       "metric_weight_sum": outputs.metric.weight_sum.sum(),
     }
+    if config.shadow_every:
+      metrics.update(shadow_sums(outputs.loss))
+    return state, metrics
 
   return train_chunk
+
+
+def shadow_sums(steps) -> dict:
+  """A chunk's `rtrl.online.ShadowStepMetrics` (one row a step) as sums
+  over the reported steps: `cosine_count` and `cosine_sum` over those with
+  a finite cosine; per estimator metric, `<name>_count` and `<name>_sum`
+  over those where it is finite (SK-RTRL's certificate, a bound that grows
+  with each step's spectral-norm bound, may overflow to inf), and
+  `reported_count`."""
+
+  def counted_sum(values) -> tuple[jax.Array, jax.Array]:
+    counted = steps.reported & jnp.isfinite(values)
+    return counted.sum(), jnp.where(counted, values, 0.0).sum()
+
+  sums = {"reported_count": steps.reported.sum()}
+  named = {"cosine": steps.cosine, **steps.estimator_metrics}
+  for name, values in named.items():
+    sums[f"{name}_count"], sums[f"{name}_sum"] = counted_sum(values)
+  return sums
+
+
+# The per-chunk sums every run has (the shadow's come beside them).
+SUMS = ("loss_sum", "weight_sum", "metric_sum", "metric_weight_sum")
 
 
 def make_summarize(task: suite.SuiteTask):
   """The metrics record of a window of `train_chunk` metrics."""
 
   def summarize(window: list[dict]) -> dict:
-    total = {
-      name: sum(float(m[name]) for m in window)
-      for name in ("loss_sum", "weight_sum", "metric_sum", "metric_weight_sum")
-    }
+    total = {name: sum(float(m[name]) for m in window) for name in SUMS}
     weight = total["metric_weight_sum"]
-    return {
+    record = {
       "loss": total["loss_sum"] / max(total["weight_sum"], 1.0),
       # The metric's ratio of sums (task_metrics.value) over the window.
       task.metric.name: total["metric_sum"] / weight if weight else 0.0,
     }
+    if "reported_count" in window[0]:
+      record.update(shadow_means(window))
+    return record
 
   return summarize
+
+
+def shadow_means(window: list[dict]) -> dict:
+  """`cosine_to_rtrl` and each estimator metric `<name>`: the mean over the
+  window's reported steps where it is finite (NaN if none), and, for an
+  estimator metric, `<name>_finite_fraction` of the reported steps."""
+  total = lambda key: sum(float(m[key]) for m in window)
+  reported = total("reported_count")
+  means = {}
+  for key in window[0]:
+    if not key.endswith("_count") or key == "reported_count":
+      continue
+    name = key[: -len("_count")]
+    count = total(key)
+    mean = total(f"{name}_sum") / count if count else float("nan")
+    if name == "cosine":
+      means["cosine_to_rtrl"] = mean
+    else:
+      means[name] = mean
+      means[f"{name}_finite_fraction"] = count / reported if reported else 0.0
+  return means
 
 
 def describe(config, task: suite.SuiteTask) -> str:
@@ -193,7 +264,8 @@ def make_experiment(config) -> runner.Experiment:
     swept_hparams=("learning_rate",),
     batch_axes=online_setup.batch_axes,
     batch_size=config.batch_size,
-    progress_fields=("loss", task.metric.name),
+    progress_fields=("loss", task.metric.name)
+    + (("cosine_to_rtrl",) if config.shadow_every else ()),
   )
 
 

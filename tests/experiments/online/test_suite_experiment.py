@@ -50,6 +50,46 @@ def test_rerun_resumes_and_matches_uninterrupted(tmp_path):
   assert all(math.isfinite(r["mse"]) and r["loss"] > 0 for r in whole)
 
 
+def test_shadow_rerun_resumes_and_matches_uninterrupted(tmp_path):
+  shadow = dict(estimator="sk_rtrl", rank=2, shadow_every=1)
+  suite_experiment.train(tiny_config(**shadow), str(tmp_path / "a"))
+  suite_experiment.train(
+    tiny_config(num_steps=100, **shadow), str(tmp_path / "b")
+  )
+  suite_experiment.train(tiny_config(**shadow), str(tmp_path / "b"))
+  whole, resumed = read_records(tmp_path / "a"), read_records(tmp_path / "b")
+  assert resumed == whole
+  assert [r["step"] for r in whole] == [50, 100, 150, 200]
+  assert all(-1.0 <= r["cosine_to_rtrl"] <= 1.0 for r in whole)
+  assert all(math.isfinite(r["certificate"]) for r in whole)
+  assert all(0.0 < r["certificate_finite_fraction"] <= 1.0 for r in whole)
+
+
+def test_exact_rtrl_shadow_logs_cosine_one(tmp_path):
+  record = suite_experiment.train(
+    tiny_config(num_steps=100, shadow_every=2), str(tmp_path / "run")
+  )
+  assert record["cosine_to_rtrl"] == pytest.approx(1.0, abs=1e-6)
+  assert "certificate" not in record
+
+
+def test_no_shadow_no_cosine(tmp_path):
+  record = suite_experiment.train(
+    tiny_config(num_steps=50, checkpoint_every=50), str(tmp_path / "run")
+  )
+  assert "cosine_to_rtrl" not in record
+
+
+@pytest.mark.parametrize(
+  "overrides",
+  [dict(shadow_every=-1), dict(shadow_every=1, estimator="tbptt")],
+)
+def test_bad_shadow_every_is_a_clear_error(tmp_path, overrides):
+  with pytest.raises(ValueError, match="config.shadow_every"):
+    suite_experiment.train(tiny_config(**overrides), str(tmp_path / "run"))
+  assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
 @pytest.mark.parametrize(
   "preset,metric", [("anbn", "sequences_solved"), ("henon", "mse")]
 )
