@@ -82,9 +82,9 @@ from rtrl import linalg
 from rtrl import routing as routing_lib
 from rtrl import tangents
 from rtrl.cells import Cell
-from rtrl.cells import StepJacobians
 from rtrl.estimators import base
 from rtrl.estimators.snap1_rflo import snap1_unit_jacobian
+from rtrl.estimators.snap1_rflo import unit_blocks_update
 
 
 class SketchedInfluence(NamedTuple):
@@ -173,20 +173,6 @@ def fixed_start(state_size: int, append: int) -> np.ndarray:
   construction."""
   gaussian = np.random.default_rng(0).standard_normal((state_size, append))
   return np.linalg.qr(gaussian)[0]
-
-
-def snap1_blocks_update(
-  blocks: tuple, unit_jacobian: jax.Array, jac: StepJacobians
-) -> tuple:
-  """SnAp-1's step on the per-unit blocks: `A_j B_j + hhat ⊗ D_j` with
-  `unit_jacobian` `(n, S, S)` the `A_j` (as `rtrl.estimators.snap1`)."""
-  gates = jnp.transpose(jac.D, (1, 2, 0))  # (S, K, n)
-  rows = range(len(blocks))
-  return tuple(
-    sum(unit_jacobian[:, s, t] * blocks[t] for t in rows)
-    + jac.hhat[:, None, None] * gates[s]
-    for s in rows
-  )
 
 
 def spectral_norm_bound(matrix: jax.Array) -> jax.Array:
@@ -461,7 +447,7 @@ def sk_rtrl(
     h = tangents.recurrent_jacobian_t(jac, cell.hidden_row).T
     h_off = jnp.where(unit_diagonal, 0.0, h)
     mass, basis = off_diagonal_mass(tangent.blocks, h_off)
-    blocks = snap1_blocks_update(
+    blocks = unit_blocks_update(
       tangent.blocks, snap1_unit_jacobian(jac, cell.hidden_row), jac
     )
     projection = tangent.preprojection
@@ -539,7 +525,6 @@ __all__ = [
   "preproject",
   "sk_rtrl",
   "sketch_update",
-  "snap1_blocks_update",
   "spectral_norm_bound",
   "truncate_core",
 ]

@@ -75,6 +75,32 @@ def rflo_unit_jacobian(jac: StepJacobians, hidden_row: int) -> jax.Array:
   return jac.history * jac.dfds
 
 
+def unit_blocks_update(
+  influence: tuple, unit_jacobian: jax.Array, jac: StepJacobians
+) -> tuple:
+  """One step on the per-unit influence blocks, `A_j J_j + hhat ⊗ D_j`.
+
+  Args:
+    influence: a tuple of `S` arrays `(P, K, n)`, one per state row.
+    unit_jacobian: `(n, S, S)`, the `A_j` (`snap1_unit_jacobian`,
+      `rflo_unit_jacobian`).
+    jac: the step's `StepJacobians`.
+
+  Returns:
+    The new influence, in the same layout.
+  """
+  gates = jnp.transpose(jac.D, (1, 2, 0))  # (S, K, n)
+  # One `(P, K, n)` array per state row, each new row S (at most 2)
+  # elementwise products: stacking the rows into one array made XLA:CPU
+  # transpose the whole influence inside the step (LSTM-128, batch 16).
+  rows = range(len(influence))
+  return tuple(
+    sum(unit_jacobian[:, s, t] * influence[t] for t in rows)
+    + jac.hhat[:, None, None] * gates[s]
+    for s in rows
+  )
+
+
 def _unit_diagonal(
   name: str,
   cell: Cell,
@@ -90,16 +116,8 @@ def _unit_diagonal(
 
   def update(influence, jac, key):
     del key  # deterministic
-    blocks = unit_jacobian(jac, cell.hidden_row)  # (n, S, S)
-    gates = jnp.transpose(jac.D, (1, 2, 0))  # (S, K, n)
-    # One `(P, K, n)` array per state row, each new row S (at most 2)
-    # elementwise products: stacking the rows into one array made XLA:CPU
-    # transpose the whole influence inside the step (LSTM-128, batch 16).
-    rows = range(len(influence))
-    return tuple(
-      sum(blocks[:, s, t] * influence[t] for t in rows)
-      + jac.hhat[:, None, None] * gates[s]
-      for s in rows
+    return unit_blocks_update(
+      influence, unit_jacobian(jac, cell.hidden_row), jac
     )
 
   def readout(influence, g):
@@ -198,4 +216,10 @@ def rflo(
   return _unit_diagonal("rflo", cell, rflo_unit_jacobian, routing)
 
 
-__all__ = ["rflo", "rflo_unit_jacobian", "snap1", "snap1_unit_jacobian"]
+__all__ = [
+  "rflo",
+  "rflo_unit_jacobian",
+  "snap1",
+  "snap1_unit_jacobian",
+  "unit_blocks_update",
+]
