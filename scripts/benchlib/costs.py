@@ -4,6 +4,7 @@ exponents, analytic tangent sizes and FLOP floors (pure Python, no timing)."""
 from __future__ import annotations
 
 from rtrl import estimators
+from rtrl.estimators.sk_rtrl import append_width
 
 RANKED = tuple(
   name
@@ -102,8 +103,9 @@ def analytic_tangent_floats(name, rank, cell, input_size) -> int:
     return rank * (p + s * n + k * n)
   if name in ("snap1", "rflo"):
     return s * p * k * n
-  if name == "sk_rtrl":  # SnAp-1's blocks, L, R and the certificate
-    return s * p * k * n + (p * k * n + s * n) * rank + 1
+  if name == "sk_rtrl":  # SnAp-1's blocks, L, R, V_c and the certificate
+    width = append_width(cell, rank, None)
+    return s * p * k * n + (p * k * n + s * n) * rank + s * n * width + 1
   raise ValueError(f"no analytic size for estimator {name!r}")
 
 
