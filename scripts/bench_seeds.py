@@ -42,12 +42,15 @@ import time
 import jax
 
 from experiments.loop import run_axes
+from experiments.online import setup
 from rtrl import linalg
+from scripts.benchlib.costs import flop_floor
 from scripts.benchlib.programs import compile_side
 from scripts.benchlib.programs import experiment_module
 from scripts.benchlib.programs import initial_state
 from scripts.benchlib.programs import make_config
 from scripts.benchlib.programs import run_chunks
+from scripts.benchlib.timing import matmul_gflops
 
 # Flags that set a config field of the same name when given.
 FIELD_FLAGS = ("hidden_size", "rank", "estimator", "batch_size")
@@ -179,6 +182,41 @@ def print_table(
   )
 
 
+def _cell_input_size(state, hidden_size: int) -> int | None:
+  """The input size of the cell whose fused `W` (`(input + n + 1, K n)`)
+  sits at `...['cell']['W']` in a run's state; None if there is none."""
+  for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
+    keys = [getattr(k, "key", None) for k in path]
+    if keys[-2:] == ["cell", "W"]:
+      return int(leaf.shape[-2]) - hidden_size - 1
+  return None
+
+
+def floor_report(config, state, num_runs: int, ms_per_step: float):
+  """The program step's FLOP floor (`bench_rtrl.py`'s count: the
+  estimator's unavoidable GEMMs, times the runs) against a large float32
+  matmul's rate at `'highest'`, measured now; None where the experiment
+  has no single Lemma-1 cell or the estimator no floor."""
+  cell = setup.make_cell(config)
+  input_size = _cell_input_size(state, cell.hidden_size)
+  if input_size is None:
+    return None
+  try:
+    per_run = flop_floor(
+      config.estimator, config.rank, cell, input_size, config.batch_size
+    )
+  except ValueError:
+    return None
+  gflops = matmul_gflops()
+  floor_ms = 1e3 * per_run * num_runs / (gflops * 1e9)
+  return {
+    "floor_gflop_per_step": per_run * num_runs / 1e9,
+    "matmul_gflops_highest": gflops,
+    "floor_ms_per_step": floor_ms,
+    "over_floor": ms_per_step / floor_ms,
+  }
+
+
 def main(argv=None) -> int:
   args = parse_args(argv)
   config = make_config(
@@ -234,6 +272,20 @@ def main(argv=None) -> int:
     )
   summary = summarize(best, len(grid), sequential_runs, args.steps)
   print_table(summary, len(grid), sequential_runs, args.steps)
+  floor = floor_report(
+    config, vmap_state, len(grid), summary["program_ms_per_step_vmapped"]
+  )
+  if floor:
+    summary.update(floor)
+    print(
+      f"FLOP floor of the {len(grid)}-run program: "
+      f"{floor['floor_gflop_per_step']:.2f} GFLOP per step; large float32 "
+      f"matmul {floor['matmul_gflops_highest']:.0f} GFLOP/s ('highest') -> "
+      f"{floor['floor_ms_per_step']:.3f} ms; this program "
+      f"{summary['program_ms_per_step_vmapped']:.3f} ms/step = "
+      f"{floor['over_floor']:.2f}x its floor",
+      flush=True,
+    )
   if args.json:
     with open(args.json, "w") as f:
       json.dump(

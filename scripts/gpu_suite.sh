@@ -18,14 +18,32 @@
 #   estimators  the element-wise and structured-D estimators' full steps
 #             (UORO, SnAp-1, RFLO, KF, 16-KF-APPROX, 16-KTP; bench_rtrl.py)
 #   plans     `reproduce.py TARGET --scale paper --plan` for $PLAN_TARGETS
+#   kf_approx ok_fig4's KF-APPROX programs (Copy, RHN-128, batch 256, 20
+#             runs, ranks 16 and 4): compile time and ms/step
+#   precision the official presets (5 seeds) at 'highest' and
+#             'tensorfloat32' side by side, four runs sharing the GPU for
+#             $PRECISION_SECONDS (default 240) each, stopped by SIGTERM;
+#             their records go to json.tgz, for `scripts/precision_bands.py`;
+#             with $DEADLINE (seconds from the suite's start) they stop 45 s
+#             before it
 #
-# Logs go to $OUT/SECTION.log and JSON files to $OUT/json.tgz. It runs with
+# $PRECISIONS (default "highest tensorfloat32") sets the `seeds` section's
+# precisions, $PROFILE_SEEDS (default 1) the runs of the profiled programs
+# and $PROFILE_EXPERIMENTS (default "copy_task ptb") which are profiled.
+# Every `seeds` run ends with its 20-run program's FLOP floor (bench_rtrl.py's
+# count) against a large matmul's rate measured alongside.
+#
+# Logs go to $OUT/SECTION.log and JSON files to $OUT/json_SECTIONS.tgz. It runs with
 # whatever `python3` is first on the PATH (PYTHON to choose another).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:?set OUT to the folder for the logs}"
 PYTHON="${PYTHON:-python3}"
 PLAN_TARGETS="${PLAN_TARGETS:-ok_fig12 ok_fig5_table3}"
+PRECISIONS="${PRECISIONS:-highest tensorfloat32}"
+PRECISION_SECONDS="${PRECISION_SECONDS:-240}"
+PROFILE_SEEDS="${PROFILE_SEEDS:-1}"
+PROFILE_EXPERIMENTS="${PROFILE_EXPERIMENTS:-copy_task ptb}"
 JSON_DIR="$(mktemp -d)"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -56,7 +74,7 @@ cat "$OUT/env.log"
 for section in "${sections[@]}"; do
   case $section in
     seeds)
-      for precision in highest tensorfloat32; do
+      for precision in $PRECISIONS; do
         run seeds 150 "$PYTHON" -m scripts.bench_seeds --experiment copy_task \
           --preset official --num_seeds 20 --steps 300 --chunk_steps 100 \
           --sequential_runs 2 --matmul_precision $precision \
@@ -67,11 +85,12 @@ for section in "${sections[@]}"; do
           --json "$JSON_DIR/seeds_ptb_$precision.json"
       done ;;
     profile)
-      run profile 120 "$PYTHON" -m scripts.profile_step --experiment copy_task \
-        --preset official --chunk_steps 50 --json "$JSON_DIR/profile_copy.json"
-      run profile 150 "$PYTHON" -m scripts.profile_step --experiment ptb \
-        --preset official --chunk_steps 50 --json "$JSON_DIR/profile_ptb.json"
-      ;;
+      for experiment in $PROFILE_EXPERIMENTS; do
+        run profile 150 "$PYTHON" -m scripts.profile_step \
+          --experiment $experiment --preset official --chunk_steps 50 \
+          --num_seeds "$PROFILE_SEEDS" \
+          --json "$JSON_DIR/profile_${experiment}_$PROFILE_SEEDS.json"
+      done ;;
     linalg)
       run linalg 90 "$PYTHON" -m scripts.bench_small_linalg --sizes 2,3,9,17 \
         --batches 16,32,320,640
@@ -88,6 +107,41 @@ for section in "${sections[@]}"; do
         --estimators uoro,snap1,rflo,kf,kf_approx,ktp --ranks 16 \
         --breakdown_sizes none --json "$JSON_DIR/bench_rtrl_elementwise.json"
       ;;
+    kf_approx)
+      for rank in 16 4; do
+        run kf_approx 150 "$PYTHON" -m scripts.bench_seeds \
+          --experiment copy_task --preset official --estimator kf_approx \
+          --rank $rank --batch_size 256 --num_seeds 20 --steps 40 \
+          --chunk_steps 20 --repeats 1 --sequential_runs 1 \
+          --json "$JSON_DIR/kf_approx_$rank.json"
+      done ;;
+    precision)
+      # Four processes share the GPU (no preallocation of its memory); each
+      # logs beside its workdir (into json.tgz).
+      mkdir -p "$JSON_DIR/precision"
+      seconds=$PRECISION_SECONDS
+      if [ -n "${DEADLINE:-}" ]; then  # end 45 s before the call's limit
+        left=$((DEADLINE - SECONDS - 45))
+        [ "$left" -lt "$seconds" ] && seconds=$left
+      fi
+      echo "[precision] $seconds s per run"
+      [ "$seconds" -lt 60 ] && { echo "[precision] skipped"; continue; }
+      for task in copy_task ptb; do
+        for precision in highest tensorfloat32; do
+          name=${task%_task}_$precision
+          (
+            XLA_PYTHON_CLIENT_PREALLOCATE=false timeout --signal=TERM --kill-after=40 \
+              "$seconds" "$PYTHON" -m experiments.$task \
+              --config configs/$task.py:official --config.num_seeds=5 \
+              --config.matmul_precision=$precision \
+              --workdir "$JSON_DIR/precision/$name" \
+              > "$JSON_DIR/precision/$name.log" 2>&1
+            echo "[precision] $name rc=$?"
+          ) &
+        done
+      done
+      wait
+      tail -n 3 "$JSON_DIR"/precision/*.log > "$OUT/precision.log" ;;
     plans)
       for target in $PLAN_TARGETS; do
         run plans 300 "$PYTHON" scripts/reproduce.py "$target" --scale paper \
@@ -97,11 +151,15 @@ for section in "${sections[@]}"; do
   esac
 done
 
-find "$JSON_DIR" -name '*.json' -o -name '*.md' | tar czf "$OUT/json.tgz" \
+find "$JSON_DIR" -name '*.json' -o -name '*.md' -o -name '*.jsonl' \
+  -o -name '*.log' |
+  tar czf "$OUT/json_$(IFS=_; echo "${sections[*]}").tgz" \
   -C / -T - 2>/dev/null
 # The tables, for a reader of the output's tail.
 grep -h -A4 "^| side" "$OUT"/seeds.log 2>/dev/null
 grep -h -E "^(Copy|char-PTB|PTB)" "$OUT"/seeds.log 2>/dev/null | cut -c1-160
 grep -h -E "per step, from|copies per chunk|kernels per step|device busy" \
   "$OUT"/profile.log 2>/dev/null
+grep -h -E "^FLOP floor|^first call|Very slow|^\| vmapped" "$OUT"/seeds.log \
+  "$OUT"/kf_approx.log 2>/dev/null
 exit 0

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from rtrl import kronecker
+from rtrl import linalg
 from rtrl import routing as routing_lib
 from rtrl import tangents
 from rtrl import validation
@@ -80,9 +81,12 @@ def _kf_update(
     propagated = tangents.propagate_factors(jac, cell.hidden_row, factor)
     mix_key, d_key = jax.random.split(key)
     if approximate_D_rank is not None:
-      immediate = unbiased_low_rank_D(jac, approximate_D_rank, d_key)
-      return kronecker.sign_trick_mix(
-        u, propagated, jac.hhat, immediate, mix_key
+      return _mix_with_low_rank_D(
+        u,
+        propagated,
+        jac,
+        low_rank_D_factors(jac, approximate_D_rank, d_key),
+        mix_key,
       )
     # The sign trick with F = hhat ⊗ D, D added on its diagonal entries.
     norm = lambda x: jnp.sqrt(jnp.sum(x * x))
@@ -126,11 +130,44 @@ def low_rank_D_factors(jac, rank: int, key):
   return state_vectors, column_vectors
 
 
-def unbiased_low_rank_D(jac, rank: int, key) -> jax.Array:
-  """`D'` as a dense state-major right factor `(S n, K, n)`."""
-  state_vectors, column_vectors = low_rank_D_factors(jac, rank, key)
+def dense_low_rank_D(state_vectors, column_vectors) -> jax.Array:
+  """`D' = Σ_r state_vectors[r] ⊗ column_vectors[r]` as a dense state-major
+  right factor `(S n, K, n)`, from `low_rank_D_factors`' `(r, S, n)` and
+  `(r, K, n)`."""
   dense = jnp.einsum("rkj,rsi->sikj", column_vectors, state_vectors)
   return dense.reshape((-1,) + dense.shape[2:])
+
+
+def low_rank_D_norm(state_vectors, column_vectors) -> jax.Array:
+  """`‖D'‖_F` from the factors alone: `‖Σ_r s_r c_rᵀ‖² = Σ_{r,t} (s_r·s_t)
+  (c_r·c_t)`, two `(r, r)` Gram matrices instead of a pass over the dense
+  `D'`. A reduction over `D'`'s product was what XLA:GPU took minutes to
+  compile in KF-APPROX's batch-256 program (docs/benchmarks/gpu.md)."""
+  rank = state_vectors.shape[0]
+  states = linalg.gram(state_vectors.reshape(rank, -1))
+  columns = linalg.gram(column_vectors.reshape(rank, -1))
+  return jnp.sqrt(jnp.maximum(jnp.sum(states * columns), 0))
+
+
+def unbiased_low_rank_D(jac, rank: int, key) -> jax.Array:
+  """`D'` as a dense state-major right factor `(S n, K, n)`."""
+  return dense_low_rank_D(*low_rank_D_factors(jac, rank, key))
+
+
+def _mix_with_low_rank_D(u, propagated, jac, d_factors, key):
+  """`kronecker.sign_trick_mix(u, propagated, hhat, D', key)` with `‖D'‖`
+  from `d_factors` (`low_rank_D_norm`): `D'` is only formed to be added."""
+  norm = lambda x: jnp.sqrt(jnp.sum(x * x))
+  p1, p2, sign = kronecker.sign_trick_scales(
+    norm(u),
+    norm(propagated),
+    norm(jac.hhat),
+    low_rank_D_norm(*d_factors),
+    key,
+    jnp.result_type(u, propagated, jac.hhat, float),
+  )
+  u_new = p1 * u + sign * p2 * jac.hhat
+  return u_new, propagated / p1 + sign * (dense_low_rank_D(*d_factors) / p2)
 
 
 def _lemma1(cell, factory: str) -> Cell:
