@@ -24,7 +24,6 @@ import jax
 import jax.numpy as jnp
 
 from rtrl import kronecker
-from rtrl import linalg
 from rtrl import routing as routing_lib
 from rtrl import tangents
 from rtrl import validation
@@ -82,11 +81,7 @@ def _kf_update(
     mix_key, d_key = jax.random.split(key)
     if approximate_D_rank is not None:
       return _mix_with_low_rank_D(
-        u,
-        propagated,
-        jac,
-        low_rank_D_factors(jac, approximate_D_rank, d_key),
-        mix_key,
+        u, propagated, jac, approximate_D_rank, d_key, mix_key
       )
     # The sign trick with F = hhat ⊗ D, D added on its diagonal entries.
     norm = lambda x: jnp.sqrt(jnp.sum(x * x))
@@ -138,15 +133,18 @@ def dense_low_rank_D(state_vectors, column_vectors) -> jax.Array:
   return dense.reshape((-1,) + dense.shape[2:])
 
 
-def low_rank_D_norm(state_vectors, column_vectors) -> jax.Array:
-  """`‖D'‖_F` from the factors alone: `‖Σ_r s_r c_rᵀ‖² = Σ_{r,t} (s_r·s_t)
-  (c_r·c_t)`, two `(r, r)` Gram matrices instead of a pass over the dense
-  `D'`. A reduction over `D'`'s product was what XLA:GPU took minutes to
-  compile in KF-APPROX's batch-256 program (docs/benchmarks/gpu.md)."""
-  rank = state_vectors.shape[0]
-  states = linalg.gram(state_vectors.reshape(rank, -1))
-  columns = linalg.gram(column_vectors.reshape(rank, -1))
-  return jnp.sqrt(jnp.maximum(jnp.sum(states * columns), 0))
+def low_rank_D_norm(jac, rank: int) -> jax.Array:
+  """`‖D'‖_F` of the optimal unbiased rank-`rank` `D'` without forming it:
+  every sample has `‖D' - D‖² = s1²/k - s2` (Theorem 6's variance) and
+  `<D, D' - D> = 0`, so `‖D'‖² = ‖D‖² + variance`. No reduction reads
+  `D'` or its factors: one over `D'`'s product was what XLA:GPU took
+  minutes to compile in KF-APPROX's batch-256 program
+  (docs/benchmarks/gpu.md)."""
+  _, singular_values, _ = tangents.block_svd_of_D(jac)
+  variance = kronecker.optimal_diagonal_variance(
+    singular_values.reshape(-1), rank
+  )
+  return jnp.sqrt(jnp.sum(jac.D * jac.D) + variance)
 
 
 def unbiased_low_rank_D(jac, rank: int, key) -> jax.Array:
@@ -154,20 +152,21 @@ def unbiased_low_rank_D(jac, rank: int, key) -> jax.Array:
   return dense_low_rank_D(*low_rank_D_factors(jac, rank, key))
 
 
-def _mix_with_low_rank_D(u, propagated, jac, d_factors, key):
+def _mix_with_low_rank_D(u, propagated, jac, rank: int, d_key, key):
   """`kronecker.sign_trick_mix(u, propagated, hhat, D', key)` with `‖D'‖`
-  from `d_factors` (`low_rank_D_norm`): `D'` is only formed to be added."""
+  in closed form (`low_rank_D_norm`): `D'` is only formed to be added."""
   norm = lambda x: jnp.sqrt(jnp.sum(x * x))
   p1, p2, sign = kronecker.sign_trick_scales(
     norm(u),
     norm(propagated),
     norm(jac.hhat),
-    low_rank_D_norm(*d_factors),
+    low_rank_D_norm(jac, rank),
     key,
     jnp.result_type(u, propagated, jac.hhat, float),
   )
   u_new = p1 * u + sign * p2 * jac.hhat
-  return u_new, propagated / p1 + sign * (dense_low_rank_D(*d_factors) / p2)
+  dense = dense_low_rank_D(*low_rank_D_factors(jac, rank, d_key))
+  return u_new, propagated / p1 + sign * (dense / p2)
 
 
 def _lemma1(cell, factory: str) -> Cell:

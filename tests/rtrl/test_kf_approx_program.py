@@ -118,17 +118,26 @@ def test_the_check_sees_a_reduction_over_dense_D():
   assert found
 
 
+@pytest.mark.parametrize("cell_name", ["rhn", "lstm", "gru"])
 @pytest.mark.parametrize("rank", [1, 3, 16])
-def test_low_rank_D_norm_is_the_dense_norm(rank):
-  """`‖D'‖_F` from the Gram matrices equals the dense norm (float64)."""
+def test_low_rank_D_norm_is_the_norm_of_every_sample(cell_name, rank):
+  """`‖D'‖_F` in closed form equals the dense norm of every sample of `D'`
+  (float64; `rank` 16 is above the rank of these `D`, so `D' = D`)."""
   with jax.enable_x64():
-    key = jax.random.PRNGKey(rank)
-    state_key, column_key = jax.random.split(key)
-    states = jax.random.normal(state_key, (rank, 2, 15))
-    columns = jax.random.normal(column_key, (rank, 3, 15))
-    dense = kronecker_sum.dense_low_rank_D(states, columns)
-    np.testing.assert_allclose(
-      kronecker_sum.low_rank_D_norm(states, columns),
-      np.linalg.norm(np.asarray(dense)),
-      rtol=1e-13,
+    cell = cells.make(cell_name, 5)
+    params = cell.init(jax.random.PRNGKey(0), 3)
+    params = jax.tree.map(lambda w: w.astype(jnp.float64), params)
+    state = jax.tree.map(
+      lambda s: jax.random.normal(jax.random.PRNGKey(1), s.shape, jnp.float64),
+      cell.initial_state(),
     )
+    _, jac = cell.linearized_step(params, state, jnp.ones((3,), jnp.float64))
+    for seed in range(4):
+      dense = kronecker_sum.unbiased_low_rank_D(
+        jac, rank, jax.random.PRNGKey(seed)
+      )
+      np.testing.assert_allclose(
+        kronecker_sum.low_rank_D_norm(jac, rank),
+        np.linalg.norm(np.asarray(dense)),
+        rtol=1e-12,
+      )
