@@ -82,6 +82,22 @@ def _ours(result: common.CurveResult, metric: str):
   return common.series(result.records, metric, runs, len(result.runs))
 
 
+def draw_official_band(ax, log: official_logs.OfficialLog, metric: str, last):
+  """The official seeds of `metric` up to step `last` on `ax`: their min-max
+  band in grey and each seed's curve as a thin grey line."""
+  keep = log.steps <= last
+  official = log.values[metric][keep]
+  rows = np.isfinite(official).any(axis=1)
+  ax.fill_between(
+    log.steps[keep][rows],
+    np.nanmin(official[rows], axis=1),
+    np.nanmax(official[rows], axis=1),
+    color="0.8",
+    label="official, 5 seeds (min-max)",
+  )
+  ax.plot(log.steps[keep][rows], official[rows], color="0.55", lw=0.6)
+
+
 def _plot(results: list[common.CurveResult], title: str, path: str) -> str:
   import matplotlib  # pylint: disable=g-import-not-at-top
 
@@ -92,18 +108,7 @@ def _plot(results: list[common.CurveResult], title: str, path: str) -> str:
   for ax, (curve, metric, load, label) in zip(axes.flat, PANELS):
     steps, values = _ours(results[curve], metric)
     last = steps.max() if steps.size else TABLE_EVERY
-    log = load()
-    keep = log.steps <= last
-    official = log.values[metric][keep]
-    rows = np.isfinite(official).any(axis=1)
-    ax.fill_between(
-      log.steps[keep][rows],
-      np.nanmin(official[rows], axis=1),
-      np.nanmax(official[rows], axis=1),
-      color="0.8",
-      label="official, 5 seeds (min-max)",
-    )
-    ax.plot(log.steps[keep][rows], official[rows], color="0.55", lw=0.6)
+    draw_official_band(ax, load(), metric, last)
     for run, row in enumerate(values):
       ax.plot(
         steps,
@@ -121,34 +126,56 @@ def _plot(results: list[common.CurveResult], title: str, path: str) -> str:
   return path
 
 
-def band_rows(results: list[common.CurveResult]) -> list[dict]:
-  """At every `TABLE_EVERY` steps that both logged: ours vs the band."""
+def official_band(
+  log: official_logs.OfficialLog, metric: str, step: int
+) -> tuple[float, float, float] | None:
+  """The official `(min, mean, max)` of `metric` at `step`; None where the
+  log has no row there or no seed logged the metric."""
+  if step > log.steps.max():
+    return None
+  try:
+    return log.band(metric, int(step))
+  except KeyError:
+    return None
+
+
+def inside_band(
+  metric: str, step: int, value: float, band: tuple[float, float, float]
+) -> bool | None:
+  """Whether `value` lies in the official `band` (min, mean, max) widened by
+  `TOLERANCE[metric]` on both sides; None where `metric` is not judged (no
+  tolerance, or `step` before `JUDGED_FROM[metric]`)."""
+  tolerance = TOLERANCE.get(metric)
+  if tolerance is None or step < JUDGED_FROM.get(metric, 0):
+    return None
+  low, _, high = band
+  return bool(low - tolerance <= value <= high + tolerance)
+
+
+def band_rows(
+  results: list[common.CurveResult], every: int = TABLE_EVERY
+) -> list[dict]:
+  """At every `every` steps that both logged: ours vs the band."""
   rows = []
   for curve, metric, load, _ in PANELS:
     steps, values = _ours(results[curve], metric)
     log = load()
     for step, row in zip(steps, values.T):
-      if step % TABLE_EVERY or step > log.steps.max():
-        continue
-      try:
-        low, mean, high = log.band(metric, int(step))
-      except KeyError:
+      band = None if step % every else official_band(log, metric, int(step))
+      if band is None:
         continue
       ours = float(np.nanmean(row))
-      tolerance = TOLERANCE.get(metric)
-      judged = tolerance is not None and step >= JUDGED_FROM.get(metric, 0)
-      inside = (low - tolerance <= ours <= high + tolerance) if judged else None
       rows.append(
         {
           "task": results[curve].curve.label,
           "metric": metric,
           "step": int(step),
           "ours": ours,
-          "official_min": low,
-          "official_mean": mean,
-          "official_max": high,
-          "tolerance": tolerance,
-          "inside": inside,
+          "official_min": band[0],
+          "official_mean": band[1],
+          "official_max": band[2],
+          "tolerance": TOLERANCE.get(metric),
+          "inside": inside_band(metric, int(step), ours, band),
         }
       )
   return rows
