@@ -36,6 +36,7 @@ CPU_ROWS_FIRST_MAX_FLOATS = 2**17
 CPU_ROWS_FIRST_MAX_RANK = 4
 CPU_ELEMENTWISE_MIX_MAX_RANK = 8
 CPU_KERNEL_PRODUCTS_MIN_RANK = 2
+CPU_PAIRWISE_SORT_MAX = 256
 # Below this many tangent rows the factorised `H v` beats forming `H`.
 DENSE_H_MIN_ROWS = 4
 
@@ -80,6 +81,11 @@ class Routing:
     dense_h_min_rows: `H v` for at least this many tangent rows `v (S, n)`
       (KTP's `r`) forms the step's `(S n, S n)` matrix `H` and applies it
       by one GEMM; fewer (UORO's one) take the factorised product.
+    pairwise_sort_max: the optimal unbiased low-rank `D'` (KF-APPROX,
+      KTP) orders `D`'s singular values by all pairwise comparisons up to
+      this many (`rtrl.kronecker.descending_positions`), by `argsort`
+      above; 0: always `argsort`. Faster on XLA:CPU; XLA:GPU compiled the
+      pairwise count for minutes in KF-APPROX's batch-256 program.
     jacobians_once: SnAp-1, RFLO and UORO write the cell's per-unit
       Jacobians out once (`rtrl.linalg.computed_once`) before the
       element-wise update of their large tangent, rather than letting XLA
@@ -96,6 +102,7 @@ class Routing:
   elementwise_mix_max_rank: int = 0
   cpu_kernel_svd: bool = False
   dense_h_min_rows: int = DENSE_H_MIN_ROWS
+  pairwise_sort_max: int = 0
   jacobians_once: bool = True
 
   def __post_init__(self):
@@ -150,6 +157,7 @@ class Routing:
       rows_first_max_floats=CPU_ROWS_FIRST_MAX_FLOATS,
       elementwise_mix_max_rank=CPU_ELEMENTWISE_MIX_MAX_RANK,
       cpu_kernel_svd=use_kernels,
+      pairwise_sort_max=CPU_PAIRWISE_SORT_MAX,
     )
 
   def products_on_cpu_kernels(
@@ -216,6 +224,7 @@ def or_xla(routing: Routing | None) -> Routing:
 __all__ = [
   "CPU_ELEMENTWISE_MIX_MAX_RANK",
   "CPU_KERNEL_PRODUCTS_MIN_RANK",
+  "CPU_PAIRWISE_SORT_MAX",
   "CPU_ROWS_FIRST_MAX_FLOATS",
   "CPU_ROWS_FIRST_MAX_RANK",
   "DENSE_H_MIN_ROWS",

@@ -70,7 +70,10 @@ def _forget_u(tangent, keep):
 
 
 def _kf_update(
-  cell: Cell, approximate_D_rank: int | None = None, copies: int | None = None
+  cell: Cell,
+  approximate_D_rank: int | None = None,
+  copies: int | None = None,
+  routing: routing_lib.Routing | None = None,
 ):
   """KF-RTRL's step, for one product or `copies` independent ones (KF-AVG:
   `u (r, P)`, `A (S n, K, n, r)`, all copies propagated by one GEMM)."""
@@ -81,7 +84,7 @@ def _kf_update(
     mix_key, d_key = jax.random.split(key)
     if approximate_D_rank is not None:
       return _mix_with_low_rank_D(
-        u, propagated, jac, approximate_D_rank, d_key, mix_key
+        u, propagated, jac, approximate_D_rank, d_key, mix_key, routing
       )
     # The sign trick with F = hhat ⊗ D, D added on its diagonal entries.
     norm = lambda x: jnp.sqrt(jnp.sum(x * x))
@@ -106,7 +109,9 @@ def _kf_update(
   return update
 
 
-def low_rank_D_factors(jac, rank: int, key):
+def low_rank_D_factors(
+  jac, rank: int, key, routing: routing_lib.Routing | None = None
+):
   """`D' = Σ_i l_i ⊗ r_i`, the optimal unbiased rank-`rank` approximation of
   the block-diagonal `D`, from its per-unit block SVD.
 
@@ -116,7 +121,10 @@ def low_rank_D_factors(jac, rank: int, key):
   left, singular_values, right = tangents.block_svd_of_D(jac)
   n, num_values = singular_values.shape
   left_coef, right_coef = kronecker.optimal_diagonal_mixing(
-    singular_values.reshape(-1), rank, key
+    singular_values.reshape(-1),
+    rank,
+    key,
+    pairwise_sort_max=routing_lib.or_xla(routing).pairwise_sort_max,
   )
   left_coef = left_coef.reshape(n, num_values, rank)
   right_coef = right_coef.reshape(n, num_values, rank)
@@ -147,12 +155,14 @@ def low_rank_D_norm(jac, rank: int) -> jax.Array:
   return jnp.sqrt(jnp.sum(jac.D * jac.D) + variance)
 
 
-def unbiased_low_rank_D(jac, rank: int, key) -> jax.Array:
+def unbiased_low_rank_D(
+  jac, rank: int, key, routing: routing_lib.Routing | None = None
+) -> jax.Array:
   """`D'` as a dense state-major right factor `(S n, K, n)`."""
-  return dense_low_rank_D(*low_rank_D_factors(jac, rank, key))
+  return dense_low_rank_D(*low_rank_D_factors(jac, rank, key, routing))
 
 
-def _mix_with_low_rank_D(u, propagated, jac, rank: int, d_key, key):
+def _mix_with_low_rank_D(u, propagated, jac, rank: int, d_key, key, routing):
   """`kronecker.sign_trick_mix(u, propagated, hhat, D', key)` with `‖D'‖`
   in closed form (`low_rank_D_norm`): `D'` is only formed to be added."""
   norm = lambda x: jnp.sqrt(jnp.sum(x * x))
@@ -165,7 +175,7 @@ def _mix_with_low_rank_D(u, propagated, jac, rank: int, d_key, key):
     jnp.result_type(u, propagated, jac.hhat, float),
   )
   u_new = p1 * u + sign * p2 * jac.hhat
-  dense = dense_low_rank_D(*low_rank_D_factors(jac, rank, d_key))
+  dense = dense_low_rank_D(*low_rank_D_factors(jac, rank, d_key, routing))
   return u_new, propagated / p1 + sign * (dense / p2)
 
 
@@ -235,14 +245,15 @@ def kf_approx(
       f"of D for {cell!r}) for estimator 'kf_approx', got "
       f"{rank}"
     )
+  routing = routing_lib.resolve(routing)
   return base.build(
     "kf_approx",
     cell,
     lambda p: _kronecker_zeros(cell, p, None),
-    _kf_update(cell, approximate_D_rank=rank),
+    _kf_update(cell, approximate_D_rank=rank, routing=routing),
     _kronecker_readout,
     implementation="kf_approx",
-    routing=routing_lib.resolve(routing),
+    routing=routing,
     forget=_forget_u,
   )
 

@@ -87,7 +87,9 @@ def ktp(
       jac, cell.hidden_row, b, routing=routing
     )
     d_key, sign_key = jax.random.split(key)
-    state_vectors, column_vectors = low_rank_D_factors(jac, rank, d_key)
+    state_vectors, column_vectors = low_rank_D_factors(
+      jac, rank, d_key, routing
+    )
     hhat = jnp.broadcast_to(jac.hhat, a.shape)
     a, hb, c = jax.vmap(_balance_triple)(a, hb, c)
     hhat, state_vectors, column_vectors = jax.vmap(_balance_triple)(

@@ -261,7 +261,9 @@ def _diagonal_factor_sorted(d_sorted: Array, rank: int, signs: Array) -> Array:
   return (signs * weight)[:, None] * z
 
 
-def diagonal_mixing_with_signs(d: Array, rank: int, signs: Array):
+def diagonal_mixing_with_signs(
+  d: Array, rank: int, signs: Array, *, pairwise_sort_max: int | None = None
+):
   """`optimal_diagonal_mixing` with its random sign vector given: a
   deterministic function of `signs`, so expectations are exact averages over
   all `2^q` sign vectors.
@@ -270,31 +272,43 @@ def diagonal_mixing_with_signs(d: Array, rank: int, signs: Array):
     d: (q,) non-negative, any order.
     rank: static int >= 1.
     signs: (q,) +-1, indexed like the sorted (non-increasing) d.
+    pairwise_sort_max: as for `descending_positions`.
 
   Returns:
     (q, rank) factor F in `d`'s coordinate order, E[F F^T] = diag(d).
   """
   d = jnp.maximum(d, 0)
-  position = descending_positions(d)
+  position = descending_positions(d, pairwise_sort_max=pairwise_sort_max)
   d_sorted = jnp.zeros_like(d).at[position].set(d)
   factor_sorted = _diagonal_factor_sorted(d_sorted, rank, signs)
   return factor_sorted[position]
 
 
-# Up to this many entries the positions come from all pairwise comparisons
-# (q^2 work, one fused pass and a GEMV) rather than a sort, faster on
-# XLA:CPU (docs/benchmarks/routing.md).
+# The default of `descending_positions`' `pairwise_sort_max`: up to this many
+# entries all pairwise comparisons (q^2 work, one fused pass and a GEMV) beat
+# a sort on XLA:CPU (docs/benchmarks/routing.md). The estimators take it from
+# their `rtrl.routing.Routing` (0 on GPUs: XLA:GPU compiled the pairwise
+# count for minutes in KF-APPROX's batch-256 program, docs/benchmarks/gpu.md).
 PAIRWISE_SORT_MAX = 256
 
 
-def descending_positions(d: Array) -> Array:
+def descending_positions(d: Array, *, pairwise_sort_max: int | None = None):
   """Where each entry of `d` (q,) goes in the stable non-increasing order:
   `d_sorted[positions[i]] = d[i]`, ties kept in index order (as
   `argsort(-d, stable=True)`); a NaN counts as the largest, so it reaches
-  the sorted vector instead of being dropped."""
+  the sorted vector instead of being dropped.
+
+  Args:
+    d: (q,) entries.
+    pairwise_sort_max: up to this `q` the positions come from all pairwise
+      comparisons, above it from `argsort` (the same integers); None:
+      `PAIRWISE_SORT_MAX`.
+  """
   q = d.shape[0]
   key = jnp.where(jnp.isnan(d), jnp.inf, d)
-  if q > PAIRWISE_SORT_MAX:
+  if pairwise_sort_max is None:
+    pairwise_sort_max = PAIRWISE_SORT_MAX
+  if q > pairwise_sort_max:
     order = jnp.argsort(-key, stable=True)
     return (
       jnp.zeros((q,), jnp.int32).at[order].set(jnp.arange(q, dtype=jnp.int32))
@@ -313,7 +327,9 @@ def descending_positions(d: Array) -> Array:
   return count.astype(jnp.int32)
 
 
-def optimal_diagonal_mixing(d, rank: int, key) -> tuple[Array, Array]:
+def optimal_diagonal_mixing(
+  d, rank: int, key, *, pairwise_sort_max: int | None = None
+) -> tuple[Array, Array]:
   """Minimum-variance unbiased rank-`rank` approximation of `diag(d)`.
 
   Keeps the `m - 1` largest entries exactly and mixes the rest into rank
@@ -328,6 +344,8 @@ def optimal_diagonal_mixing(d, rank: int, key) -> tuple[Array, Array]:
       as 0).
     rank: static Python int >= 1.
     key: a JAX PRNG key.
+    pairwise_sort_max: how the entries are ordered (`descending_positions`;
+      the same result either way).
 
   Returns:
     `(left, right)`, both (q, rank) (they are equal since diag(d) is
@@ -339,7 +357,9 @@ def optimal_diagonal_mixing(d, rank: int, key) -> tuple[Array, Array]:
   d = _check_vector(d)
   rank = _static_rank(rank)
   signs = _random_signs(key, d.shape, d.dtype)
-  factor = diagonal_mixing_with_signs(d, rank, signs)
+  factor = diagonal_mixing_with_signs(
+    d, rank, signs, pairwise_sort_max=pairwise_sort_max
+  )
   return factor, factor
 
 

@@ -102,6 +102,29 @@ def test_kronecker_sum_routes_give_the_same_numbers(
   )
 
 
+@pytest.mark.parametrize("name", ["kf_approx", "ktp"])
+@pytest.mark.parametrize("cell_cls", [cells.RHN, cells.LSTM])
+def test_pairwise_sort_gives_the_same_numbers(name, cell_cls, x64):
+  """`D'`'s singular values ordered by pairwise comparisons or by `argsort`
+  (`Routing.pairwise_sort_max`): the same tangents and gradients."""
+  cell = cell_cls(hidden_size=N)
+  params, xs, gs = make_example_problem(cell, INPUT, STEPS, seed=2)
+  runs = [
+    _run(
+      cell,
+      estimators.make(
+        name, cell, rank=2, routing=Routing(pairwise_sort_max=largest)
+      ),
+      params,
+      xs,
+      gs,
+    )
+    for largest in (0, 2**30)
+  ]
+  for argsorted, pairwise in zip(*(jax.tree.leaves(r) for r in runs)):
+    np.testing.assert_array_equal(argsorted, pairwise)
+
+
 @pytest.mark.parametrize("name", ["rtrl", "snap1", "rflo", "uoro"])
 @pytest.mark.parametrize("cell_cls", [cells.GRU, cells.LSTM])
 def test_jacobians_once_gives_the_same_numbers(name, cell_cls, x64):
@@ -208,6 +231,10 @@ def test_auto_resolves_per_backend():
   cpu = Routing.auto("cpu", cpu_kernels=False)
   assert not cpu.cpu_kernel_products and not cpu.cpu_kernel_svd
   assert cpu.rows_first_max_floats > 0 and cpu.elementwise_mix_max_rank > 0
+  # Pairwise positions on CPUs only: XLA:GPU compiled them for minutes.
+  assert (
+    cpu.pairwise_sort_max > 0 and Routing.auto("gpu").pairwise_sort_max == 0
+  )
   with pytest.raises(ValueError, match="cpu_kernels=True needs the 'cpu'"):
     Routing.auto("gpu", cpu_kernels=True)
   if cpu_kernels.available():
