@@ -57,6 +57,9 @@ from rls import layerwise
 from rls import second_moment
 
 _HIGHEST = jax.lax.Precision.HIGHEST
+# Subspace iterations of the low-rank form's first refresh (from a random
+# basis); later refreshes start from the last basis.
+FIRST_SUBSPACE_ITERATIONS = 4
 
 
 class DampedLayerState(NamedTuple):
@@ -66,21 +69,48 @@ class DampedLayerState(NamedTuple):
     second_moment: ``A_s``, the running (not yet bias-corrected) input second
       moment, ``(n, n)``, ``n = fan_in (+ 1 with a bias)``.
     inverse_correlation: ``P``, the damped inverse of ``Â`` from the last
-      refresh, ``(n, n)``.
+      refresh, ``(n, n)``; None in the low-rank form.
     step: steps taken (int32 scalar); ``A`` and ``P`` are refreshed when
       ``step % update_every == 0``.
     refreshes: refreshes so far (int32 scalar), for the bias correction.
+    basis: the low-rank form's ``U`` ``(n, k)``, ``Â``'s top-``k``
+      eigenvectors (orthonormal columns); None in the full form.
+    gains: the low-rank form's ``1 / (s_i + δ) - 1 / δ`` ``(k,)`` for the
+      eigenvalues ``s_i`` of ``Â`` along ``U``.
+    floor: the low-rank form's ``1 / δ``, ``δ = γ tr Â / n``, so that
+      ``P = floor I + U diag(gains) Uᵀ``.
   """
 
   second_moment: jax.Array
-  inverse_correlation: jax.Array
+  inverse_correlation: jax.Array | None
   step: jax.Array
   refreshes: jax.Array
+  basis: jax.Array | None = None
+  gains: jax.Array | None = None
+  floor: jax.Array | None = None
 
   @property
   def dtype(self):
     """The preconditioner's dtype (`rls.layerwise` reads it)."""
-    return self.inverse_correlation.dtype
+    return self.second_moment.dtype
+
+  def times(self, matrix: jax.Array) -> jax.Array:
+    """``P M`` (``2 n k`` per column in the low-rank form, ``n²`` else)."""
+    matrix = matrix.astype(self.dtype)
+    if self.basis is None:
+      assert self.inverse_correlation is not None  # the full form
+      return jnp.matmul(self.inverse_correlation, matrix, precision=_HIGHEST)
+    assert self.gains is not None and self.floor is not None
+    coordinates = jnp.matmul(self.basis.T, matrix, precision=_HIGHEST)
+    return self.floor * matrix + jnp.matmul(
+      self.basis, self.gains[:, None] * coordinates, precision=_HIGHEST
+    )
+
+  def dense(self) -> jax.Array:
+    """``P`` as an ``(n, n)`` matrix."""
+    if self.inverse_correlation is not None:
+      return self.inverse_correlation
+    return self.times(jnp.eye(self.second_moment.shape[0], dtype=self.dtype))
 
 
 class ScaleByRLSDampedSecondMomentState(NamedTuple):
@@ -97,7 +127,7 @@ class ScaleByRLSDampedSecondMomentState(NamedTuple):
   def inverse_correlation(self) -> Any:
     """Every layer's ``P`` as a nested dict mirroring the params."""
     return jax.tree.map(
-      lambda layer: layer.inverse_correlation,
+      lambda layer: layer.dense(),
       self.layers,
       is_leaf=lambda node: isinstance(node, DampedLayerState),
     )
@@ -106,8 +136,7 @@ class ScaleByRLSDampedSecondMomentState(NamedTuple):
     self, path: layer_tree.Path, matrix: jax.Array
   ) -> jax.Array:
     """``P M`` for the layer at `path` (KeyError if none)."""
-    p = layer_tree.nested_get(self.layers, path).inverse_correlation
-    return jnp.matmul(p, matrix.astype(p.dtype), precision=_HIGHEST)
+    return layer_tree.nested_get(self.layers, path).times(matrix)
 
 
 def damped_inverse(second_moment_estimate: jax.Array, damping) -> jax.Array:
@@ -128,6 +157,48 @@ def damped_inverse(second_moment_estimate: jax.Array, damping) -> jax.Array:
   return 0.5 * (inverse + inverse.T)
 
 
+def low_rank_damped_inverse(
+  second_moment_estimate: jax.Array,
+  basis: jax.Array,
+  damping,
+  iterations,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """``(U, gains, floor)`` of ``P = floor I + U diag(gains) Uᵀ = (Â_k + δ
+  I)⁻¹``, ``Â_k`` the rank-``k`` truncation of ``Â`` with its other ``n - k``
+  eigenvalues replaced by their mean ``ρ = (tr Â - Σ s_i) / (n - k)``, and
+  ``δ = γ tr Â / n``: ``floor = 1 / (ρ + δ)``, ``gains = 1 / (s + δ) -
+  floor``.
+
+  ``U`` comes from ``iterations`` (traced int >= 1) steps of subspace
+  iteration on ``Â`` from ``basis`` (the last refresh's ``U``: ``Â`` moves
+  little between refreshes) and a Rayleigh-Ritz step; the small
+  eigendecomposition is an SVD of the ``k x k`` PSD matrix.
+  """
+  size = second_moment_estimate.shape[0]
+  dtype = second_moment_estimate.dtype
+  symmetric = 0.5 * (second_moment_estimate + second_moment_estimate.T)
+  mean_eigenvalue = jnp.maximum(
+    jnp.trace(symmetric) / size, jnp.finfo(dtype).eps
+  )
+  shift = damping * mean_eigenvalue
+
+  def power_step(_, q):
+    return jnp.linalg.qr(jnp.matmul(symmetric, q, precision=_HIGHEST))[0]
+
+  q = jax.lax.fori_loop(0, iterations, power_step, basis)
+  ritz = jnp.matmul(
+    q.T, jnp.matmul(symmetric, q, precision=_HIGHEST), precision=_HIGHEST
+  )
+  vectors, values, _ = jnp.linalg.svd(0.5 * (ritz + ritz.T))
+  # The other n - k eigenvalues of Â, as their mean (tr Â minus the kept).
+  rest = jnp.maximum(jnp.trace(symmetric) - jnp.sum(values), 0) / max(
+    size - q.shape[1], 1
+  )
+  floor = 1 / (rest + shift)
+  gains = 1 / (values + shift) - floor
+  return jnp.matmul(q, vectors, precision=_HIGHEST), gains, floor
+
+
 def damped_layer_step(
   state: DampedLayerState,
   rows: jax.Array,
@@ -137,15 +208,18 @@ def damped_layer_step(
   damping,
   gradient_scale,
   update_every: int,
+  subspace_iterations: int = 1,
 ) -> tuple[jax.Array, DampedLayerState]:
   r"""One layer's ``(η P ∇_Θ, new state)``, refreshing ``A`` and ``P`` first
   when ``step % update_every == 0``.
 
   With ``X = rows`` (``S × n``, bias column included) and ``T = steps``:
   ``A ← β A + (1 - β) (T/S) Xᵀ X``, ``Â = A / (1 - β^u)`` after ``u``
-  refreshes, ``P = (Â + γ (tr Â / n) I)⁻¹``.
+  refreshes, ``P = (Â + γ (tr Â / n) I)⁻¹`` (in the low-rank form, a state
+  with a ``basis``: `low_rank_damped_inverse`, ``subspace_iterations`` per
+  refresh).
   """
-  dtype = state.inverse_correlation.dtype
+  dtype = state.dtype
   beta = jnp.asarray(decay, dtype)
 
   def refresh(state):
@@ -155,18 +229,26 @@ def damped_layer_step(
     new_moment = beta * state.second_moment + (1 - beta) * moment
     refreshes = state.refreshes + 1
     estimate = new_moment / (1 - beta ** refreshes.astype(dtype))
-    return state._replace(
-      second_moment=new_moment,
-      inverse_correlation=damped_inverse(estimate, damping),
-      refreshes=refreshes,
+    state = state._replace(second_moment=new_moment, refreshes=refreshes)
+    if state.basis is None:
+      return state._replace(
+        inverse_correlation=damped_inverse(estimate, damping)
+      )
+    # The first refresh starts from a fixed random basis: more iterations.
+    iterations = jnp.where(
+      refreshes == 1,
+      jnp.maximum(FIRST_SUBSPACE_ITERATIONS, subspace_iterations),
+      subspace_iterations,
+    ).astype(jnp.int32)
+    basis, gains, floor = low_rank_damped_inverse(
+      estimate, state.basis, damping, iterations
     )
+    return state._replace(basis=basis, gains=gains, floor=floor)
 
   state = jax.lax.cond(
     state.step % update_every == 0, refresh, lambda s: s, state
   )
-  direction = jnp.asarray(gradient_scale, dtype) * jnp.matmul(
-    state.inverse_correlation, grad, precision=_HIGHEST
-  )
+  direction = jnp.asarray(gradient_scale, dtype) * state.times(grad)
   return direction, state._replace(step=state.step + 1)
 
 
@@ -177,6 +259,8 @@ def scale_by_rls_damped_second_moment(
   update_every: int = 10,
   passthrough: bool = False,
   preconditioner_dtype: Any | None = None,
+  rank: int | None = None,
+  subspace_iterations: int = 1,
 ) -> optax.GradientTransformationExtraArgs:
   r"""RLS preconditioning by a damped running input second moment.
 
@@ -206,6 +290,15 @@ def scale_by_rls_damped_second_moment(
     passthrough: let parameters without a layer input through unchanged.
     preconditioner_dtype: floating dtype of ``A`` and ``P`` (default: the
       kernel's, at least float32).
+    rank: None (the full ``n x n`` ``P``), or an int ``k >= 1``: layers with
+      ``n > k`` keep ``Â``'s top-``k`` eigendirections ``U`` (eigenvalues
+      ``s``) and use ``P = U diag(1/(s + δ)) Uᵀ + (I - U Uᵀ)/(ρ + δ)``,
+      ``ρ`` the mean of ``Â``'s other eigenvalues, applied in ``2 n k`` per
+      output column instead of ``n²``. ``U`` is refreshed by warm-started
+      subspace iteration (`low_rank_damped_inverse`).
+    subspace_iterations: subspace-iteration steps per refresh of the
+      low-rank form (int >= 1; the first refresh takes at least
+      `FIRST_SUBSPACE_ITERATIONS`).
 
   Returns:
     An `optax.GradientTransformationExtraArgs` whose state is a
@@ -213,8 +306,9 @@ def scale_by_rls_damped_second_moment(
 
   Raises:
     ValueError: for ``decay`` outside (0, 1), a non-positive ``damping`` or
-      ``gradient_scale``, an ``update_every`` that is not an int >= 1, or a
-      non-floating ``preconditioner_dtype``.
+      ``gradient_scale``, an ``update_every``, ``rank`` (unless None) or
+      ``subspace_iterations`` that is not an int >= 1, or a non-floating
+      ``preconditioner_dtype``.
 
   References:
     Zhang et al., 2021, eqs. (27), (33), (63); Martens & Grosse, 2015.
@@ -237,22 +331,57 @@ def scale_by_rls_damped_second_moment(
     or update_every < 1
   ):
     raise ValueError(f"update_every must be an int >= 1, got {update_every!r}.")
+  if rank is not None and (
+    isinstance(rank, bool) or not isinstance(rank, int) or rank < 1
+  ):
+    raise ValueError(
+      f"rank must be None or an int >= 1 (a shape: with "
+      f"optax.inject_hyperparams, list it in static_args), got {rank!r}."
+    )
+  # An injected (traced) count is a loop bound as well.
+  if not hyperparameters.is_traced(subspace_iterations) and (
+    isinstance(subspace_iterations, bool)
+    or int(subspace_iterations) != subspace_iterations
+    or subspace_iterations < 1
+  ):
+    raise ValueError(
+      f"subspace_iterations must be an int >= 1, got {subspace_iterations!r}."
+    )
   hyperparameters.check_preconditioner_dtype(preconditioner_dtype)
 
   def init_layer(layer):
     dtype = layerwise.matrix_dtype(layer, preconditioner_dtype)
     size = layer.augmented_size
+    zeros = jnp.zeros((size, size), dtype)
+    counters = dict(
+      step=jnp.zeros((), jnp.int32), refreshes=jnp.zeros((), jnp.int32)
+    )
+    if rank is None or size <= rank:
+      return DampedLayerState(zeros, jnp.eye(size, dtype=dtype), **counters)
+    # A fixed random start (no key: the same for every run), refined by the
+    # first refresh's subspace iterations.
+    start = jax.random.normal(jax.random.PRNGKey(size), (size, rank), dtype)
     return DampedLayerState(
-      second_moment=jnp.zeros((size, size), dtype),
-      inverse_correlation=jnp.eye(size, dtype=dtype),
-      step=jnp.zeros((), jnp.int32),
-      refreshes=jnp.zeros((), jnp.int32),
+      zeros,
+      None,
+      basis=jnp.linalg.qr(start)[0],
+      gains=jnp.zeros((rank,), dtype),
+      floor=jnp.ones((), dtype),
+      **counters,
     )
 
   def update_layer(state, layer, entry, grad, eta):
     rows, steps = second_moment.augmented_samples(layer, entry, state.dtype)
     return damped_layer_step(
-      state, rows, steps, grad, decay, damping, eta, update_every
+      state,
+      rows,
+      steps,
+      grad,
+      decay,
+      damping,
+      eta,
+      update_every,
+      subspace_iterations,
     )
 
   return layerwise.layerwise_transform(

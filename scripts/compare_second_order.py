@@ -50,6 +50,7 @@ from experiments.classifier import experiment
 from experiments.classifier import models
 from experiments.classifier import tasks
 from experiments.classifier import training
+import rls
 from rls import damped_second_moment
 from rls import grafting
 from scripts import compare_rls_second_moment as previous
@@ -63,7 +64,10 @@ DAMPED = dict(decay=0.9, damping=1.0, gradient_scale=0.1, update_every=20)
 DAMPED_OPTIONS = dict(mode="plain", momentum=0.0)
 DAMPED_SAMPLES = 256
 
-OPTAX_VARIANTS = tuple(previous.VARIANTS) + ("RLS-D",)
+# RLS-DA: `rls.damped_rls_adam` at its defaults (one setting for both
+# tasks); "Adam 2e-3" is Adam at RLS-DA's learning rate, for fairness.
+ADAM_2E3 = "Adam 2e-3"
+OPTAX_VARIANTS = tuple(previous.VARIANTS) + ("RLS-D", "RLS-DA", ADAM_2E3)
 VARIANTS = OPTAX_VARIANTS + ("K-FAC",)
 EPOCHS = {"mnist": 2, "cifar10": 3}
 
@@ -77,6 +81,8 @@ def task_config(task: str, label: str):
   Adam preset's (data, model, loss, batch) for RLS-D and K-FAC."""
   base = label if label in previous.VARIANTS else "Adam"
   config = previous.load(task, base, 1, None)
+  if label == ADAM_2E3:
+    config.learning_rate = 2e-3
   config.data_dir = os.path.join(
     os.environ.get("DATA_DIR", os.path.join(REPO, "..", "shared", "data")),
     task,
@@ -115,6 +121,8 @@ def optimizer(label: str, config, damped_overrides: dict):
   if label == "RLS-D":
     options = dict(DAMPED_OPTIONS, **damped_overrides)
     return damped_rls(**options), True, DAMPED_SAMPLES
+  if label == "RLS-DA":
+    return rls.damped_rls_adam(**damped_overrides), True, DAMPED_SAMPLES
   return (
     training.make_optimizer(config),
     training.uses_layer_inputs(config),

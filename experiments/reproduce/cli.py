@@ -4,6 +4,7 @@
   python -m experiments.reproduce ok_fig1 --scale small --workdir runs/reproduce
   python -m experiments.reproduce ok_fig2_table2 --scale paper --workdir runs/paper
   python -m experiments.reproduce ok_fig1 --scale paper --plan   # cost, no training
+  python -m experiments.reproduce rls_fig2 --scale paper --only mnist   # MNIST's curves
 
 `--scale paper` uses the paper's settings (sizes, batches, step counts, 5
 seeds, the learning-rate grid with best-of selection); `--scale small` a
@@ -66,6 +67,14 @@ def main(argv=None) -> int:
     action="store_true",
     help="measure each program's cost; train nothing",
   )
+  parser.add_argument(
+    "--only",
+    action="append",
+    default=[],
+    metavar="TEXT",
+    help="train only the curves whose label contains TEXT (e.g. --only "
+    "mnist); the others are read as far as they ran; repeatable",
+  )
   args = parser.parse_args(argv)
   cli.quiet_backend_probe()
   overrides = {}
@@ -89,7 +98,8 @@ def main(argv=None) -> int:
   if args.plan:
     return _plan(args.target, fn, args.scale, args.workdir, overrides)
   start = time.perf_counter()
-  result = fn(args.scale, args.workdir, reproduce.common.Mode(overrides))
+  mode = reproduce.common.Mode(overrides, only=tuple(args.only))
+  result = fn(args.scale, args.workdir, mode)
   minutes = (time.perf_counter() - start) / 60
   print(f"\n{args.target} ({args.scale}) done in {minutes:.1f} min. Files:")
   for path in result.files:

@@ -76,10 +76,15 @@ class Mode(NamedTuple):
     plans: None to train. A list to plan (`scripts/reproduce.py --plan`):
       each program is timed by a short run instead of trained, and its
       `plan.ProgramPlan` appended here.
+    only: when not empty, train only the curves whose label contains one of
+      these strings (`scripts/reproduce.py --only mnist`); every other
+      curve is read from its workdir as far as it ran, or left empty as in
+      plan mode, so a target's figures and tables show what exists.
   """
 
   overrides: Mapping[str, Any] = types.MappingProxyType({})
   plans: list[plan.ProgramPlan] | None = None
+  only: tuple[str, ...] = ()
 
   @property
   def planning(self) -> bool:
@@ -148,7 +153,12 @@ def run_curve(
     mode.plans.append(plan.measure(curve.label, curve.experiment, config))
     return [], {}, grid
   curve_dir = os.path.join(workdir, curve.dirname)
-  if _finished(config, curve_dir):
+  if mode.only and not any(part in curve.label for part in mode.only):
+    if not os.path.exists(os.path.join(curve_dir, workdir_lib.CONFIG_FILE)):
+      print(f"=== {curve.label}: not selected, not run", flush=True)
+      return [], {}, grid
+    print(f"=== {curve.label}: not selected, read as it is", flush=True)
+  elif _finished(config, curve_dir):
     print(f"=== {curve.label}: finished in {curve_dir}", flush=True)
   else:
     print(f"=== {curve.label} -> {curve_dir}", flush=True)

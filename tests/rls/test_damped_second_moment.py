@@ -120,6 +120,97 @@ def test_zero_inputs_give_a_finite_preconditioner():
   assert np.all(np.isfinite(state.layers.inverse_correlation))
 
 
+def _numpy_damped_run(rng, params, steps, decay, damping, make_rows):
+  """`(rows, grads, P)` of each step by NumPy (full form, every step a
+  refresh)."""
+  fan_in = params["kernel"].shape[0]
+  average, out = np.zeros((fan_in + 1, fan_in + 1)), []
+  for step in range(steps):
+    rows, grads = make_rows(rng), _random_like(rng, params)
+    augmented = np.concatenate([rows, np.ones((len(rows), 1))], 1)
+    average = decay * average + (1 - decay) * augmented.T @ augmented / len(
+      rows
+    )
+    estimate = average / (1 - decay ** (step + 1))
+    size = fan_in + 1
+    p = np.linalg.inv(
+      estimate + damping * np.trace(estimate) / size * np.eye(size)
+    )
+    out.append((rows, grads, p, estimate))
+  return out
+
+
+def test_low_rank_form_is_exact_on_a_low_rank_input_stream(x64):
+  """Inputs in a 2-dimensional subspace (3 with the bias column): the rank-3
+  form's ``P ∇`` equals the full ``(Â + δ I)⁻¹ ∇`` at every step, and a rank
+  at or above ``n`` keeps the full form."""
+  rng = np.random.default_rng(3)
+  params = _dense_params(6, 2, jnp.float64)
+  mixing = rng.normal(size=(2, 6))
+  decay, damping, eta = 0.7, 0.2, 0.5
+  steps = _numpy_damped_run(
+    rng,
+    params,
+    5,
+    decay,
+    damping,
+    lambda rng: rng.normal(size=(5, 2)) @ mixing + 0.0,
+  )
+  tx = damped_second_moment.scale_by_rls_damped_second_moment(
+    decay=decay, damping=damping, gradient_scale=eta, update_every=1, rank=3
+  )
+  state = tx.init(params)
+  assert state.layers.basis.shape == (7, 3)
+  for rows, grads, p, _ in steps:
+    updates, state = tx.update(
+      grads, state, layer_inputs=_entry(jnp.asarray(rows))
+    )
+    np.testing.assert_allclose(
+      _augmented(updates), eta * p @ _augmented(grads), rtol=1e-8, atol=1e-10
+    )
+  np.testing.assert_allclose(state.layers.dense(), p, rtol=1e-8, atol=1e-10)
+  full = damped_second_moment.scale_by_rls_damped_second_moment(rank=7)
+  assert full.init(params).layers.basis is None
+
+
+def test_low_rank_form_is_the_truncated_second_moment(x64):
+  """Full-rank inputs with a decaying spectrum: after enough subspace
+  iterations ``P = U diag(1/(s + δ)) Uᵀ + (I - U Uᵀ)/(ρ + δ)`` with ``U``,
+  ``s`` the top-``k`` eigenpairs of ``Â`` (NumPy's eigendecomposition),
+  ``ρ`` the mean of the others and ``δ = γ tr Â / n``."""
+  rng = np.random.default_rng(4)
+  params = _dense_params(8, 3, jnp.float64)
+  scales = 2.0 ** -np.arange(8)
+  decay, damping, rank = 0.6, 0.1, 3
+  steps = _numpy_damped_run(
+    rng,
+    params,
+    3,
+    decay,
+    damping,
+    lambda rng: rng.normal(size=(16, 8)) * scales,
+  )
+  tx = damped_second_moment.scale_by_rls_damped_second_moment(
+    decay=decay,
+    damping=damping,
+    update_every=1,
+    rank=rank,
+    subspace_iterations=60,
+  )
+  state = tx.init(params)
+  for rows, grads, _, _ in steps:
+    _, state = tx.update(grads, state, layer_inputs=_entry(jnp.asarray(rows)))
+  estimate = steps[-1][3]
+  values, vectors = np.linalg.eigh(estimate)
+  top = vectors[:, -rank:]
+  shift = damping * np.trace(estimate) / 9
+  rest = values[:-rank].mean()  # the other eigenvalues, as their mean
+  expected = top @ np.diag(1 / (values[-rank:] + shift)) @ top.T + (
+    np.eye(9) - top @ top.T
+  ) / (rest + shift)
+  np.testing.assert_allclose(state.layers.dense(), expected, rtol=1e-7)
+
+
 @pytest.mark.parametrize(
   "kwargs,match",
   [
@@ -133,6 +224,10 @@ def test_zero_inputs_give_a_finite_preconditioner():
     (dict(update_every=2.5), "update_every"),
     (dict(update_every=True), "update_every"),
     (dict(preconditioner_dtype=jnp.int32), "preconditioner_dtype"),
+    (dict(rank=0), "rank"),
+    (dict(rank=2.5), "rank"),
+    (dict(rank=True), "rank"),
+    (dict(rank=4, subspace_iterations=0), "subspace_iterations"),
   ],
 )
 def test_bad_hyperparameters(kwargs, match):
@@ -302,3 +397,50 @@ def test_learns_mnist_in_one_epoch_on_a_subset():
   )((params, tx.init(params)), order)
   final, _ = jax.jit(loss_of)(params, images, labels)
   assert float(final) < 0.13
+
+
+def _mnist_subset_final_loss(tx, samples):
+  """One epoch (batch 128, seed 0) of the MNIST FNN on the first 10,000
+  training images under `tx`; the whole subset's eq. (57) loss after it."""
+  from experiments.data import mnist  # pylint: disable=g-import-not-at-top
+
+  data = mnist.load_mnist(dataset_dir_or_skip("mnist"))
+  images = jnp.asarray(data["train_images"][:10_000])
+  labels = jnp.asarray(data["train_labels"][:10_000])
+  model = nn.Sequential([nn.Dense(512), nn.relu, nn.Dense(10)])
+  params = init_variables(model, images[:1])["params"]
+
+  def loss_of(params, x, y):
+    if samples:
+      outputs, inputs = rls.layer_inputs(
+        model.apply, {"params": params}, x, samples=samples
+      )
+    else:
+      outputs, inputs = model.apply({"params": params}, x), None
+    targets = jax.nn.one_hot(y, 10)
+    return 0.5 * jnp.mean(jnp.sum((outputs - targets) ** 2, -1)), inputs
+
+  def step(carry, indices):
+    params, state = carry
+    (loss, inputs), grads = jax.value_and_grad(loss_of, has_aux=True)(
+      params, images[indices], labels[indices]
+    )
+    extra = {"layer_inputs": inputs} if samples else {}
+    updates, state = tx.update(grads, state, params, **extra)
+    return (optax.apply_updates(params, updates), state), loss
+
+  order = np.random.default_rng(0).permutation(10_000)[:9984].reshape(-1, 128)
+  (params, _), _ = jax.jit(
+    lambda carry, order: jax.lax.scan(step, carry, order)
+  )((params, tx.init(params)), order)
+  return float(jax.jit(loss_of)(params, images, labels)[0])
+
+
+def test_damped_rls_adam_ends_below_adam_on_mnist():
+  """RLS-DA (`rls.damped_rls_adam`, its defaults: rank 16, damping 16,
+  learning rate 2e-3) against Adam at its usual 1e-3 and at RLS-DA's 2e-3,
+  one epoch on 10,000 MNIST images: below both by 5% at least (measured
+  0.0655 against 0.1045 and 0.0928)."""
+  ours = _mnist_subset_final_loss(rls.damped_rls_adam(), samples=256)
+  adam = [_mnist_subset_final_loss(optax.adam(lr), 0) for lr in (1e-3, 2e-3)]
+  assert ours < 0.95 * min(adam), (ours, adam)

@@ -255,6 +255,34 @@ def test_finished_curve_is_read_not_rerun(tmp_path, monkeypatch):
   assert trained == [str(curve_dir)]
 
 
+def test_only_trains_the_selected_curves(tmp_path, monkeypatch):
+  """`Mode(only=...)`: a selected curve trains; an unselected one is read
+  as far as it ran (not trained), or left empty when it never ran."""
+  from experiments.loop import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from experiments.reproduce import rls_paper  # pylint: disable=g-import-not-at-top
+
+  trained = []
+
+  def fake_train(config, workdir):
+    trained.append(workdir)
+    workdir_lib.prepare(workdir, config, extra={"runs": [{"seed": 0}]})
+    workdir_lib.MetricsWriter(workdir).write({"step": 1, "loss": [0.5]})
+
+  for dataset in ("mnist", "cifar10"):
+    monkeypatch.setattr(f"experiments.{dataset}.train", fake_train)
+  mnist = rls_paper._curve("mnist", "small", "rls", "RLS")  # pylint: disable=protected-access
+  cifar = rls_paper._curve("cifar10", "small", "rls", "RLS")  # pylint: disable=protected-access
+  mode = common.Mode(only=("mnist",))
+  records, _, _ = common.run_curve(cifar, str(tmp_path), mode)
+  assert records == [] and not trained
+  records, _, _ = common.run_curve(mnist, str(tmp_path), mode)
+  assert trained == [str(tmp_path / mnist.dirname)] and records[0]["step"] == 1
+  # A partial unselected curve is read, still not trained.
+  fake_train(common.make_config(cifar), str(tmp_path / cifar.dirname))
+  records, _, _ = common.run_curve(cifar, str(tmp_path), mode)
+  assert len(trained) == 2 and records[0]["loss"] == [0.5]
+
+
 # --------------------------------------------------------------------------
 # compare_online: SnAp-1, RFLO, UORO, KF-RTRL, KF-AVG, OK (and TBPTT) side by
 # side.
