@@ -33,8 +33,9 @@
 # Every `seeds` run ends with its 20-run program's FLOP floor (bench_rtrl.py's
 # count) against a large matmul's rate measured alongside.
 #
-# Logs go to $OUT/SECTION.log and JSON files to $OUT/json_SECTIONS.tgz. It runs with
-# whatever `python3` is first on the PATH (PYTHON to choose another).
+# Logs go to $OUT/SECTION.log and JSON files to $OUT/json_SECTIONS.tgz. It
+# runs with whatever `python3` is first on the PATH (PYTHON to choose
+# another).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:?set OUT to the folder for the logs}"
