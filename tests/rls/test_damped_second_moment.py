@@ -366,37 +366,10 @@ def test_learns_mnist_in_one_epoch_on_a_subset():
   the whole subset's eq. (57) loss ends below 0.13 from about 0.5 (measured
   0.120; Adam about 0.103, `tests/experiments/classifier/
   test_mnist_learning.py`: RLS-D learns, and is behind Adam here)."""
-  from experiments.data import mnist  # pylint: disable=g-import-not-at-top
   from scripts import compare_second_order  # pylint: disable=g-import-not-at-top
 
-  data = mnist.load_mnist(dataset_dir_or_skip("mnist"))
-  images = jnp.asarray(data["train_images"][:10_000])
-  labels = jnp.asarray(data["train_labels"][:10_000])
-  model = nn.Sequential([nn.Dense(512), nn.relu, nn.Dense(10)])
-  params = init_variables(model, images[:1])["params"]
   tx = compare_second_order.damped_rls(**compare_second_order.DAMPED_OPTIONS)
-
-  def loss_of(params, x, y):
-    outputs, inputs = rls.layer_inputs(
-      model.apply, {"params": params}, x, samples=256
-    )
-    targets = jax.nn.one_hot(y, 10)
-    return 0.5 * jnp.mean(jnp.sum((outputs - targets) ** 2, -1)), inputs
-
-  def step(carry, indices):
-    params, state = carry
-    (loss, inputs), grads = jax.value_and_grad(loss_of, has_aux=True)(
-      params, images[indices], labels[indices]
-    )
-    updates, state = tx.update(grads, state, params, layer_inputs=inputs)
-    return (optax.apply_updates(params, updates), state), loss
-
-  order = np.random.default_rng(0).permutation(10_000)[:9984].reshape(-1, 128)
-  (params, _), _ = jax.jit(
-    lambda carry, order: jax.lax.scan(step, carry, order)
-  )((params, tx.init(params)), order)
-  final, _ = jax.jit(loss_of)(params, images, labels)
-  assert float(final) < 0.13
+  assert _mnist_subset_final_loss(tx, samples=256) < 0.13
 
 
 def _mnist_subset_final_loss(tx, samples):
