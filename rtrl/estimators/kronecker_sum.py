@@ -110,15 +110,23 @@ def _kf_update(
 
 
 def low_rank_D_factors(
-  jac, rank: int, key, routing: routing_lib.Routing | None = None
+  jac,
+  rank: int,
+  key,
+  routing: routing_lib.Routing | None = None,
+  *,
+  block_svd=None,
 ):
   """`D' = Σ_i l_i ⊗ r_i`, the optimal unbiased rank-`rank` approximation of
-  the block-diagonal `D`, from its per-unit block SVD.
+  the block-diagonal `D`, from its per-unit block SVD (`block_svd`, that of
+  `tangents.block_svd_of_D(jac)` when a caller has it; None: computed).
 
   Returns:
     `(state_vectors (r, S, n), column_vectors (r, K, n))`.
   """
-  left, singular_values, right = tangents.block_svd_of_D(jac)
+  if block_svd is None:
+    block_svd = tangents.block_svd_of_D(jac)
+  left, singular_values, right = block_svd
   n, num_values = singular_values.shape
   left_coef, right_coef = kronecker.optimal_diagonal_mixing(
     singular_values.reshape(-1),
@@ -141,14 +149,16 @@ def dense_low_rank_D(state_vectors, column_vectors) -> jax.Array:
   return dense.reshape((-1,) + dense.shape[2:])
 
 
-def low_rank_D_norm(jac, rank: int) -> jax.Array:
+def low_rank_D_norm(jac, rank: int, *, singular_values=None) -> jax.Array:
   """`‖D'‖_F` of the optimal unbiased rank-`rank` `D'` without forming it:
   every sample has `‖D' - D‖² = s1²/k - s2` (Theorem 6's variance) and
   `<D, D' - D> = 0`, so `‖D'‖² = ‖D‖² + variance`. No reduction reads
   `D'` or its factors: one over `D'`'s product was what XLA:GPU took
   minutes to compile in KF-APPROX's batch-256 program
-  (docs/benchmarks/gpu.md)."""
-  _, singular_values, _ = tangents.block_svd_of_D(jac)
+  (docs/benchmarks/gpu.md). `singular_values` `(n, min(S, K))`: those of
+  `tangents.block_svd_of_D(jac)` when a caller has them."""
+  if singular_values is None:
+    _, singular_values, _ = tangents.block_svd_of_D(jac)
   variance = kronecker.optimal_diagonal_variance(
     singular_values.reshape(-1), rank
   )
@@ -166,16 +176,19 @@ def _mix_with_low_rank_D(u, propagated, jac, rank: int, d_key, key, routing):
   """`kronecker.sign_trick_mix(u, propagated, hhat, D', key)` with `‖D'‖`
   in closed form (`low_rank_D_norm`): `D'` is only formed to be added."""
   norm = lambda x: jnp.sqrt(jnp.sum(x * x))
+  block_svd = tangents.block_svd_of_D(jac)  # once, for the norm and D'
   p1, p2, sign = kronecker.sign_trick_scales(
     norm(u),
     norm(propagated),
     norm(jac.hhat),
-    low_rank_D_norm(jac, rank),
+    low_rank_D_norm(jac, rank, singular_values=block_svd[1]),
     key,
     jnp.result_type(u, propagated, jac.hhat, float),
   )
   u_new = p1 * u + sign * p2 * jac.hhat
-  dense = dense_low_rank_D(*low_rank_D_factors(jac, rank, d_key, routing))
+  dense = dense_low_rank_D(
+    *low_rank_D_factors(jac, rank, d_key, routing, block_svd=block_svd)
+  )
   return u_new, propagated / p1 + sign * (dense / p2)
 
 
