@@ -149,18 +149,27 @@ def dense_low_rank_D(state_vectors, column_vectors) -> jax.Array:
   return dense.reshape((-1,) + dense.shape[2:])
 
 
-def low_rank_D_norm(jac, rank: int, *, singular_values=None) -> jax.Array:
+def low_rank_D_norm(
+  jac,
+  rank: int,
+  *,
+  singular_values=None,
+  routing: routing_lib.Routing | None = None,
+) -> jax.Array:
   """`‖D'‖_F` of the optimal unbiased rank-`rank` `D'` without forming it:
   every sample has `‖D' - D‖² = s1²/k - s2` (Theorem 6's variance) and
   `<D, D' - D> = 0`, so `‖D'‖² = ‖D‖² + variance`. No reduction reads
   `D'` or its factors: one over `D'`'s product was what XLA:GPU took
   minutes to compile in KF-APPROX's batch-256 program
   (docs/benchmarks/gpu.md). `singular_values` `(n, min(S, K))`: those of
-  `tangents.block_svd_of_D(jac)` when a caller has them."""
+  `tangents.block_svd_of_D(jac)` when a caller has them; `routing` orders
+  them as `low_rank_D_factors` does (one ordering for both in the program)."""
   if singular_values is None:
     _, singular_values, _ = tangents.block_svd_of_D(jac)
   variance = kronecker.optimal_diagonal_variance(
-    singular_values.reshape(-1), rank
+    singular_values.reshape(-1),
+    rank,
+    pairwise_sort_max=routing_lib.or_xla(routing).pairwise_sort_max,
   )
   return jnp.sqrt(jnp.sum(jac.D * jac.D) + variance)
 
@@ -181,7 +190,7 @@ def _mix_with_low_rank_D(u, propagated, jac, rank: int, d_key, key, routing):
     norm(u),
     norm(propagated),
     norm(jac.hhat),
-    low_rank_D_norm(jac, rank, singular_values=block_svd[1]),
+    low_rank_D_norm(jac, rank, singular_values=block_svd[1], routing=routing),
     key,
     jnp.result_type(u, propagated, jac.hhat, float),
   )

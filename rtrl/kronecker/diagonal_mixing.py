@@ -71,12 +71,17 @@ def _sorted_variance(d_sorted: Array, rank: int) -> Array:
   return jnp.where(positive, variance * largest * largest, 0)
 
 
-def optimal_diagonal_variance(d, rank: int) -> Array:
+def optimal_diagonal_variance(
+  d, rank: int, *, pairwise_sort_max: int | None = None
+) -> Array:
   """Minimum variance of an unbiased rank-`rank` approximator of `diag(d)`.
 
   Args:
     d: (q,) non-negative entries, in any order.
     rank: static Python int >= 1.
+    pairwise_sort_max: how `d` is ordered (`descending_positions`; the same
+      result either way, and the same program as the mixing's, which XLA
+      then computes once).
 
   Returns:
     Scalar `s1**2 / k - s2` (Theorem 6); exactly 0 when `q <= rank`.
@@ -88,8 +93,7 @@ def optimal_diagonal_variance(d, rank: int) -> Array:
   rank = _static_rank(rank)
   if d.shape[0] <= rank:
     return jnp.zeros((), d.dtype)
-  d_sorted = -jnp.sort(-jnp.maximum(d, 0))
-  return _sorted_variance(d_sorted, rank)
+  return _sorted_variance(_sorted_descending(d, pairwise_sort_max), rank)
 
 
 # --------------------------------------------------------------------------
@@ -279,7 +283,7 @@ def diagonal_mixing_with_signs(
   """
   d = jnp.maximum(d, 0)
   position = descending_positions(d, pairwise_sort_max=pairwise_sort_max)
-  d_sorted = jnp.zeros_like(d).at[position].set(d)
+  d_sorted = _sorted_descending(d, pairwise_sort_max, position)
   factor_sorted = _diagonal_factor_sorted(d_sorted, rank, signs)
   return factor_sorted[position]
 
@@ -290,6 +294,14 @@ def diagonal_mixing_with_signs(
 # their `rtrl.routing.Routing` (0 on GPUs: XLA:GPU compiled the pairwise
 # count for minutes in KF-APPROX's batch-256 program, docs/benchmarks/gpu.md).
 PAIRWISE_SORT_MAX = 256
+
+
+def _sorted_descending(d: Array, pairwise_sort_max, position=None) -> Array:
+  """`max(d, 0)` in non-increasing order, placed by `descending_positions`."""
+  d = jnp.maximum(d, 0)
+  if position is None:
+    position = descending_positions(d, pairwise_sort_max=pairwise_sort_max)
+  return jnp.zeros_like(d).at[position].set(d)
 
 
 def descending_positions(d: Array, *, pairwise_sort_max: int | None = None):
