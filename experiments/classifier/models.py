@@ -71,19 +71,24 @@ class PatchConv3x3(nn.Module):
   ``bias (out,)``) and the same outputs; under `rls.layer_inputs` it records
   ``x̄`` = the mean over batch and positions of its zero-padded patches,
   flattened in the kernel's ``(kh, kw, in)`` row order (eq. 72).
+  ``flat_kernel=True`` stores the kernel as the matmul reads it, ``(9 * in,
+  out)``, so that graph matchers (kfac-jax's) see a dense layer repeated over
+  positions.
   """
 
   features: int
   kernel_init: Any = nn.initializers.lecun_normal()
   bias_init: Any = nn.initializers.zeros_init()
+  flat_kernel: bool = False
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
     """(batch, h, w, in) -> (batch, h, w, features)."""
     in_features = x.shape[-1]
-    kernel = self.param(
-      "kernel", self.kernel_init, (3, 3, in_features, self.features)
-    )
+    kernel_shape = (3, 3, in_features, self.features)
+    if self.flat_kernel:  # Stored as the matmul reads it: (9 * in, out).
+      kernel_shape = (9 * in_features, self.features)
+    kernel = self.param("kernel", self.kernel_init, kernel_shape)
     bias = self.param("bias", self.bias_init, (self.features,))
     height, width = x.shape[1:3]
     padded = jnp.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
@@ -123,7 +128,8 @@ class MiniVGG(nn.Module):
       module docstring).
     hidden_size: width of the hidden FC layer (paper 1024).
     num_classes: outputs.
-    conv_impl: "patches" (`PatchConv3x3`) or "flax" (``nn.Conv``).
+    conv_impl: "patches" (`PatchConv3x3`), "patches_flat_kernel" (the same
+      with ``(9 * in, out)`` kernels) or "flax" (``nn.Conv``).
   """
 
   conv_features: Sequence = VGG_CONV_FEATURES
@@ -142,13 +148,15 @@ class MiniVGG(nn.Module):
         x = nn.max_pool(x, (2, 2), strides=(2, 2))
       else:
         name = f"conv{conv_index}"
-        if self.conv_impl == "patches":
-          conv = PatchConv3x3(int(spec), name=name)
+        if self.conv_impl in ("patches", "patches_flat_kernel"):
+          flat = self.conv_impl == "patches_flat_kernel"
+          conv = PatchConv3x3(int(spec), flat_kernel=flat, name=name)
         elif self.conv_impl == "flax":
           conv = nn.Conv(int(spec), (3, 3), padding="SAME", name=name)
         else:
           raise ValueError(
-            f"conv_impl={self.conv_impl!r}; expected 'patches' or 'flax'"
+            f"conv_impl={self.conv_impl!r}; expected 'patches', "
+            "'patches_flat_kernel' or 'flax'"
           )
         x = nn.relu(conv(x))
         conv_index += 1

@@ -114,9 +114,11 @@ def make_config(curve: Curve, mode: Mode = RUN):
 
 
 def _finished(config, curve_dir: str) -> bool:
-  """The curve ran to `num_steps` with this very config and wrote its
-  summary: a rerun only reads it (the run loop would redo the experiment's
-  `finish`, e.g. PTB's test-set evaluation of every run)."""
+  """The curve ran to its end with this very config and wrote its summary
+  (the run loop writes it last): a rerun only reads it (the run loop would
+  redo the experiment's `finish`, e.g. PTB's test-set evaluation of every
+  run). Step-counted configs also check the last record reached
+  `num_steps`; epoch-counted ones (the classifiers) have none."""
   config_path = os.path.join(curve_dir, workdir_lib.CONFIG_FILE)
   if not (
     os.path.exists(config_path)
@@ -124,7 +126,7 @@ def _finished(config, curve_dir: str) -> bool:
   ):
     return False
   records = workdir_lib.read_metrics(curve_dir)
-  if not records or records[-1].get("step", 0) < config.num_steps:
+  if not records or records[-1].get("step", 0) < config.get("num_steps", 0):
     return False
   with open(config_path) as f:
     saved = json.load(f)

@@ -156,6 +156,17 @@ def _row(
   }
 
 
+def _figure_and_table(name, out, groups, rows, title) -> common.Result:
+  """The figure of the networks with a run curve (none: no figure) and the
+  table of every run curve."""
+  groups = {dataset: lines for dataset, lines in groups.items() if lines}
+  files = (
+    [_plot(groups, title, os.path.join(out, "figure.png"))] if groups else []
+  )
+  files += common.write_table(rows, os.path.join(out, "table"), title)
+  return common.Result(name, files, rows)
+
+
 def _variants_target(
   name: str,
   scale: str,
@@ -172,16 +183,14 @@ def _variants_target(
     for preset, label in presets.items():
       curve = _curve(dataset, scale, preset, label)
       records, _, runs = common.run_curve(curve, out, mode=mode)
-      if mode.planning:
-        continue  # Measured, not trained: nothing to tabulate.
+      if mode.planning or not records:
+        continue  # Measured, or not run (`--only`): nothing to tabulate.
       every = list(range(len(runs)))
       groups[dataset].append((label, records, every, len(runs)))
       rows.append(_row(curve.label, records, every, len(runs)))
   if mode.planning:
     return common.Result(name, [], [])
-  figure = _plot(groups, title, os.path.join(out, "figure.png"))
-  files = [figure] + common.write_table(rows, os.path.join(out, "table"), title)
-  return common.Result(name, files, rows)
+  return _figure_and_table(name, out, groups, rows, title)
 
 
 def rls_fig2(
@@ -246,8 +255,8 @@ def _sweep_target(
       **{field + "s": SWEEP_VALUES},
     )
     records, _, runs = common.run_curve(curve, out, mode=mode)
-    if mode.planning:
-      continue  # Measured, not trained: nothing to tabulate.
+    if mode.planning or not records:
+      continue  # Measured, or not run (`--only`): nothing to tabulate.
     groups[dataset] = []
     for value in SWEEP_VALUES:
       selected = [
@@ -268,9 +277,7 @@ def _sweep_target(
       )
   if mode.planning:
     return common.Result(name, [], [])
-  figure = _plot(groups, title, os.path.join(out, "figure.png"))
-  files = [figure] + common.write_table(rows, os.path.join(out, "table"), title)
-  return common.Result(name, files, rows)
+  return _figure_and_table(name, out, groups, rows, title)
 
 
 def rls_fig4(

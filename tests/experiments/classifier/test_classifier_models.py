@@ -123,6 +123,37 @@ def test_mini_vgg_capture_equals_explicit_patches(
   assert outputs.shape == (2, 10)
 
 
+def test_mini_vgg_flat_kernel_is_the_same_function(x64):
+  """`conv_impl='patches_flat_kernel'` stores ``(9 * in, out)`` kernels (what
+  kfac-jax's matcher tags as repeated dense layers): the same outputs from
+  the reshaped parameters, and the same initial weights."""
+  x = jnp.asarray(np.random.default_rng(1).normal(size=(2, 16, 16, 3)))
+  model = models.MiniVGG(**SMALL_VGG)
+  flat_model = model.clone(conv_impl="patches_flat_kernel")
+  params = init_float64(model, x)
+  flat = jax.tree.map(
+    lambda p: p.reshape(-1, p.shape[-1]) if p.ndim == 4 else p, params
+  )
+  assert flat["conv1"]["kernel"].shape == (9 * 3, 4)
+  np.testing.assert_allclose(
+    flat_model.apply({"params": flat}, x),
+    model.apply({"params": params}, x),
+    rtol=1e-13,
+  )
+  key = jax.random.PRNGKey(3)
+  np.testing.assert_array_equal(
+    flat_model.init(key, x)["params"]["conv2"]["kernel"],
+    model.init(key, x)["params"]["conv2"]["kernel"].reshape(-1, 5),
+  )
+
+
+def test_mini_vgg_bad_conv_impl_names_the_choices():
+  with pytest.raises(ValueError, match="conv_impl='winograd'.*'patches_flat"):
+    models.MiniVGG(conv_impl="winograd").init(
+      jax.random.PRNGKey(0), jnp.zeros((1, 8, 8, 3))
+    )
+
+
 def test_mini_vgg_default_fc_fan_in():
   shapes = jax.eval_shape(
     models.MiniVGG().init, jax.random.PRNGKey(0), jnp.zeros((1, 32, 32, 3))

@@ -255,6 +255,30 @@ def test_finished_curve_is_read_not_rerun(tmp_path, monkeypatch):
   assert trained == [str(curve_dir)]
 
 
+def test_finished_epoch_counted_curve_is_read_not_rerun(tmp_path, monkeypatch):
+  """A classifier curve (counted in epochs: no `num_steps`) with its summary
+  and the same config is read; a rerun used to fail on `num_steps`."""
+  from experiments.loop import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from experiments.reproduce import rls_paper  # pylint: disable=g-import-not-at-top
+
+  curve = rls_paper._curve("mnist", "small", "adam_mse", "Adam")  # pylint: disable=protected-access
+  config = common.make_config(curve)
+  assert "num_steps" not in config
+  curve_dir = tmp_path / curve.dirname
+  workdir_lib.prepare(str(curve_dir), config, extra={"runs": [{"seed": 0}]})
+  workdir_lib.MetricsWriter(str(curve_dir)).write({"step": 938, "epoch": 2})
+  workdir_lib.write_json(str(curve_dir), workdir_lib.SUMMARY_FILE, {})
+  trained = []
+  monkeypatch.setattr(
+    "experiments.mnist.train",
+    lambda config, workdir: trained.append(workdir),
+  )
+  records, _, _ = common.run_curve(curve, str(tmp_path))
+  assert not trained and records[-1]["epoch"] == 2
+  common.run_curve(curve, str(tmp_path), common.Mode({"epochs": 3}))
+  assert trained == [str(curve_dir)]
+
+
 def test_only_trains_the_selected_curves(tmp_path, monkeypatch):
   """`Mode(only=...)`: a selected curve trains; an unselected one is read
   as far as it ran (not trained), or left empty when it never ran."""
@@ -281,6 +305,40 @@ def test_only_trains_the_selected_curves(tmp_path, monkeypatch):
   fake_train(common.make_config(cifar), str(tmp_path / cifar.dirname))
   records, _, _ = common.run_curve(cifar, str(tmp_path), mode)
   assert len(trained) == 2 and records[0]["loss"] == [0.5]
+
+
+def test_only_mnist_target_tabulates_what_ran(tmp_path, monkeypatch):
+  """`rls_fig2` with `--only mnist`: the MNIST curves train, the CIFAR-10
+  and IMDB curves never ran, and the figure and table hold MNIST alone (a
+  rerun used to fail on the empty curves)."""
+  from experiments.loop import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from experiments.reproduce import rls_paper  # pylint: disable=g-import-not-at-top
+
+  def fake_train(config, workdir):
+    runs = [{"seed": 0}, {"seed": 1}]
+    workdir_lib.prepare(workdir, config, extra={"runs": runs})
+    workdir_lib.MetricsWriter(workdir).write(
+      {
+        "step": 938,
+        "epoch": [2, 2],
+        "test_accuracy": [0.97, 0.98],
+        "train_loss": [0.05, 0.07],
+        "train_loss_curve": [[0.2, 0.1], [0.3, 0.1]],
+      }
+    )
+
+  monkeypatch.setattr("experiments.mnist.train", fake_train)
+  result = rls_paper.rls_fig2(
+    "small", str(tmp_path), common.Mode(only=("mnist",))
+  )
+  assert [row["curve"] for row in result.table] == [
+    "mnist RLS",
+    "mnist RLS+M",
+    "mnist RLS+M+R",
+    "mnist Adam",
+  ]
+  assert result.table[0]["test_accuracy_mean"] == pytest.approx(0.975)
+  assert (tmp_path / "rls_fig2" / "figure.png").exists()
 
 
 # --------------------------------------------------------------------------
