@@ -90,12 +90,17 @@ def public_submodules(module: types.ModuleType) -> list[str]:
 
 
 def home_of(value, public: set[str]) -> str | None:
-  """The public module that defines `value` and lists it, if any."""
-  home = getattr(value, "__module__", None)
+  """The public module that defines `value` and lists it, if any: the
+  module itself or, for a private file of a public package
+  (`rtrl.online.trainer`), the nearest public package above it."""
+  module = getattr(value, "__module__", None)
   name = getattr(value, "__name__", None)
-  if home not in public or name is None:
+  if module is None or name is None:
     return None
-  if name not in public_names(importlib.import_module(home)):
+  parts = module.split(".")
+  homes = [".".join(parts[:end]) for end in range(len(parts), 0, -1)]
+  home = next((h for h in homes if h in public), None)
+  if home is None or name not in public_names(importlib.import_module(home)):
     return None
   return f"{home}.{name}"
 
