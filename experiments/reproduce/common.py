@@ -126,7 +126,9 @@ def _finished(config, curve_dir: str) -> bool:
   ):
     return False
   records = workdir_lib.read_metrics(curve_dir)
-  if not records or records[-1].get("step", 0) < config.get("num_steps", 0):
+  if not records:
+    return False
+  if "num_steps" in config and records[-1].get("step", 0) < config.num_steps:
     return False
   with open(config_path) as f:
     saved = json.load(f)
