@@ -268,7 +268,7 @@ def damped_rls_adam(
 
   The defaults are one setting for the MNIST FNN and the CIFAR-10 small
   mini-VGG of the RLS paper (`docs/benchmarks/second_order.md`): below
-  Adam's training loss at every epoch on both, at about 1.3x Adam's step
+  Adam's training loss at every epoch on both, at about 1.2x Adam's step
   time on the FNN.
 
   Inputs: as `scale_by_rls_damped_second_moment`, ``update(..., params,

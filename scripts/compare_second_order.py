@@ -97,6 +97,11 @@ def main(argv=None) -> None:
     default=os.path.join(REPO, "docs", "figures", "second_order.png"),
   )
   parser.add_argument(
+    "--kfac-timing-workdir",
+    help="K-FAC's time per step from the runs here (e.g. one seed run "
+    "alone on the machine) instead of from --workdir's",
+  )
+  parser.add_argument(
     "--check-kfac-conv-blocks",
     type=int,
     default=0,
@@ -130,6 +135,7 @@ def main(argv=None) -> None:
       args.num_seeds,
       args.table,
       args.figure,
+      args.kfac_timing_workdir,
     )
 
 

@@ -46,11 +46,13 @@ def steps_per_epoch(task_name) -> int:
   return num_train // config.batch_size
 
 
-def seconds_per_step(task_name, results, timing) -> dict:
+def seconds_per_step(task_name, results, timing, timing_results=None) -> dict:
   """label -> seconds per step: the interleaved timing for optax
-  optimisers, the median measured epoch over steps for K-FAC."""
+  optimisers, the median measured epoch over steps for K-FAC (from
+  ``timing_results``, label -> runs timed apart, where given)."""
   seconds = dict(timing)
   for label, runs in results.items():
+    runs = (timing_results or {}).get(label, runs)
     if label not in seconds:
       epoch = np.median([[e["seconds"] for e in r] for r in runs])
       seconds[label] = float(epoch) / steps_per_epoch(task_name)
@@ -149,22 +151,40 @@ def timing_for(workdir, task_name, labels) -> dict:
   missing = [l for l in labels if l != "K-FAC" and l not in cached]
   if missing:
     print(f"== timing {task_name}: {missing}", flush=True)
-    # A CIFAR step is ~100x an MNIST one: fewer steps keep this short.
-    steps = 20 if task_name == "mnist" else 5
-    cached.update(step_seconds(task_name, missing, steps=steps, repeats=3))
+    # About a second per timed scan (20 MNIST steps, ~50 ms, were noise).
+    steps = 300 if task_name == "mnist" else 10
+    cached.update(step_seconds(task_name, missing, steps=steps, repeats=5))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
       json.dump(cached, f)
   return {l: cached[l] for l in labels if l in cached}
 
 
-def report(workdir, task_names, labels, seeds, table_path, figure_path):
+def report(
+  workdir,
+  task_names,
+  labels,
+  seeds,
+  table_path,
+  figure_path,
+  kfac_timing_workdir=None,
+):
+  """The tables (to ``table_path`` and stdout) and the figure. K-FAC's time
+  per step comes from its runs in ``kfac_timing_workdir`` where given (a
+  seed run alone on the machine), else from its runs in ``workdir``."""
   all_results, all_seconds, lines = {}, {}, []
   for task_name in task_names:
     results = read_results(workdir, task_name, labels, seeds, EPOCHS[task_name])
     if results:
       timing = timing_for(workdir, task_name, list(results))
-      all_seconds[task_name] = seconds_per_step(task_name, results, timing)
+      timed_apart = {}
+      if kfac_timing_workdir and "K-FAC" in results:
+        timed_apart = read_results(
+          kfac_timing_workdir, task_name, ["K-FAC"], 1, EPOCHS[task_name]
+        )
+      all_seconds[task_name] = seconds_per_step(
+        task_name, results, timing, timed_apart
+      )
       all_results[task_name] = results
       lines += table(task_name, results, all_seconds[task_name])
   for task_name in task_names:
