@@ -16,7 +16,8 @@ and its hyper-parameters:
   snap            SnAp-n for any order n >= 1, Lemma-1 cells, dense or
                   sparse (`snap_n.py`)
   sk_rtrl         SK-RTRL: SnAp-1 plus a certified rank-r sketch of the
-                  rest, Lemma-1 cells (`sk_rtrl.py`)
+                  rest, Lemma-1 cells (`sk_rtrl.py`; its sketch algebra in
+                  `sk_rtrl_sketch.py`)
   autodiff_snap1  SnAp-1 for any cell, by autodiff
 
 The Lemma-1 factories take `routing=` (an `rtrl.routing.Routing`: the
