@@ -17,11 +17,13 @@
 #   lru       the online LRU against its forward pass (bench_lru.py)
 #   estimators  the element-wise and structured-D estimators' full steps
 #             (UORO, SnAp-1, RFLO, KF, 16-KF-APPROX, 16-KTP; bench_rtrl.py)
-#   plans     `reproduce.py TARGET --scale paper --plan` for $PLAN_TARGETS
+#   plans     `reproduce.py TARGET --scale paper --plan` for $PLAN_TARGETS,
+#             each under $PLAN_SECONDS (default 300)
 #   kf_approx ok_fig4's KF-APPROX programs (Copy, RHN-128, batch 256, 20
 #             runs, ranks 16 and 4): compile time and ms/step
-#   precision the official presets (5 seeds) at 'highest' and
-#             'tensorfloat32' side by side, four runs sharing the GPU for
+#   precision the official presets (5 seeds; $PRECISION_TASKS, default
+#             "copy_task ptb") at 'highest' and 'tensorfloat32' side by
+#             side, the runs sharing the GPU for
 #             $PRECISION_SECONDS (default 240) each, stopped by SIGTERM;
 #             their records go to json.tgz, for `scripts/precision_bands.py`;
 #             with $DEADLINE (seconds from the suite's start) they stop 45 s
@@ -41,6 +43,8 @@ cd "$(dirname "$0")/.."
 OUT="${OUT:?set OUT to the folder for the logs}"
 PYTHON="${PYTHON:-python3}"
 PLAN_TARGETS="${PLAN_TARGETS:-ok_fig12 ok_fig5_table3}"
+PLAN_SECONDS="${PLAN_SECONDS:-300}"
+PRECISION_TASKS="${PRECISION_TASKS:-copy_task ptb}"
 PRECISIONS="${PRECISIONS:-highest tensorfloat32}"
 PRECISION_SECONDS="${PRECISION_SECONDS:-240}"
 PROFILE_SEEDS="${PROFILE_SEEDS:-1}"
@@ -117,7 +121,7 @@ for section in "${sections[@]}"; do
           --json "$JSON_DIR/kf_approx_$rank.json"
       done ;;
     precision)
-      # Four processes share the GPU (no preallocation of its memory); each
+      # The runs share the GPU (no preallocation of its memory); each
       # logs beside its workdir (into json.tgz).
       mkdir -p "$JSON_DIR/precision"
       seconds=$PRECISION_SECONDS
@@ -127,7 +131,7 @@ for section in "${sections[@]}"; do
       fi
       echo "[precision] $seconds s per run"
       [ "$seconds" -lt 60 ] && { echo "[precision] skipped"; continue; }
-      for task in copy_task ptb; do
+      for task in $PRECISION_TASKS; do
         for precision in highest tensorfloat32; do
           name=${task%_task}_$precision
           (
@@ -145,7 +149,7 @@ for section in "${sections[@]}"; do
       tail -n 3 "$JSON_DIR"/precision/*.log > "$OUT/precision.log" ;;
     plans)
       for target in $PLAN_TARGETS; do
-        run plans 300 "$PYTHON" scripts/reproduce.py "$target" --scale paper \
+        run plans "$PLAN_SECONDS" "$PYTHON" scripts/reproduce.py "$target" --scale paper \
           --plan --workdir "$JSON_DIR/plans"
       done ;;
     *) echo "unknown section $section" >&2 ;;

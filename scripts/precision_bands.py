@@ -1,5 +1,5 @@
 """Training at `tensorfloat32` GEMMs against `highest`, both judged by the
-official OK code's logs, at every 1000 steps that every run logged.
+official OK code's logs, at every 1000 steps that any run logged.
 
 The runs (a GPU's work; each may be stopped by SIGTERM after a wall-clock
 budget, its workdir then holds the steps it reached). The `official` presets
@@ -127,9 +127,10 @@ def precision_rows(
   runs: Mapping[tuple[str, str], PrecisionRun], every: int = 1000
 ) -> list[dict]:
   """For each panel of `ok_official.PANELS` whose task has runs, a row at
-  every `every` steps that each of its runs and the official log hold: each
-  precision's mean over seeds, the official band, inside or not, and the
-  absolute difference between the precisions (None unless both ran)."""
+  every `every` steps that any of its runs and the official log hold: each
+  precision's mean over seeds (None where it did not reach the step), the
+  official band, inside or not, and the absolute difference between the
+  precisions (None unless both reached the step)."""
   rows = []
   for curve, metric, load, _ in ok_official.PANELS:
     task = TASKS[curve]
@@ -141,14 +142,14 @@ def precision_rows(
     if not means:
       continue
     log = load()
-    shared = set.intersection(*(set(m) for m in means.values()))
-    for step in sorted(s for s in shared if s % every == 0):
+    reached = set.union(*(set(m) for m in means.values()))
+    for step in sorted(s for s in reached if s % every == 0):
       band = ok_official.official_band(log, metric, step)
       if band is None:
         continue
       row: dict = {"task": task, "metric": metric, "step": step}
       for p in PRECISIONS:
-        value = means[p][step] if p in means else None
+        value = means[p].get(step) if p in means else None
         row[p] = value
         row[f"inside_{p}"] = (
           None
@@ -161,9 +162,9 @@ def precision_rows(
         official_max=band[2],
         tolerance=ok_official.TOLERANCE.get(metric),
         difference=(
-          abs(row["tensorfloat32"] - row["highest"])
-          if len(means) == len(PRECISIONS)
-          else None
+          None
+          if None in (row["tensorfloat32"], row["highest"])
+          else abs(row["tensorfloat32"] - row["highest"])
         ),
       )
       rows.append(row)
@@ -252,15 +253,21 @@ def markdown(rows: Sequence[dict]) -> str:
 
 
 def plot(runs: Mapping[tuple[str, str], PrecisionRun], path: str) -> str:
-  """2x2 panels as `ok_official`'s figure: the official band in grey, each
-  precision's mean over seeds (thick) and its seeds (thin)."""
+  """`ok_official`'s panels of each task that has runs: the official band in
+  grey, each precision's mean over seeds (thick) and its seeds (thin)."""
   import matplotlib  # pylint: disable=g-import-not-at-top
 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
-  fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
-  for ax, (curve, metric, load, label) in zip(axes.flat, ok_official.PANELS):
+  panels = [
+    panel
+    for panel in ok_official.PANELS
+    if any((TASKS[panel[0]], p) in runs for p in PRECISIONS)
+  ]  # find_runs found at least one task
+  rows = (len(panels) + 1) // 2
+  fig, axes = plt.subplots(rows, 2, figsize=(11, 3.75 * rows), squeeze=False)
+  for ax, (curve, metric, load, label) in zip(axes.flat, panels):
     drawn = {
       p: seed_series(runs[TASKS[curve], p], metric)
       for p in PRECISIONS

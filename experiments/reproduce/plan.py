@@ -256,7 +256,8 @@ def measure(label: str, experiment: str, config) -> ProgramPlan:
   print(
     f"  planned {label}: {plan.runs} runs x {plan.num_steps:,} steps, "
     f"{plan.seconds_per_step * 1e3:.1f} ms/step, "
-    f"{duration(plan.expected_seconds)}, {plan.peak_memory_mib:.0f} MiB",
+    f"{duration(plan.expected_seconds)}, {plan.peak_memory_mib:.0f} MiB, "
+    f"short run {wall:.0f} s wall (compile included)",
     flush=True,
   )
   return plan

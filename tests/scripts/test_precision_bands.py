@@ -80,7 +80,7 @@ def workdir(tmp_path_factory, logs):
     config = load_config("copy_task", "official")
     config.update(TINY_COPY, matmul_precision=precision)
     copy_experiment.train(config, str(root / f"copy_{precision}"))
-  # highest ran a step further than tf32: rows stop where both logged.
+  # highest ran a step further than tf32: its last row has no tf32 value.
   _write_records(
     root / "ptb_highest", _ptb_records(logs, False, 11_000), "highest"
   )
@@ -140,9 +140,16 @@ def test_real_copy_runs_compare_at_step_1000_only(workdir):
 def test_band_judgement_and_difference_on_ptb(workdir, logs):
   rows = precision_bands.precision_rows(precision_bands.find_runs(str(workdir)))
   train = [r for r in rows if r["metric"] == "train_loss_ema_bits"]
-  assert [r["step"] for r in train] == list(range(1000, 10_001, 1000))
+  assert [r["step"] for r in train] == list(range(1000, 11_001, 1000))
   assert train[0]["inside_highest"] is None  # Judged from step 2000.
-  judged = [r for r in rows if r["task"] == "ptb" and r["step"] >= 2000]
+  # Only highest reached 11,000: judged there alone, no difference.
+  last = train[-1]
+  assert last["inside_highest"] is True
+  assert last["tensorfloat32"] is last["inside_tensorfloat32"] is None
+  assert last["difference"] is None
+  judged = [
+    r for r in rows if r["task"] == "ptb" and 2000 <= r["step"] <= 10_000
+  ]
   assert len(judged) == 9 + 1
   for row in judged:
     low, mean, high = ok_official.official_band(
@@ -162,12 +169,17 @@ def test_band_judgement_and_difference_on_ptb(workdir, logs):
   (valid,) = [r for r in rows if r["metric"] == "valid_bpc"]
   assert valid["step"] == 10_000
   summary = precision_bands.summarize(rows, "ptb", "train_loss_ema_bits")
-  assert (summary["steps"], summary["judged_highest"]) == (10, 9)
-  assert (summary["inside_highest"], summary["inside_tensorfloat32"]) == (9, 0)
-  widths = [r["official_max"] - r["official_min"] for r in train]
-  assert summary["max_difference"] == max(r["difference"] for r in train)
+  assert (summary["steps"], summary["judged_highest"]) == (11, 10)
+  assert summary["judged_tensorfloat32"] == 9
+  assert (summary["inside_highest"], summary["inside_tensorfloat32"]) == (
+    10,
+    0,
+  )
+  both = train[:-1]
+  widths = [r["official_max"] - r["official_min"] for r in both]
+  assert summary["max_difference"] == max(r["difference"] for r in both)
   assert summary["max_difference_over_band_width"] == pytest.approx(
-    max(r["difference"] / w for r, w in zip(train, widths))
+    max(r["difference"] / w for r, w in zip(both, widths))
   )
 
 
@@ -185,8 +197,8 @@ def test_main_writes_tables_and_figure(workdir, tmp_path):
     text = f.read()
   assert text.count("\n## ") == len(ok_official.PANELS)
   assert (
-    "Summary ptb/train_loss_ema_bits: 10 steps compared; inside: highest "
-    "9/9, tf32 0/9 judged" in text
+    "Summary ptb/train_loss_ema_bits: 11 steps compared; inside: highest "
+    "10/10, tf32 0/9 judged" in text
   )
   assert "Summary ptb/valid_bpc: 1 steps compared; inside: highest 1/1" in text
   with open(files[1]) as f:
