@@ -10,7 +10,8 @@ and its hyper-parameters:
   uoro            UORO, Lemma-1 cells (`uoro.py`)
   autodiff_uoro   UORO for any cell, by autodiff
   kf, kf_avg, kf_approx, ok, ok_biased
-                  the Kronecker-sum family (`kronecker_sum.py`)
+                  the Kronecker-sum family (`kronecker_sum.py`; KF-APPROX's
+                  low-rank `D'` in `low_rank_d.py`)
   ktp             the Kronecker triple product (`ktp.py`)
   snap1, rflo     SnAp-1 and RFLO, Lemma-1 cells (`snap1_rflo.py`)
   snap            SnAp-n for any order n >= 1, Lemma-1 cells, dense or

@@ -29,6 +29,10 @@ from rtrl import tangents
 from rtrl import validation
 from rtrl.cells import Cell
 from rtrl.estimators import base
+from rtrl.estimators.low_rank_d import dense_low_rank_D
+from rtrl.estimators.low_rank_d import low_rank_D_factors
+from rtrl.estimators.low_rank_d import low_rank_D_norm
+from rtrl.estimators.low_rank_d import unbiased_low_rank_D
 
 
 def check_rank(rank, name: str) -> int:
@@ -107,78 +111,6 @@ def _kf_update(
     return u_new, factor_new
 
   return update
-
-
-def low_rank_D_factors(
-  jac,
-  rank: int,
-  key,
-  routing: routing_lib.Routing | None = None,
-  *,
-  block_svd=None,
-):
-  """`D' = Σ_i l_i ⊗ r_i`, the optimal unbiased rank-`rank` approximation of
-  the block-diagonal `D`, from its per-unit block SVD (`block_svd`, that of
-  `tangents.block_svd_of_D(jac)` when a caller has it; None: computed).
-
-  Returns:
-    `(state_vectors (r, S, n), column_vectors (r, K, n))`.
-  """
-  if block_svd is None:
-    block_svd = tangents.block_svd_of_D(jac)
-  left, singular_values, right = block_svd
-  n, num_values = singular_values.shape
-  left_coef, right_coef = kronecker.optimal_diagonal_mixing(
-    singular_values.reshape(-1),
-    rank,
-    key,
-    pairwise_sort_max=routing_lib.or_xla(routing).pairwise_sort_max,
-  )
-  left_coef = left_coef.reshape(n, num_values, rank)
-  right_coef = right_coef.reshape(n, num_values, rank)
-  state_vectors = jnp.einsum("isb,ibr->rsi", left, left_coef)
-  column_vectors = jnp.einsum("ikb,ibr->rki", right, right_coef)
-  return state_vectors, column_vectors
-
-
-def dense_low_rank_D(state_vectors, column_vectors) -> jax.Array:
-  """`D' = Σ_r state_vectors[r] ⊗ column_vectors[r]` as a dense state-major
-  right factor `(S n, K, n)`, from `low_rank_D_factors`' `(r, S, n)` and
-  `(r, K, n)`."""
-  dense = jnp.einsum("rkj,rsi->sikj", column_vectors, state_vectors)
-  return dense.reshape((-1,) + dense.shape[2:])
-
-
-def low_rank_D_norm(
-  jac,
-  rank: int,
-  *,
-  singular_values=None,
-  routing: routing_lib.Routing | None = None,
-) -> jax.Array:
-  """`‖D'‖_F` of the optimal unbiased rank-`rank` `D'` without forming it:
-  every sample has `‖D' - D‖² = s1²/k - s2` (Theorem 6's variance) and
-  `<D, D' - D> = 0`, so `‖D'‖² = ‖D‖² + variance`. No reduction reads
-  `D'` or its factors: one over `D'`'s product was what XLA:GPU took
-  minutes to compile in KF-APPROX's batch-256 program
-  (docs/benchmarks/gpu.md). `singular_values` `(n, min(S, K))`: those of
-  `tangents.block_svd_of_D(jac)` when a caller has them; `routing` orders
-  them as `low_rank_D_factors` does (one ordering for both in the program)."""
-  if singular_values is None:
-    _, singular_values, _ = tangents.block_svd_of_D(jac)
-  variance = kronecker.optimal_diagonal_variance(
-    singular_values.reshape(-1),
-    rank,
-    pairwise_sort_max=routing_lib.or_xla(routing).pairwise_sort_max,
-  )
-  return jnp.sqrt(jnp.sum(jac.D * jac.D) + variance)
-
-
-def unbiased_low_rank_D(
-  jac, rank: int, key, routing: routing_lib.Routing | None = None
-) -> jax.Array:
-  """`D'` as a dense state-major right factor `(S n, K, n)`."""
-  return dense_low_rank_D(*low_rank_D_factors(jac, rank, key, routing))
 
 
 def _mix_with_low_rank_D(u, propagated, jac, rank: int, d_key, key, routing):
