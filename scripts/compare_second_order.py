@@ -14,7 +14,7 @@ K-FAC, training loss per epoch and per wall-second, 3 seeds.
     --variants K-FAC --no-report
   # kfac-jax's conv2d blocks against the runs' repeated-dense ones:
   DATA_DIR=/work/shared/data PYTHONPATH=. /work/venvs/kfac/bin/python \
-    -m scripts.compare_second_order --check-kfac-conv-blocks 2
+    -m scripts.compare_second_order --check-kfac-conv-blocks 3
   # then the table and figure from every finished run:
   .venv/bin/python -m scripts.compare_second_order --workdir \
     runs/second_order --report-only
