@@ -6,6 +6,8 @@ from __future__ import annotations
 import pathlib
 import shutil
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from experiments.loop.config_files import REPO_ROOT as _ROOT
@@ -57,3 +59,19 @@ __all__ = [
   "load_config",
   "random_normal",
 ]
+
+
+def init_float64(model, x, seed=0):
+  """Random float64 params of `model` for input `x`: normal with standard
+  deviation 1/sqrt(fan_in) for matrices, 0.1 for biases (drawn in NumPy:
+  compiling Flax's initialisers costs seconds)."""
+  shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0), x)["params"]
+  rng = np.random.default_rng(seed)
+
+  def draw(shape):
+    scale = (
+      1 / np.sqrt(np.prod(shape.shape[:-1])) if len(shape.shape) > 1 else 0.1
+    )
+    return jnp.asarray(scale * rng.normal(size=shape.shape), jnp.float64)
+
+  return jax.tree.map(draw, shapes)

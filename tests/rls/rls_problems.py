@@ -6,8 +6,10 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 import rls
+from rls import input_samples
 
 
 def init_variables(model, *args, seed=0, **kwargs):
@@ -31,3 +33,24 @@ def mse_with_layer_inputs(model):
     return 0.5 * jnp.mean(jnp.sum((outputs - z) ** 2, axis=-1)), xbar
 
   return loss_fn
+
+
+def dense_params(fan_in, out, dtype, seed=0):
+  """A dense layer's `{"kernel": (fan_in, out), "bias": (out,)}`, normal."""
+  rng = np.random.default_rng(seed)
+  return {
+    "kernel": jnp.asarray(rng.normal(size=(fan_in, out)), dtype),
+    "bias": jnp.asarray(rng.normal(size=out), dtype),
+  }
+
+
+def layer_input_entry(rows):
+  """`LayerInputSamples` of `rows` `(samples, fan_in)`: their mean, T = 1."""
+  return input_samples.LayerInputSamples(
+    rows.mean(0), jnp.asarray(1, jnp.int32), rows
+  )
+
+
+def random_like(rng, params):
+  """Standard normal arrays shaped as `params` (NumPy `rng`)."""
+  return jax.tree.map(lambda q: jnp.asarray(rng.normal(size=q.shape)), params)

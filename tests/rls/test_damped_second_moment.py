@@ -1,4 +1,4 @@
-"""rls.damped_second_moment and rls.grafting: the damped running second
+"""rls.damped_second_moment: the damped running second
 moment against a direct inverse and against the second-moment RLS in its
 one-step limit (float64), the refresh schedule, errors, optax composition,
 and a short learning test on real MNIST."""
@@ -10,31 +10,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from rls_problems import dense_params
 from rls_problems import init_variables
+from rls_problems import layer_input_entry
+from rls_problems import random_like
 
 import rls
 from rls import damped_second_moment
-from rls import grafting
-from rls import input_samples
 from rls import second_moment
-
-
-def _dense_params(fan_in, out, dtype, seed=0):
-  rng = np.random.default_rng(seed)
-  return {
-    "kernel": jnp.asarray(rng.normal(size=(fan_in, out)), dtype),
-    "bias": jnp.asarray(rng.normal(size=out), dtype),
-  }
-
-
-def _entry(rows):
-  return input_samples.LayerInputSamples(
-    rows.mean(0), jnp.asarray(1, jnp.int32), rows
-  )
-
-
-def _random_like(rng, params):
-  return jax.tree.map(lambda q: jnp.asarray(rng.normal(size=q.shape)), params)
 
 
 def _augmented(grads):
@@ -46,9 +29,9 @@ def test_first_step_equals_the_second_moment_rls_in_its_limit(x64):
   RLS at ``c = 1``, ``direction='updated'``, ``P_0 = λ / γ'`` and ``γ' = γ
   tr(X₁ᵀX₁/S) / n``."""
   rng = np.random.default_rng(0)
-  params = _dense_params(4, 3, jnp.float64)
+  params = dense_params(4, 3, jnp.float64)
   rows = jnp.asarray(rng.normal(size=(7, 4)) + 0.3)
-  grads = _random_like(rng, params)
+  grads = random_like(rng, params)
   damping, lam, eta = 0.2, 0.9, 0.7
   augmented = np.concatenate([np.asarray(rows), np.ones((7, 1))], 1)
   moment = augmented.T @ augmented / 7
@@ -63,9 +46,11 @@ def test_first_step_equals_the_second_moment_rls_in_its_limit(x64):
     init_scale=lam / absolute_damping,
     direction="updated",
   )
-  d_ours, _ = ours.update(grads, ours.init(params), layer_inputs=_entry(rows))
+  d_ours, _ = ours.update(
+    grads, ours.init(params), layer_inputs=layer_input_entry(rows)
+  )
   d_theirs, _ = theirs.update(
-    grads, theirs.init(params), layer_inputs=_entry(rows)
+    grads, theirs.init(params), layer_inputs=layer_input_entry(rows)
   )
   for a, b in zip(jax.tree.leaves(d_ours), jax.tree.leaves(d_theirs)):
     np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
@@ -78,7 +63,7 @@ def test_direction_is_the_damped_inverse_of_the_running_average(
   """Every step: ``η (Â + γ tr(Â)/n I)⁻¹ ∇`` with ``Â`` the bias-corrected
   average of the refresh steps' ``XᵀX/S``, recomputed with NumPy."""
   rng = np.random.default_rng(1)
-  params = _dense_params(5, 2, jnp.float64)
+  params = dense_params(5, 2, jnp.float64)
   decay, damping, eta = 0.8, 0.3, 0.5
   tx = damped_second_moment.scale_by_rls_damped_second_moment(
     decay=decay, damping=damping, gradient_scale=eta, update_every=update_every
@@ -87,7 +72,7 @@ def test_direction_is_the_damped_inverse_of_the_running_average(
   average, refreshes, p = np.zeros((6, 6)), 0, None
   for step in range(7):
     rows = rng.normal(size=(4, 5)) + 0.5
-    grads = _random_like(rng, params)
+    grads = random_like(rng, params)
     if step % update_every == 0:
       augmented = np.concatenate([rows, np.ones((4, 1))], 1)
       average = decay * average + (1 - decay) * augmented.T @ augmented / 4
@@ -95,7 +80,7 @@ def test_direction_is_the_damped_inverse_of_the_running_average(
       estimate = average / (1 - decay**refreshes)
       p = np.linalg.inv(estimate + damping * np.trace(estimate) / 6 * np.eye(6))
     updates, state = tx.update(
-      grads, state, layer_inputs=_entry(jnp.asarray(rows))
+      grads, state, layer_inputs=layer_input_entry(jnp.asarray(rows))
     )
     np.testing.assert_allclose(
       _augmented(updates), eta * p @ _augmented(grads), rtol=1e-9
@@ -114,7 +99,7 @@ def test_zero_inputs_give_a_finite_preconditioner():
   params = {"kernel": jnp.ones((3, 2))}
   tx = damped_second_moment.scale_by_rls_damped_second_moment()
   updates, state = tx.update(
-    params, tx.init(params), layer_inputs=_entry(jnp.zeros((4, 3)))
+    params, tx.init(params), layer_inputs=layer_input_entry(jnp.zeros((4, 3)))
   )
   assert np.all(np.isfinite(updates["kernel"]))
   assert np.all(np.isfinite(state.layers.inverse_correlation))
@@ -126,7 +111,7 @@ def _numpy_damped_run(rng, params, steps, decay, damping, make_rows):
   fan_in = params["kernel"].shape[0]
   average, out = np.zeros((fan_in + 1, fan_in + 1)), []
   for step in range(steps):
-    rows, grads = make_rows(rng), _random_like(rng, params)
+    rows, grads = make_rows(rng), random_like(rng, params)
     augmented = np.concatenate([rows, np.ones((len(rows), 1))], 1)
     average = decay * average + (1 - decay) * augmented.T @ augmented / len(
       rows
@@ -145,7 +130,7 @@ def test_low_rank_form_is_exact_on_a_low_rank_input_stream(x64):
   form's ``P ∇`` equals the full ``(Â + δ I)⁻¹ ∇`` at every step, and a rank
   at or above ``n`` keeps the full form."""
   rng = np.random.default_rng(3)
-  params = _dense_params(6, 2, jnp.float64)
+  params = dense_params(6, 2, jnp.float64)
   mixing = rng.normal(size=(2, 6))
   decay, damping, eta = 0.7, 0.2, 0.5
   steps = _numpy_damped_run(
@@ -163,7 +148,7 @@ def test_low_rank_form_is_exact_on_a_low_rank_input_stream(x64):
   assert state.layers.basis.shape == (7, 3)
   for rows, grads, p, _ in steps:
     updates, state = tx.update(
-      grads, state, layer_inputs=_entry(jnp.asarray(rows))
+      grads, state, layer_inputs=layer_input_entry(jnp.asarray(rows))
     )
     np.testing.assert_allclose(
       _augmented(updates), eta * p @ _augmented(grads), rtol=1e-8, atol=1e-10
@@ -179,7 +164,7 @@ def test_low_rank_form_is_the_truncated_second_moment(x64):
   ``s`` the top-``k`` eigenpairs of ``Â`` (NumPy's eigendecomposition),
   ``ρ`` the mean of the others and ``δ = γ tr Â / n``."""
   rng = np.random.default_rng(4)
-  params = _dense_params(8, 3, jnp.float64)
+  params = dense_params(8, 3, jnp.float64)
   scales = 2.0 ** -np.arange(8)
   decay, damping, rank = 0.6, 0.1, 3
   steps = _numpy_damped_run(
@@ -199,7 +184,9 @@ def test_low_rank_form_is_the_truncated_second_moment(x64):
   )
   state = tx.init(params)
   for rows, grads, _, _ in steps:
-    _, state = tx.update(grads, state, layer_inputs=_entry(jnp.asarray(rows)))
+    _, state = tx.update(
+      grads, state, layer_inputs=layer_input_entry(jnp.asarray(rows))
+    )
   estimate = steps[-1][3]
   values, vectors = np.linalg.eigh(estimate)
   top = vectors[:, -rank:]
@@ -301,60 +288,6 @@ def test_composes_with_multi_transform_inject_hyperparams_and_clipping():
   inner = state[1].inner_states["rls"].inner_state[0].inner_state
   assert set(inner.inverse_correlation) == {"hidden"}
   assert inner.inverse_correlation["hidden"].shape == (4, 4)
-
-
-# ------------------------------------------------------------------ grafting
-
-
-def test_graft_takes_magnitude_norms_and_direction_directions():
-  rng = np.random.default_rng(2)
-  params = {"a": jnp.ones((3, 2)), "b": jnp.ones(4), "c": jnp.zeros(2)}
-  grads = _random_like(rng, params)
-  grads["c"] = jnp.zeros(2)
-  magnitude = optax.scale(3.0)
-  direction = optax.scale_by_rms()
-  tx = grafting.graft(magnitude, direction)
-  updates, state = tx.update(grads, tx.init(params))
-  steps, _ = magnitude.update(grads, magnitude.init(params))
-  units, _ = direction.update(grads, direction.init(params))
-  for name in ("a", "b"):
-    np.testing.assert_allclose(
-      np.linalg.norm(updates[name]), np.linalg.norm(steps[name]), rtol=1e-5
-    )
-    cosine = np.sum(updates[name] * units[name]) / (
-      np.linalg.norm(updates[name]) * np.linalg.norm(units[name])
-    )
-    np.testing.assert_allclose(cosine, 1.0, rtol=1e-5)
-  np.testing.assert_array_equal(updates["c"], 0.0)
-  assert isinstance(state, grafting.GraftState)
-
-
-def test_graft_forwards_layer_inputs_to_the_direction():
-  """An RLS direction at Adam's norms: layer_inputs reach the RLS form,
-  Adam ignores them."""
-  params = _dense_params(3, 2, jnp.float32)
-  rows = jnp.asarray(np.random.default_rng(3).normal(size=(5, 3)), jnp.float32)
-  tx = grafting.graft(
-    optax.scale_by_adam(),
-    damped_second_moment.scale_by_rls_damped_second_moment(),
-  )
-  updates, state = tx.update(params, tx.init(params), layer_inputs=_entry(rows))
-  assert int(state.direction.layers.step) == 1
-  assert all(np.all(np.isfinite(u)) for u in jax.tree.leaves(updates))
-
-
-@pytest.mark.parametrize(
-  "kwargs,match",
-  [
-    (dict(magnitude="adam"), "magnitude"),
-    (dict(direction=None), "direction"),
-    (dict(eps=0.0), "eps"),
-  ],
-)
-def test_graft_bad_arguments(kwargs, match):
-  args = dict(magnitude=optax.scale_by_adam(), direction=optax.identity())
-  with pytest.raises(ValueError, match=match):
-    grafting.graft(**dict(args, **kwargs))
 
 
 # ----------------------------------------------------------- real MNIST
