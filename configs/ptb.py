@@ -66,6 +66,10 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   config.rank = 8  # kf_avg, kf_approx, ok, ok_biased, ktp, sk_rtrl
   config.order = 2  # snap (SnAp-n's n)
   config.truncation = 25  # tbptt's horizon (divides chunk_steps)
+  # > 0: every this many steps, the cell gradient's cosine to exact RTRL's
+  # (an exact-RTRL shadow on the same trajectory, exact RTRL's cost), logged
+  # as cosine_to_rtrl; 0: off. Online single-cell estimators only.
+  config.shadow_every = 0
 
   # Optimizer. adam (optax, on the batch-mean gradient) | tf1_adam (the
   # official OK code's update: TF1's Adam fed the cell gradient / batch).

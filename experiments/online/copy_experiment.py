@@ -20,7 +20,11 @@ bits), `loss_bits_positions` ("all" under official, "output" under
 output_only: what `loss_bits` averages over), `output_error_bits` (the
 output-phase error under both protocols, for comparing curves),
 `curriculum_length` (T at the record's step) and, under official,
-`error_ema_bits` (the moving average that drives it).
+`error_ema_bits` (the moving average that drives it). With
+`config.shadow_every` > 0 (online single-cell estimators) an exact-RTRL
+shadow runs on the same trajectory and each record also has
+`cosine_to_rtrl`, the mean over the window's reported steps of the cell
+gradient's cosine to exact RTRL's (`experiments/online/shadow_records.py`).
 
 With TBPTT under "official" each window's batches are first generated step by
 step with a forward pass at the window's (fixed) parameters, so the moving
@@ -29,11 +33,14 @@ average sees every step's loss before the next step's checks, as online.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 
 from experiments.loop import checks
 from experiments.loop import runner
 from experiments.online import setup as online_setup
+from experiments.online import shadow_records
 from rtrl import losses as losses_lib
 from rtrl import online
 from rtrl import readout
@@ -48,6 +55,7 @@ def validate(config) -> None:
     config, "hidden_size", "batch_size", "chunk_steps", "max_length"
   )
   online_setup.validate_trainer(config)
+  online_setup.validate_shadow_every(config, config.shadow_every)
   if config.length_rule not in copy_task.LENGTH_RULES:
     raise ValueError(
       f"config.length_rule must be one of "
@@ -69,6 +77,18 @@ def per_example_loss(cell, readout_params, cell_state, targets):
   return jax.vmap(losses_lib.softmax_cross_entropy)(logits, targets)
 
 
+class CopyShadowStepMetrics(NamedTuple):
+  """`copy_task.CopyStepMetrics`' fields (what `copy_task.run_chunk` reads),
+  then the step's `rtrl.online.ShadowStepMetrics` (`config.shadow_every` >
+  0)."""
+
+  loss_sum: jax.Array
+  weight_sum: jax.Array
+  output_loss_sum: jax.Array
+  output_weight_sum: jax.Array
+  shadow: online.ShadowStepMetrics
+
+
 def make_online_chunk(config, cell, trainer):
   """An online trainer's chunk: one update per step, the curriculum checked
   inside (`copy_task.run_chunk`)."""
@@ -86,9 +106,12 @@ def make_online_chunk(config, cell, trainer):
       output_loss = (losses * output_weights).sum()
     else:
       output_loss = metrics.loss_sum
-    return new_state, copy_task.CopyStepMetrics(
+    step = copy_task.CopyStepMetrics(
       metrics.loss_sum, metrics.weight_sum, output_loss, output_weights.sum()
     )
+    if config.shadow_every:
+      return new_state, CopyShadowStepMetrics(*step, shadow=metrics)
+    return new_state, step
 
   def chunk(trainer_state, stream, curriculum):
     carry, outputs = copy_task.run_chunk(
@@ -208,7 +231,9 @@ def make_init(config, cell):
       config.init_stddev,
       readout_fn=online_setup.make_readout(config),
     )
-    trainer = online_setup.make_trainer(config, cell, **hparams)
+    trainer = online_setup.make_trainer(
+      config, cell, **hparams, shadow_every=config.shadow_every
+    )
     curriculum = copy_task.curriculum_init()
     return {
       "trainer": trainer.init(params, trainer_key, config.batch_size),
@@ -228,7 +253,9 @@ def make_train_chunk(config, cell):
   plus the curriculum at its end."""
 
   def train_chunk(state):
-    trainer = online_setup.make_trainer(config, cell, **state["hparams"])
+    trainer = online_setup.make_trainer(
+      config, cell, **state["hparams"], shadow_every=config.shadow_every
+    )
     chunk = make_chunk(config, cell, trainer)
     curriculum = copy_task.CurriculumState(
       state["curriculum_length"], state["error_ema"]
@@ -243,7 +270,12 @@ def make_train_chunk(config, cell):
       "error_ema": curriculum.error_ema,
       "hparams": state["hparams"],
     }
-    sums = {name: value.sum() for name, value in metrics._asdict().items()}
+    sums = {
+      name: getattr(metrics, name).sum()
+      for name in copy_task.CopyStepMetrics._fields
+    }
+    if config.shadow_every:
+      sums.update(shadow_records.shadow_sums(metrics.shadow))
     return state, {
       **sums,
       "curriculum_length": curriculum.length,
@@ -272,6 +304,8 @@ def summarize(config, window: list[dict]) -> dict:
   }
   if config.curriculum == "official":
     record["error_ema_bits"] = float(window[-1]["error_ema"])
+  if "reported_count" in window[0]:  # config.shadow_every > 0
+    record.update(shadow_records.shadow_means(window))
   return record
 
 

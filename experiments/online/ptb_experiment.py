@@ -14,7 +14,11 @@ The workdir gets `config.json`, `metrics.jsonl` (`step`, `train_bpc` (mean
 over the steps since the previous record), `train_loss_ema_bits` (the
 official code's logged moving average of the per-step loss, decay 0.999 from
 1 bit), `steps_per_second`, and `valid_bpc` at eval steps), checkpoints and `summary.json`
-(`best_valid_bpc`, `best_step`, `test_bpc`). The shared run loop
+(`best_valid_bpc`, `best_step`, `test_bpc`). With `config.shadow_every` > 0
+(online single-cell estimators) an exact-RTRL shadow runs on the same
+trajectory and each record also has `cosine_to_rtrl`, the mean over the
+window's reported steps of the cell gradient's cosine to exact RTRL's
+(`experiments/online/shadow_records.py`). The shared run loop
 (`experiments/loop/runner.py`) resumes a rerun from the newest valid checkpoint;
 with `num_seeds > 1` or a `learning_rates` list the runs train as one
 vmapped program and every value becomes a list over runs.
@@ -36,6 +40,7 @@ from experiments.loop import checks
 from experiments.loop import runner
 from experiments.online import official
 from experiments.online import setup as online_setup
+from experiments.online import shadow_records
 from rtrl.readout import LOG2
 from rtrl.tasks import ptb
 from rtrl.tasks import ptb_eval
@@ -48,6 +53,7 @@ def validate(config) -> None:
     config, "hidden_size", "batch_size", "chunk_steps", "eval_batch_size"
   )
   online_setup.validate_trainer(config)
+  online_setup.validate_shadow_every(config, config.shadow_every)
   if config.text_layout not in ptb.LAYOUTS:
     raise ValueError(
       f"config.text_layout must be one of {ptb.LAYOUTS}, got "
@@ -123,7 +129,9 @@ def make_init(config, cell, num_symbols: int):
       config.init_stddev,
       readout_fn=online_setup.make_readout(config),
     )
-    trainer = online_setup.make_trainer(config, cell, **hparams)
+    trainer = online_setup.make_trainer(
+      config, cell, **hparams, shadow_every=config.shadow_every
+    )
     return {
       "trainer": trainer.init(params, trainer_key, config.batch_size),
       "stream": ptb.stream_init(
@@ -160,7 +168,9 @@ def make_train_chunk(config, cell):
   weight sums and the loss moving average at its end."""
 
   def train_chunk(state, data):
-    trainer = online_setup.make_trainer(config, cell, **state["hparams"])
+    trainer = online_setup.make_trainer(
+      config, cell, **state["hparams"], shadow_every=config.shadow_every
+    )
     stream, chunk = ptb.stream_chunk(
       data["train"],
       state["stream"],
@@ -177,11 +187,14 @@ def make_train_chunk(config, cell):
       "step": state["step"] + config.chunk_steps,
       "train_loss_ema": average,
     }
-    return state, {
+    sums = {
       "loss_sum": metrics.loss_sum.sum(),
       "weight_sum": metrics.weight_sum.sum(),
       "train_loss_ema": average,
     }
+    if config.shadow_every:
+      sums.update(shadow_records.shadow_sums(metrics))
+    return state, sums
 
   return train_chunk
 
@@ -189,10 +202,13 @@ def make_train_chunk(config, cell):
 def summarize(window: list[dict]) -> dict:
   loss = sum(float(m["loss_sum"]) for m in window)
   weight = sum(float(m["weight_sum"]) for m in window)
-  return {
+  record = {
     "train_bpc": loss / max(weight, 1.0) / LOG2,
     "train_loss_ema_bits": float(window[-1]["train_loss_ema"]),
   }
+  if "reported_count" in window[0]:  # config.shadow_every > 0
+    record.update(shadow_records.shadow_means(window))
+  return record
 
 
 def make_evaluate(cell):

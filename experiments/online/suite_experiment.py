@@ -37,11 +37,11 @@ where it is finite, with the fraction of them it was finite at
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 
 from experiments.loop import checks
 from experiments.loop import runner
 from experiments.online import setup as online_setup
+from experiments.online import shadow_records
 from rtrl.tasks import suite
 
 
@@ -170,29 +170,10 @@ def make_train_chunk(config, cell, task: suite.SuiteTask):
       "metric_weight_sum": outputs.metric.weight_sum.sum(),
     }
     if config.shadow_every:
-      metrics.update(shadow_sums(outputs.loss))
+      metrics.update(shadow_records.shadow_sums(outputs.loss))
     return state, metrics
 
   return train_chunk
-
-
-def shadow_sums(steps) -> dict:
-  """A chunk's `rtrl.online.ShadowStepMetrics` (one row a step) as sums
-  over the reported steps: `cosine_count` and `cosine_sum` over those with
-  a finite cosine; per estimator metric, `<name>_count` and `<name>_sum`
-  over those where it is finite (SK-RTRL's certificate, a bound that grows
-  with each step's spectral-norm bound, may overflow to inf), and
-  `reported_count`."""
-
-  def counted_sum(values) -> tuple[jax.Array, jax.Array]:
-    counted = steps.reported & jnp.isfinite(values)
-    return counted.sum(), jnp.where(counted, values, 0.0).sum()
-
-  sums = {"reported_count": steps.reported.sum()}
-  named = {"cosine": steps.cosine, **steps.estimator_metrics}
-  for name, values in named.items():
-    sums[f"{name}_count"], sums[f"{name}_sum"] = counted_sum(values)
-  return sums
 
 
 # The per-chunk sums every run has (the shadow's come beside them).
@@ -211,31 +192,10 @@ def make_summarize(task: suite.SuiteTask):
       task.metric.name: total["metric_sum"] / weight if weight else 0.0,
     }
     if "reported_count" in window[0]:
-      record.update(shadow_means(window))
+      record.update(shadow_records.shadow_means(window))
     return record
 
   return summarize
-
-
-def shadow_means(window: list[dict]) -> dict:
-  """`cosine_to_rtrl` and each estimator metric `<name>`: the mean over the
-  window's reported steps where it is finite (NaN if none), and, for an
-  estimator metric, `<name>_finite_fraction` of the reported steps."""
-  total = lambda key: sum(float(m[key]) for m in window)
-  reported = total("reported_count")
-  means = {}
-  for key in window[0]:
-    if not key.endswith("_count") or key == "reported_count":
-      continue
-    name = key[: -len("_count")]
-    count = total(key)
-    mean = total(f"{name}_sum") / count if count else float("nan")
-    if name == "cosine":
-      means["cosine_to_rtrl"] = mean
-    else:
-      means[name] = mean
-      means[f"{name}_finite_fraction"] = count / reported if reported else 0.0
-  return means
 
 
 def describe(config, task: suite.SuiteTask) -> str:
