@@ -92,6 +92,11 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   config.rank = 8  # kf_avg, kf_approx, ok, ok_biased, ktp, sk_rtrl
   config.order = 2  # snap (SnAp-n's n)
   config.truncation = PIXELS_PER_IMAGE
+  # > 0 (dividing 1024): every this many steps, the cell gradient's cosine
+  # to exact RTRL's (an exact-RTRL shadow on the same trajectory, exact
+  # RTRL's cost), taken at images' last pixels, logged as cosine_to_rtrl;
+  # 0: off. Online single-cell estimators only.
+  config.shadow_every = 0
 
   # Optimizer: adam | tf1_adam.
   config.optimizer = "adam"

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from experiments.data import cifar10
 from experiments.loop.config_files import REPO_ROOT as _ROOT
 from experiments.loop.config_files import load_config
 
@@ -75,3 +76,19 @@ def init_float64(model, x, seed=0):
     return jnp.asarray(scale * rng.normal(size=shape.shape), jnp.float64)
 
   return jax.tree.map(draw, shapes)
+
+
+def write_fake_cifar(folder, train_images: int = 8, test_images: int = 4):
+  """Random CIFAR-10 batch files in `folder` (`train_images` in
+  data_batch_1, `test_images` in test_batch, labels 0, 1, .. mod 10), for
+  runs that need the format and not the pictures; returns the folder."""
+  rng = np.random.default_rng(0)
+  folder.mkdir(parents=True, exist_ok=True)
+  for name, num in (
+    ("data_batch_1", train_images),
+    ("test_batch", test_images),
+  ):
+    cifar10.write_batch(
+      folder / name, rng.integers(0, 256, (num, 32, 32, 3)), np.arange(num) % 10
+    )
+  return str(folder)

@@ -25,7 +25,13 @@ previous record), `train_accuracy` (over the same images), `epoch`
 `examples_per_second` (pixels a second over the batch), and `test_accuracy`, `test_loss` at eval steps),
 checkpoints and `summary.json` (`final_test_accuracy`, `final_test_loss` at
 the final parameters; `best_test_accuracy` and its `best_step` among the
-evals: selected on the test set itself, so optimistic; `epochs`). The shared
+evals: selected on the test set itself, so optimistic; `epochs`). With
+`config.shadow_every` > 0 (online single-cell estimators; it must divide
+the 1024 pixels of an image, so that the reported steps include the images'
+last pixels, the only steps with a loss) an exact-RTRL shadow runs on the
+same trajectory and each record also has `cosine_to_rtrl`, the mean over
+the window's images of the cosine of the cell gradient at an image's last
+pixel to exact RTRL's (`experiments/online/shadow_records.py`). The shared
 run loop (`experiments/loop/runner.py`) resumes a rerun from the newest valid
 checkpoint; with `num_seeds > 1` or a `learning_rates` list the runs train as
 one vmapped program and every value becomes a list over runs.
@@ -41,6 +47,7 @@ from experiments.data import load_cifar10
 from experiments.loop import checks
 from experiments.loop import runner
 from experiments.online import setup as online_setup
+from experiments.online import shadow_records
 from rtrl.tasks import seq_images
 
 NUM_CLASSES = 10
@@ -65,6 +72,14 @@ def validate(config) -> None:
     config, "chunk_steps", PIXELS_PER_IMAGE, "the pixels per image"
   )
   online_setup.validate_trainer(config)
+  shadow_every = online_setup.validate_shadow_every(config, config.shadow_every)
+  if shadow_every and PIXELS_PER_IMAGE % shadow_every:
+    # Only an image's last pixel has a loss: other steps' cosines are 0/0.
+    raise ValueError(
+      f"config.shadow_every must divide the {PIXELS_PER_IMAGE} pixels of "
+      f"an image (the cosine is taken where the loss is, at each image's "
+      f"last pixel), got {shadow_every!r}"
+    )
   if config.estimator == "tbptt" and PIXELS_PER_IMAGE % config.truncation:
     raise ValueError(
       f"config.truncation must divide the {PIXELS_PER_IMAGE} "
@@ -139,7 +154,9 @@ def make_init(config, cell):
       config.init_stddev,
       readout_fn=online_setup.make_readout(config),
     )
-    trainer = online_setup.make_trainer(config, cell, **hparams)
+    trainer = online_setup.make_trainer(
+      config, cell, **hparams, shadow_every=config.shadow_every
+    )
     return {
       "trainer": trainer.init(params, trainer_key, config.batch_size),
       "stream": seq_images.stream_init(data_key),
@@ -166,12 +183,15 @@ def last_pieces(config) -> tuple[int, int]:
 def make_train_chunk(config, cell):
   """`(state, data) -> (state, metrics)` over a chunk of whole images: the
   chunk's loss, weight (images) and correct-prediction sums at the last
-  pixels, and the images read so far."""
+  pixels, the images read so far, and with `config.shadow_every` the
+  shadow's sums (`shadow_records.shadow_sums`)."""
   readout = online_setup.make_readout(config)
   head_steps, tail_steps = last_pieces(config)
 
   def train_chunk(state, data):
-    trainer = online_setup.make_trainer(config, cell, **state["hparams"])
+    trainer = online_setup.make_trainer(
+      config, cell, **state["hparams"], shadow_every=config.shadow_every
+    )
     stream, chunk = seq_images.stream_chunk(
       data["train"], state["stream"], config.batch_size, config.chunk_steps
     )
@@ -180,26 +200,30 @@ def make_train_chunk(config, cell):
     )
 
     def train_image(trainer_state, image):
-      loss_sum = jnp.zeros((), chunk.weights.dtype)
+      pieces = []
       if head_steps:  # Static: TBPTT-1024 has no head.
         trainer_state, metrics = trainer.run(
           trainer_state, jax.tree_util.tree_map(lambda a: a[:head_steps], image)
         )
-        loss_sum += metrics.loss_sum.sum()
+        pieces.append(metrics)
       scoring = trainer_state.params["readout"]
       trainer_state, metrics = trainer.run(
         trainer_state, jax.tree_util.tree_map(lambda a: a[head_steps:], image)
       )
+      pieces.append(metrics)
       hidden = jax.vmap(cell.output)(trainer_state.cell_state)
       logits = jax.vmap(readout.apply, in_axes=(None, 0))(scoring, hidden)
-      correct = (jnp.argmax(logits, -1) == image.targets[-1]).sum()
-      return trainer_state, (
-        loss_sum + metrics.loss_sum.sum(),
-        image.weights.sum(),
-        correct,
-      )
+      sums = {
+        "loss_sum": sum(m.loss_sum.sum() for m in pieces),
+        "weight_sum": image.weights.sum(),
+        "correct": (jnp.argmax(logits, -1) == image.targets[-1]).sum(),
+      }
+      if config.shadow_every:
+        shadows = [shadow_records.shadow_sums(m) for m in pieces]
+        sums.update(jax.tree_util.tree_map(lambda *s: sum(s), *shadows))
+      return trainer_state, sums
 
-    trainer_state, (loss_sums, weight_sums, correct) = jax.lax.scan(
+    trainer_state, image_sums = jax.lax.scan(
       train_image, state["trainer"], images
     )
     state = {
@@ -208,10 +232,9 @@ def make_train_chunk(config, cell):
       "stream": stream,
       "step": state["step"] + config.chunk_steps,
     }
+    sums = jax.tree_util.tree_map(lambda a: a.sum(0), image_sums)
     return state, {
-      "loss_sum": loss_sums.sum(),
-      "weight_sum": weight_sums.sum(),
-      "correct": correct.sum(),
+      **sums,
       "images_read": stream.image_ordinal * config.batch_size,
     }
 
@@ -225,11 +248,14 @@ def make_summarize(num_train_images: int):
     loss = sum(float(m["loss_sum"]) for m in window)
     weight = sum(float(m["weight_sum"]) for m in window)
     correct = sum(float(m["correct"]) for m in window)
-    return {
+    record = {
       "train_loss": loss / max(weight, 1.0),
       "train_accuracy": correct / max(weight, 1.0),
       "epoch": float(window[-1]["images_read"]) / num_train_images,
     }
+    if "reported_count" in window[0]:  # config.shadow_every > 0
+      record.update(shadow_records.shadow_means(window))
+    return record
 
   return summarize
 

@@ -9,12 +9,12 @@ import json
 
 from conftest import dataset_dir_or_skip
 from helpers import load_config
+from helpers import write_fake_cifar
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments.data import cifar10
 from experiments.loop import workdir as workdir_lib
 from experiments.online import seq_image_experiment as experiment
 from experiments.online import setup as online_setup
@@ -206,19 +206,6 @@ def test_online_rtrl_equals_bptt_per_image_on_one_layer(x64):
       online_metrics[name], bptt_metrics[name], rtol=1e-9
     )
   assert float(online_metrics["weight_sum"]) == 6.0  # 2 images x 3 streams
-
-
-def write_fake_cifar(folder, train_images: int = 8, test_images: int = 4):
-  rng = np.random.default_rng(0)
-  folder.mkdir(parents=True, exist_ok=True)
-  for name, num in (
-    ("data_batch_1", train_images),
-    ("test_batch", test_images),
-  ):
-    cifar10.write_batch(
-      folder / name, rng.integers(0, 256, (num, 32, 32, 3)), np.arange(num) % 10
-    )
-  return str(folder)
 
 
 def tiny_config(data_dir: str, **overrides):

@@ -1,4 +1,4 @@
-"""`config.shadow_every` in the Copy and char-PTB experiments: an exact-RTRL
+"""`config.shadow_every` in the Copy, char-PTB and sequential-CIFAR experiments: an exact-RTRL
 shadow on the same trajectory adds `cosine_to_rtrl` to each record
 (`experiments/online/shadow_records.py`) and changes nothing the run trains:
 the records' training numbers equal those of the run without it. Exact RTRL
@@ -9,10 +9,12 @@ import json
 
 from conftest import dataset_dir_or_skip
 from helpers import load_config
+from helpers import write_fake_cifar
 import pytest
 
 from experiments.online import copy_experiment
 from experiments.online import ptb_experiment
+from experiments.online import seq_image_experiment
 
 SHADOW_FIELDS = ("cosine_to_rtrl",)
 TIMING_FIELDS = ("steps_per_second", "examples_per_second")
@@ -47,6 +49,29 @@ def tiny_ptb(**overrides):
     checkpoint_every=40,
     eval_batch_size=256,
     data_dir=str(dataset_dir_or_skip("ptb")),
+  )
+  config.update(overrides)
+  return config
+
+
+def tiny_seq_cifar(data_dir: str, **overrides):
+  """One GRU-4 layer on 8 random images, 2 streams, 4 images a stream."""
+  config = load_config(
+    "seq_cifar",
+    "small",
+    cell="gru",
+    num_layers=1,
+    head="identity",
+    hidden_size=4,
+    batch_size=2,
+    estimator="uoro",
+    data_dir=data_dir,
+    chunk_steps=1024,
+    log_every=2048,
+    eval_every=4096,
+    checkpoint_every=4096,
+    num_steps=4096,
+    eval_batch_size=4,
   )
   config.update(overrides)
   return config
@@ -117,3 +142,39 @@ def test_copy_bad_shadow_every_is_a_clear_error(tmp_path, overrides):
   with pytest.raises(ValueError, match="config.shadow_every"):
     copy_experiment.train(tiny_copy(**overrides), str(tmp_path / "run"))
   assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_seq_cifar_shadow_logs_cosine_at_last_pixels(tmp_path):
+  """The cosine is taken at each image's last pixel (the only step with a
+  loss), so every reported window has one; training is unchanged, and
+  exact RTRL against its shadow logs 1."""
+  data_dir = write_fake_cifar(tmp_path / "cifar")
+  on = seq_image_experiment.train(
+    tiny_seq_cifar(data_dir, shadow_every=256), str(tmp_path / "on")
+  )
+  off = seq_image_experiment.train(
+    tiny_seq_cifar(data_dir), str(tmp_path / "off")
+  )
+  assert [r["step"] for r in on] == [2048, 4096]
+  assert all(-1.0 <= r["cosine_to_rtrl"] <= 1.0 for r in on)
+  assert all("cosine_to_rtrl" not in r for r in off)
+  assert_same_training(on, off)
+  exact = seq_image_experiment.train(
+    tiny_seq_cifar(data_dir, estimator="rtrl", shadow_every=1024, num_seeds=2),
+    str(tmp_path / "exact"),
+  )
+  assert exact[-1]["cosine_to_rtrl"] == pytest.approx([1.0, 1.0], abs=1e-5)
+
+
+@pytest.mark.parametrize(
+  "overrides,message",
+  [
+    (dict(shadow_every=100), "divide the 1024 pixels"),
+    (dict(shadow_every=1024, estimator="tbptt"), "TBPTT and stacks"),
+    (dict(shadow_every=1024, num_layers=2), "TBPTT and stacks"),
+  ],
+)
+def test_seq_cifar_bad_shadow_every_is_a_clear_error(overrides, message):
+  """Named before any data is read."""
+  with pytest.raises(ValueError, match=f"config.shadow_every.*{message}"):
+    seq_image_experiment.make_experiment(tiny_seq_cifar("", **overrides))
