@@ -10,7 +10,10 @@ images; CIFAR-10: quarter-width net on at most 4,000 images; IMDB: LSTM(64),
 length 100, vocabulary 5,000, 10,000 training reviews), 2-3 epochs, 1 seed
 (2 on MNIST). Results go to `workdir/<target>/`: a sub-workdir per curve
 (resumable), `figure.png` (one column per network: test accuracy per epoch,
-training loss per 10 steps) and `table.{md,json}`.
+training loss per 10 steps), `table.{md,json}` (each curve's last epoch,
+and its best epoch by the seeds' mean test accuracy) and `epochs.{md,json}`
+(each curve's seed-mean training loss and test accuracy at epochs 1, 2, 3,
+5, 10, 20, 50, 100 and its last).
 
 Data: the loaders read `$DATA_DIR/{mnist,cifar10,imdb}` (e.g.
 `DATA_DIR=../shared/data python scripts/reproduce.py rls_fig2`), else
@@ -134,6 +137,15 @@ def _plot(
   return path
 
 
+MILESTONE_EPOCHS = (1, 2, 3, 5, 10, 20, 50, 100)
+
+
+def _mean_curve(records, key: str, runs: list[int], num_runs: int):
+  """`(epochs, mean over runs)` of a per-epoch metric."""
+  epochs, values = _column(records, key, runs, num_runs)
+  return epochs, np.nanmean(values, axis=0)
+
+
 def _row(
   label: str, records: list[dict], runs: list[int], num_runs: int, **extra
 ) -> dict:
@@ -143,6 +155,8 @@ def _row(
   loss = [common.per_run(records[-1]["train_loss"], num_runs)[i] for i in runs]
   acc_mean, acc_std = common.mean_std(accuracy)
   loss_mean, _ = common.mean_std(loss)
+  epochs, mean_accuracy = _mean_curve(records, "test_accuracy", runs, num_runs)
+  best = int(np.nanargmax(mean_accuracy))
   return {
     "curve": label,
     **extra,
@@ -152,18 +166,55 @@ def _row(
     "test_accuracy_mean": acc_mean,
     "test_accuracy_std": acc_std,
     "final_train_loss": loss_mean,
+    # The best epoch of the seeds' mean curve (selected on the test set).
+    "best_test_accuracy": float(mean_accuracy[best]),
+    "best_epoch": float(epochs[best]),
     "seeds": len(runs),
   }
 
 
+def _epoch_rows(
+  label: str, records: list[dict], runs: list[int], num_runs: int
+) -> list[dict]:
+  """The seeds' mean training loss (the epoch's mean minibatch loss) and
+  test accuracy at each of `MILESTONE_EPOCHS` the curve reached, and at its
+  last epoch."""
+  epochs, loss = _mean_curve(records, "train_loss", runs, num_runs)
+  _, accuracy = _mean_curve(records, "test_accuracy", runs, num_runs)
+  wanted = [e for e in MILESTONE_EPOCHS if e < epochs[-1]] + [epochs[-1]]
+  rows = []
+  for epoch in wanted:
+    matches = np.flatnonzero(np.isclose(epochs, epoch))
+    if matches.size:
+      rows.append(
+        {
+          "curve": label,
+          "epoch": float(epoch),
+          "train_loss_mean": float(loss[matches[0]]),
+          "test_accuracy_mean": float(accuracy[matches[0]]),
+        }
+      )
+  return rows
+
+
 def _figure_and_table(name, out, groups, rows, title) -> common.Result:
-  """The figure of the networks with a run curve (none: no figure) and the
-  table of every run curve."""
+  """The figure of the networks with a run curve (none: no figure), the
+  table of every run curve, and `epochs.{md,json}`: each curve's mean
+  training loss and test accuracy at the milestone epochs."""
   groups = {dataset: lines for dataset, lines in groups.items() if lines}
   files = (
     [_plot(groups, title, os.path.join(out, "figure.png"))] if groups else []
   )
   files += common.write_table(rows, os.path.join(out, "table"), title)
+  epoch_rows = [
+    row
+    for dataset, lines in groups.items()
+    for label, records, runs, num_runs in lines
+    for row in _epoch_rows(f"{dataset} {label}", records, runs, num_runs)
+  ]
+  files += common.write_table(
+    epoch_rows, os.path.join(out, "epochs"), f"{title}, by epoch"
+  )
   return common.Result(name, files, rows)
 
 

@@ -308,23 +308,30 @@ def test_only_trains_the_selected_curves(tmp_path, monkeypatch):
 
 def test_only_mnist_target_tabulates_what_ran(tmp_path, monkeypatch):
   """`rls_fig2` with `--only mnist`: the MNIST curves train, the CIFAR-10
-  and IMDB curves never ran, and the figure and table hold MNIST alone (a
-  rerun used to fail on the empty curves)."""
+  and IMDB curves never ran, and the figure and tables hold MNIST alone (a
+  rerun used to fail on the empty curves); the by-epoch table has each
+  curve's seed means at the epochs reached, and the best epoch is that of
+  the seeds' mean curve."""
   from experiments.loop import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   from experiments.reproduce import rls_paper  # pylint: disable=g-import-not-at-top
 
   def fake_train(config, workdir):
     runs = [{"seed": 0}, {"seed": 1}]
     workdir_lib.prepare(workdir, config, extra={"runs": runs})
-    workdir_lib.MetricsWriter(workdir).write(
-      {
-        "step": 938,
-        "epoch": [2, 2],
-        "test_accuracy": [0.97, 0.98],
-        "train_loss": [0.05, 0.07],
-        "train_loss_curve": [[0.2, 0.1], [0.3, 0.1]],
-      }
-    )
+    writer = workdir_lib.MetricsWriter(workdir)
+    for epoch, accuracy, loss in (
+      (1, [0.98, 0.99], [0.2, 0.3]),
+      (2, [0.97, 0.98], [0.05, 0.07]),
+    ):
+      writer.write(
+        {
+          "step": 469 * epoch,
+          "epoch": [epoch, epoch],
+          "test_accuracy": accuracy,
+          "train_loss": loss,
+          "train_loss_curve": [[0.2, 0.1], [0.3, 0.1]],
+        }
+      )
 
   monkeypatch.setattr("experiments.mnist.train", fake_train)
   result = rls_paper.rls_fig2(
@@ -337,4 +344,14 @@ def test_only_mnist_target_tabulates_what_ran(tmp_path, monkeypatch):
     "mnist Adam",
   ]
   assert result.table[0]["test_accuracy_mean"] == pytest.approx(0.975)
+  assert result.table[0]["best_test_accuracy"] == pytest.approx(0.985)
+  assert result.table[0]["best_epoch"] == 1
   assert (tmp_path / "rls_fig2" / "figure.png").exists()
+  by_epoch = json.loads((tmp_path / "rls_fig2" / "epochs.json").read_text())
+  assert [(r["curve"], r["epoch"]) for r in by_epoch[:2]] == [
+    ("mnist RLS", 1),
+    ("mnist RLS", 2),
+  ]
+  assert len(by_epoch) == 8
+  assert by_epoch[1]["train_loss_mean"] == pytest.approx(0.06)
+  assert by_epoch[0]["test_accuracy_mean"] == pytest.approx(0.985)
