@@ -1,0 +1,290 @@
+"""Checks 1 and 2 of `scripts/bench_peers.py`, run before any timing: our
+per-step gradients against braintrace's in float64 (deterministic pairs
+agree to rounding), and both UOROs unbiased for the exact gradient (a
+z-score test over independent groups of samples). Imported only under the
+peer's own venv (`scripts/peers/setup_braintrace.sh`).
+"""
+
+from __future__ import annotations
+
+import time
+
+import brainstate
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from experiments.online.setup import init_params
+from rtrl import cells
+from rtrl import estimators
+from rtrl import online
+from scripts.benchlib.peers_braintrace import ALGORITHMS
+from scripts.benchlib.peers_braintrace import TheirLearner
+from scripts.benchlib.peers_braintrace import their_grads_as_ours
+
+
+def our_step_grads(cell, estimator, params, inputs, targets, key):
+  """Per-step `(cell W, readout)` gradients of the batch-mean loss with the
+  parameters fixed (the trainer's own `online.estimate_step`), time-major."""
+  batch_size = targets.shape[1]
+  tstate = jax.vmap(estimator.init, in_axes=(None, None, 0))(
+    params["cell"], cell.initial_state(), jax.random.split(key, batch_size)
+  )
+  state = online.broadcast_state(cell.initial_state(), batch_size)
+
+  def body(carry, xy):
+    batch = online.StepBatch(
+      xy[0], xy[1], jnp.ones(batch_size), jnp.zeros(batch_size, bool)
+    )
+    tstate, state, _, grads = online.estimate_step(
+      cell, estimator, params, *carry, batch
+    )
+    return (tstate, state), (grads["cell"]["W"], grads["readout"])
+
+  return jax.lax.scan(body, (tstate, state), (inputs, targets))[1]
+
+
+def data(key, steps, batch_size, vocab, dtype):
+  """One-hot inputs and next-symbol-like integer targets, time-major."""
+  symbols = jax.random.randint(key, (steps + 1, batch_size), 0, vocab)
+  return jax.nn.one_hot(symbols[:-1], vocab, dtype=dtype), symbols[1:]
+
+
+def max_relative(a, b) -> float:
+  """max |a - b| / max |b| (0 when both are 0)."""
+  scale = float(jnp.max(jnp.abs(b)))
+  diff = float(jnp.max(jnp.abs(a - b)))
+  return diff / scale if scale else diff
+
+
+# -- checks ------------------------------------------------------------------
+
+
+def check_gradients(algorithm, cell_name, args) -> dict:
+  """Check 1 (float64, small): max relative difference of the per-step cell
+  and readout gradients."""
+  n, batch_size, steps = args.check_n, 4, 6
+  cell = cells.make(cell_name, n)
+  params = init_params(cell, jax.random.PRNGKey(0), args.vocab, args.vocab)
+  # Larger weights than the default init: a contracting net's influence
+  # dies in a step or two, which would hide errors in the propagation.
+  params["cell"]["W"] = params["cell"]["W"] * 2.0
+  inputs, targets = data(
+    jax.random.PRNGKey(1), steps, batch_size, args.vocab, jnp.float64
+  )
+  estimator = estimators.make(ALGORITHMS[algorithm][0], cell)
+  ours_W, ours_readout = jax.jit(our_step_grads, static_argnums=(0, 1))(
+    cell, estimator, params, inputs, targets, jax.random.PRNGKey(2)
+  )
+  theirs = TheirLearner(
+    algorithm,
+    cell_name,
+    params,
+    args.vocab,
+    batch_size,
+    args.batching[algorithm][0],
+  )
+  cell_diff = readout_diff = 0.0
+  for t in range(steps):
+    grads, _ = theirs.step_grads(inputs[t], targets[t])
+    cell_diff = max(
+      cell_diff,
+      max_relative(
+        their_grads_as_ours(cell_name, grads["cell"], params["cell"]["W"]),
+        ours_W[t],
+      ),
+    )
+    readout_diff = max(
+      readout_diff,
+      max(
+        max_relative(grads["readout"][k], ours_readout[k][t])
+        for k in ("w", "b")
+      ),
+    )
+  ok = cell_diff < 1e-10 and readout_diff < 1e-10
+  return {
+    "check": "per-step gradients, float64",
+    "n": n,
+    "batch": batch_size,
+    "steps": steps,
+    "cell_max_rel": cell_diff,
+    "readout_max_rel": readout_diff,
+    "ok": ok,
+  }
+
+
+def uoro_group_means_ours(cell, params, inputs, targets, groups):
+  """`groups` independent means of UORO samples (one per lane) of our per-step
+  cell gradient (the lanes are one sequence repeated, keys differ)."""
+  estimator = estimators.make("uoro", cell)
+  grads = jax.jit(our_step_grads, static_argnums=(0, 1))
+  return np.stack(
+    [
+      np.asarray(
+        grads(
+          cell, estimator, params, inputs, targets, jax.random.PRNGKey(100 + g)
+        )[0]
+      )
+      for g in range(groups)
+    ]
+  )
+
+
+def uoro_group_means_theirs(cell_name, params, inputs, targets, lanes, groups):
+  """The same from braintrace's UORO (vmap, one learner): between groups
+  the hidden and trace states are zeroed and every lane gets its own key."""
+  theirs = TheirLearner(
+    "uoro", cell_name, params, inputs.shape[-1], lanes, "vmap"
+  )
+  module = theirs.module
+  run = brainstate.transform.jit(
+    lambda xs, ys: brainstate.transform.for_loop(
+      lambda x, y: theirs.step_grads(x, y)[0]["cell"], xs, ys
+    )
+  )
+  means = []
+  for g in range(groups):
+    for state in module.states().values():
+      if isinstance(state, brainstate.HiddenState):
+        state.value = jnp.zeros_like(state.value)
+    for state in [
+      *module.etrace_s.values(),
+      *module.etrace_theta.values(),
+      module.projection_step,
+    ]:
+      state.value = jax.tree.map(jnp.zeros_like, state.value)
+    module.projection_rng.value = jax.random.split(
+      jax.random.PRNGKey(1000 + g), lanes
+    )
+    per_step = run(inputs, targets)
+    means.append(
+      np.stack(
+        [
+          np.asarray(
+            their_grads_as_ours(
+              cell_name,
+              jax.tree.map(lambda a, t=t: a[t], per_step),
+              params["cell"]["W"],
+            )
+          )
+          for t in range(inputs.shape[0])
+        ]
+      )
+    )
+  return np.stack(means)
+
+
+def mean_squared_z(group_means, exact) -> float:
+  """Mean over entries of ((mean - exact) / standard error)^2, the standard
+  error from the spread of the group means; entries whose exact gradient and
+  spread are both zero (the GRU's masked weights) are left out."""
+  mean = group_means.mean(0)
+  se = group_means.std(0, ddof=1) / np.sqrt(group_means.shape[0])
+  keep = se > 1e-12 * np.abs(exact).max()
+  return float(np.mean(((mean - exact)[keep] / se[keep]) ** 2))
+
+
+def check_uoro(cell_name, args) -> dict:
+  """Check 2: both UOROs unbiased for the exact per-step gradient."""
+  n, steps, lanes, groups = args.check_n, 5, 64, 16
+  cell = cells.make(cell_name, n)
+  params = init_params(cell, jax.random.PRNGKey(0), args.vocab, args.vocab)
+  params["cell"]["W"] = params["cell"]["W"] * 2.0
+  one_input, one_target = data(
+    jax.random.PRNGKey(1), steps, 1, args.vocab, jnp.float64
+  )
+  inputs = jnp.repeat(one_input, lanes, axis=1)
+  targets = jnp.repeat(one_target, lanes, axis=1)
+  exact = np.asarray(
+    jax.jit(our_step_grads, static_argnums=(0, 1))(
+      cell,
+      estimators.make("rtrl", cell),
+      params,
+      inputs,
+      targets,
+      jax.random.PRNGKey(0),
+    )[0]
+  )
+  snap1 = np.asarray(
+    jax.jit(our_step_grads, static_argnums=(0, 1))(
+      cell,
+      estimators.make("snap1", cell),
+      params,
+      inputs,
+      targets,
+      jax.random.PRNGKey(0),
+    )[0]
+  )
+  ours = uoro_group_means_ours(cell, params, inputs, targets, groups)
+  theirs = uoro_group_means_theirs(
+    cell_name, params, inputs, targets, lanes, groups
+  )
+  # For contrast: SnAp-1's bias in units of UORO's (ours) standard error.
+  biased = mean_squared_z(ours - ours.mean(0) + snap1, exact)
+  z_ours, z_theirs = mean_squared_z(ours, exact), mean_squared_z(theirs, exact)
+  expected = (groups - 1) / (groups - 3)
+  ok = max(z_ours, z_theirs) < 2.0 * expected
+  rel = lambda m: float(np.abs(m.mean(0) - exact).max() / np.abs(exact).max())
+  return {
+    "check": "UORO unbiased, float64",
+    "n": n,
+    "steps": steps,
+    "samples": lanes * groups,
+    "mean_z2_ours": z_ours,
+    "mean_z2_theirs": z_theirs,
+    "mean_z2_expected": expected,
+    "mean_z2_snap1_for_contrast": biased,
+    "mean_rel_err_ours": rel(ours),
+    "mean_rel_err_theirs": rel(theirs),
+    "spread_ratio_theirs_over_ours": float(
+      theirs.std(0).mean() / ours.std(0).mean()
+    ),
+    "ok": ok,
+  }
+
+
+def run_checks(args) -> dict:
+  """Every check in float64 (braintrace's import sets float32; switched
+  back before timing)."""
+  brainstate.environ.set(precision=64)
+  results = {}
+  try:
+    for cell_name in args.cells:
+      for algorithm in args.algorithms:
+        start = time.perf_counter()
+        try:
+          result = (
+            check_uoro(cell_name, args)
+            if algorithm == "uoro"
+            else check_gradients(algorithm, cell_name, args)
+          )
+        except Exception as err:  # pylint: disable=broad-except
+          result = {"ok": False, "error": f"{type(err).__name__}: {err}"}
+        result["seconds"] = time.perf_counter() - start
+        results[(algorithm, cell_name)] = result
+        print(
+          f"  check {algorithm:5s} {cell_name}: {summary(result)}", flush=True
+        )
+  finally:
+    brainstate.environ.set(precision=32)
+  return results
+
+
+def summary(check) -> str:
+  if "error" in check:
+    return f"FAILED to run: {check['error'][:300]}"
+  verdict = "agree" if check["ok"] else "DISAGREE"
+  if "mean_z2_ours" in check:
+    return (
+      f"{verdict}: mean z^2 of (mean of {check['samples']} samples - "
+      f"exact) ours {check['mean_z2_ours']:.2f}, braintrace "
+      f"{check['mean_z2_theirs']:.2f} (unbiased: "
+      f"~{check['mean_z2_expected']:.2f}; SnAp-1's bias would read "
+      f"{check['mean_z2_snap1_for_contrast']:.3g}); sample spread "
+      f"theirs/ours {check['spread_ratio_theirs_over_ours']:.2f}"
+    )
+  return (
+    f"{verdict}: max relative difference cell "
+    f"{check['cell_max_rel']:.1e}, readout "
+    f"{check['readout_max_rel']:.1e}"
+  )
