@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sets up .venv and runs the default test suite (20-30 minutes on 2 cores).
+# Sets up .venv and runs the default test suite (about 20 minutes on 2 cores).
 #   bash scripts/test.sh           # default suite
 #   bash scripts/test.sh --slow    # only the slow tests (long learning runs)
 # Other arguments are passed to pytest.
