@@ -195,25 +195,19 @@ def check_uoro(cell_name, args) -> dict:
   )
   inputs = jnp.repeat(one_input, lanes, axis=1)
   targets = jnp.repeat(one_target, lanes, axis=1)
-  exact = np.asarray(
-    jax.jit(our_step_grads, static_argnums=(0, 1))(
-      cell,
-      estimators.make("rtrl", cell),
-      params,
-      inputs,
-      targets,
-      jax.random.PRNGKey(0),
-    )[0]
-  )
-  snap1 = np.asarray(
-    jax.jit(our_step_grads, static_argnums=(0, 1))(
-      cell,
-      estimators.make("snap1", cell),
-      params,
-      inputs,
-      targets,
-      jax.random.PRNGKey(0),
-    )[0]
+  step_grads = jax.jit(our_step_grads, static_argnums=(0, 1))
+  exact, snap1 = (
+    np.asarray(
+      step_grads(
+        cell,
+        estimators.make(name, cell),
+        params,
+        inputs,
+        targets,
+        jax.random.PRNGKey(0),
+      )[0]
+    )
+    for name in ("rtrl", "snap1")
   )
   ours = uoro_group_means_ours(cell, params, inputs, targets, groups)
   theirs = uoro_group_means_theirs(
