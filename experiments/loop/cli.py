@@ -18,11 +18,9 @@ from typing import Any
 from absl import app
 from absl import flags
 
-from experiments.loop import checkpoints
-from experiments.loop import runner
+from experiments.loop import errors
 from experiments.loop import sharding
 from experiments.loop import signals
-from experiments.loop import workdir as workdir_lib
 
 
 def define_flags(default_config: str, help_text: str) -> None:
@@ -65,13 +63,9 @@ def main_for(train: Callable[[Any, str], Any]) -> Callable[[list[str]], None]:
       train(flags.FLAGS.config, flags.FLAGS.workdir)
     except signals.Preempted:
       raise
-    except (
-      workdir_lib.ConfigMismatchError,
-      checkpoints.CheckpointError,
-      runner.NonFiniteError,
-    ) as e:
+    except errors.RunError as e:  # One message, no traceback.
       print(f"Error: {e}", file=sys.stderr, flush=True)
-      sys.exit(2 if not isinstance(e, runner.NonFiniteError) else 3)
+      sys.exit(e.exit_code)
 
   return main
 
