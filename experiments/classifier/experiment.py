@@ -44,6 +44,30 @@ from experiments.loop import workdir as workdir_lib
 
 SWEPT_HPARAMS = ("learning_rate", "ratio", "gradient_scale")
 PROGRESS_FIELDS = ("epoch", "train_loss", "test_loss", "test_accuracy")
+# Fields added after runs were saved, each at the value that reproduces what
+# those runs computed (`runner.Experiment.resume_defaults`).
+RESUME_DEFAULTS = {
+  "output_gradient_scale": 1.0,
+  "square_root": False,
+  "param_init": "flax",
+  "keep_partial_batch": False,
+  "input_statistics": "mean",
+  "input_samples": 256,
+  "second_moment_direction": "eq63",
+  "test_limit": 0,
+  "muon_adam_learning_rate": 1e-3,
+  "model_api": "linen",
+  "num_layers": 1,
+}
+# The network's sizes, where a config has them: each a positive integer
+# (`conv_features`: a list of them and "pool").
+SIZE_FIELDS = (
+  "hidden_size",
+  "embed_dim",
+  "num_layers",
+  "vocab_size",
+  "max_length",
+)
 
 
 def validate(config) -> None:
@@ -56,8 +80,17 @@ def validate(config) -> None:
       f"loss={config.loss!r}; expected one of {presets.LOSS_NAMES}"
     )
   checks.positive_ints(
-    config, "batch_size", "epochs", "eval_chunk_size", "loss_every"
+    config,
+    "batch_size",
+    "epochs",
+    "eval_chunk_size",
+    "loss_every",
+    "checkpoint_every_epochs",
   )
+  checks.positive_ints(config, *(f for f in SIZE_FIELDS if f in config))
+  for feature in config.get("conv_features", ()):
+    if feature != "pool":
+      checks.positive_int("config.conv_features' entries", feature)
   checks.nonnegative_ints(
     config, "train_limit", "test_limit", zero_means="the whole split"
   )
@@ -290,6 +323,15 @@ def finish(state, workdir: str) -> dict:
   }
 
 
+def chance_loss(config, num_classes: int) -> tuple[str, float] | None:
+  """`train_loss` of a uniform guess (cross-entropy: ln C), the divergence
+  bound's unit; None for the squared errors, whose loss at initialisation
+  depends on the network's output scale."""
+  if config.loss != "cross_entropy":
+    return None
+  return "train_loss", float(np.log(num_classes))
+
+
 def make_experiment(
   config,
   model: nn.Module,
@@ -297,6 +339,7 @@ def make_experiment(
   name: str,
   example_input: jax.Array,
   preprocess: Callable,
+  num_classes: int = 10,
 ) -> runner.Experiment:
   """The runner pieces for one classifier run.
 
@@ -308,6 +351,7 @@ def make_experiment(
     name: printed at the start of the run.
     example_input: a batch-of-one input for `model.init`.
     preprocess: jittable, applied to every minibatch before the model.
+    num_classes: the network's outputs (the divergence bound's unit).
   """
   validate(config)
   num_train = data["train_inputs"].shape[0]
@@ -333,6 +377,8 @@ def make_experiment(
     data=data,
     swept_hparams=SWEPT_HPARAMS,
     batch_size=config.batch_size,
+    resume_defaults=RESUME_DEFAULTS,
+    chance_loss=chance_loss(config, num_classes),
   )
 
 
@@ -351,6 +397,7 @@ def train(
   Returns:
     The records, one per epoch.
   """
+  validate(config)  # Before the sizes below divide by the batch size.
   if config.optimizer == "rls" and config.loss == "cross_entropy":
     print(
       "Note: full RLS is derived for an identity output with MSE loss "
@@ -371,6 +418,7 @@ def train(
     name,
     tasks.example_input(task, config),
     preprocess,
+    task.num_classes,
   )
   records = runner.run(config, workdir, experiment)
   plot_curves(records, workdir, title=name)

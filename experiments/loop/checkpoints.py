@@ -7,6 +7,7 @@ crash or a copy fails the checksum and is skipped in favour of an older one.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 import hashlib
 import os
 from typing import Any
@@ -16,14 +17,15 @@ import flax.serialization
 import jax
 import numpy as np
 
-from experiments.loop.workdir import write_atomic
+from experiments.loop import writes
+from experiments.loop.errors import RunError
 
 CHECKPOINT_PREFIX = "checkpoint_"
 CHECKPOINT_SUFFIX = ".msgpack"
 CHECKSUM_SUFFIX = ".sha256"
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(RunError, RuntimeError):
   """No checkpoint in a workdir could be read."""
 
 
@@ -35,22 +37,29 @@ def checkpoint_path(workdir: str, step: int) -> str:
 
 def save_checkpoint(workdir: str, step: int, target: Any, keep: int = 2) -> str:
   """Writes `target` (any pytree of arrays) with its checksum; keeps the
-  newest `keep` checkpoints.
+  newest `keep` checkpoints (0: every one).
 
   The data and the checksum are each written atomically (temporary file,
   fsync, rename, directory fsync), data first: a crash in between leaves a
   checkpoint without checksum, which restore skips in favour of an older one.
+
+  Raises:
+    WorkdirWriteError: the disk is full or read-only; nothing of this
+      checkpoint is left behind and the older ones are untouched.
   """
   data = flax.serialization.to_bytes(jax.device_get(target))
   path = checkpoint_path(workdir, step)
-  write_atomic(path, data)
-  write_atomic(
-    path + CHECKSUM_SUFFIX, hashlib.sha256(data).hexdigest().encode()
-  )
-  for old in checkpoint_paths(workdir)[:-keep]:
+  writes.write_atomic(path, data)
+  try:
+    writes.write_atomic(
+      path + CHECKSUM_SUFFIX, hashlib.sha256(data).hexdigest().encode()
+    )
+  except RunError:  # A checkpoint without its checksum is only clutter.
+    writes.remove_quietly(path)
+    raise
+  for old in checkpoint_paths(workdir)[:-keep] if keep else ():
     for p in (old, old + CHECKSUM_SUFFIX):
-      if os.path.exists(p):
-        os.remove(p)
+      writes.remove_quietly(p)
   return path
 
 
@@ -104,14 +113,14 @@ def read_checkpoint_file(path: str) -> Any:
     raise CheckpointError(f"{path}: unreadable ({e})") from e
 
 
-def read_latest_checkpoint(workdir: str, log=None) -> tuple[int, Any] | None:
-  """`(step, raw state dict)` of the newest valid checkpoint, or None if the
-  workdir has none.
+def valid_checkpoints(workdir: str, log=None) -> Iterator[tuple[int, Any]]:
+  """`(step, raw state dict)` of each valid checkpoint, newest first.
 
-  Invalid newer checkpoints are skipped with a warning naming each file.
+  Invalid ones are skipped with a warning naming each file.
 
   Raises:
-    CheckpointError: if checkpoints exist but none is valid; it lists them.
+    CheckpointError: once every checkpoint was tried and none was valid
+      (none yielded); it lists them.
   """
   paths = checkpoint_paths(workdir)
   problems = []
@@ -125,8 +134,8 @@ def read_latest_checkpoint(workdir: str, log=None) -> tuple[int, Any] | None:
       if log is not None:
         log(message)
       continue
-    return _step_of(path), raw
-  if paths:
+    yield _step_of(path), raw
+  if paths and len(problems) == len(paths):
     raise CheckpointError(
       "No valid checkpoint in "
       + workdir
@@ -134,6 +143,19 @@ def read_latest_checkpoint(workdir: str, log=None) -> tuple[int, Any] | None:
       + "\n  ".join(problems)
       + "\nMove these files away to start the run afresh."
     )
+
+
+def read_latest_checkpoint(workdir: str, log=None) -> tuple[int, Any] | None:
+  """`(step, raw state dict)` of the newest valid checkpoint, or None if the
+  workdir has none.
+
+  Invalid newer checkpoints are skipped with a warning naming each file.
+
+  Raises:
+    CheckpointError: if checkpoints exist but none is valid; it lists them.
+  """
+  for found in valid_checkpoints(workdir, log):
+    return found
   return None
 
 

@@ -60,11 +60,21 @@ def multiple_of(config, field: str, period: int, period_name: str) -> None:
 
 
 def schedule(config, chunk_steps: int, eval_every: int | None = None) -> None:
-  """The step-count fields against the chunk length, and `eval_every` (the
-  experiment's `config.eval_every`; None: it does not evaluate)."""
+  """The step-count fields against the chunk length (a record, an
+  evaluation and a checkpoint happen at the end of a chunk, so each period
+  is a whole number of chunks), `eval_every` (the experiment's
+  `config.eval_every`; None: it does not evaluate) and `keep_checkpoints`
+  (the newest that many are kept; 0: every checkpoint)."""
   positive_int("chunk_steps", chunk_steps)
   positive_ints(config, "num_steps", "log_every", "checkpoint_every")
-  periods = {"num_steps": config.num_steps, "log_every": config.log_every}
+  nonnegative_int(
+    "config.keep_checkpoints", config.keep_checkpoints, "keep every one"
+  )
+  periods = {
+    "num_steps": config.num_steps,
+    "log_every": config.log_every,
+    "checkpoint_every": config.checkpoint_every,
+  }
   if eval_every is not None:
     periods["eval_every"] = positive_int("config.eval_every", eval_every)
   for field, period in periods.items():

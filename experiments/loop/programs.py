@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 import contextlib
+import functools
 from typing import Any, NamedTuple
 
 import jax
 
+from experiments.loop import health
 from experiments.loop import run_axes
 from experiments.loop import sharding
 
@@ -34,6 +36,9 @@ class Program(NamedTuple):
     place_state: a host (NumPy) state -> that state on the devices.
     state_shape: `jax.ShapeDtypeStruct` tree of the state.
     metrics_shape: that of `train_chunk`'s metrics.
+    skip_counters: `state -> {'consecutive', 'total'}` updates skipped as
+      non-finite (`health.skip_counters`), or None when the state holds no
+      `optax.apply_if_finite` counters.
   """
 
   init: Callable[[jax.Array, Pytree], Pytree]
@@ -42,6 +47,7 @@ class Program(NamedTuple):
   place_state: Callable[[Pytree], Pytree]
   state_shape: Pytree
   metrics_shape: Pytree
+  skip_counters: Callable[[Pytree], Pytree] | None = None
 
 
 def _data_args(data: Pytree) -> tuple:
@@ -68,13 +74,27 @@ def compile_program(
     runs.train_chunk, state_shape, *_data_args(experiment.data)
   )[1]
   if mesh is None:
-    return _single_device_program(
+    program = _single_device_program(
       runs, experiment.data, state_shape, metrics_shape
     )
-  axes = experiment.batch_axes(state_shape) if experiment.batch_axes else None
-  return _sharded_program(
-    runs, experiment.data, mesh, state_shape, metrics_shape, axes
-  )
+  else:
+    axes = experiment.batch_axes(state_shape) if experiment.batch_axes else None
+    program = _sharded_program(
+      runs, experiment.data, mesh, state_shape, metrics_shape, axes
+    )
+  if not health.has_skip_counters(state_shape):
+    return program
+  counters = functools.partial(health.skip_counters, stacked=runs.stacked)
+  if mesh is not None:  # Tiny outputs: replicated, as the metrics are.
+    counters_jit = jax.jit(
+      counters,
+      out_shardings=sharding.replicated(
+        mesh, jax.eval_shape(counters, state_shape)
+      ),
+    )
+  else:
+    counters_jit = jax.jit(counters)
+  return program._replace(skip_counters=counters_jit)
 
 
 def _single_device_program(

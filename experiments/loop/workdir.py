@@ -1,6 +1,8 @@
-"""The files of a run directory besides its checkpoints: `config.json`
-(checked against the saved one on resume), `metrics.jsonl`, `summary.json`,
-and progress lines with an ETA (checkpoints: `checkpoints.py`).
+"""The files of a run directory besides its checkpoints and its log:
+`config.json` (checked against the saved one on resume), `summary.json`,
+and progress lines with an ETA (checkpoints: `checkpoints.py`; the log:
+`metrics_log.py`; the lock: `lock.py`; how each file is written:
+`writes.py`).
 
 Nothing here knows about any algorithm; `runner.py` calls these around an
 experiment's jitted training chunks.
@@ -13,17 +15,21 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
-import jax
 import numpy as np
 
+from experiments.loop import metrics_log
+from experiments.loop import writes
+from experiments.loop.errors import RunError
+
 CONFIG_FILE = "config.json"
-METRICS_FILE = "metrics.jsonl"
+METRICS_FILE = metrics_log.METRICS_FILE
 SUMMARY_FILE = "summary.json"
 
-# Fields that change only how long a run goes, how often it reports or where
-# it reads data, never what it computes: they may differ on resume.
+# Fields that change only how long a run goes, how often it reports, where
+# it reads data or when it gives up, never what it computes: they may differ
+# on resume.
 BOOKKEEPING_FIELDS = frozenset(
   {
     "num_steps",
@@ -43,90 +49,24 @@ BOOKKEEPING_FIELDS = frozenset(
     # How the hardware runs the GEMMs (rtrl.linalg), like the device fields;
     # also lets runs saved before the field existed resume.
     "matmul_precision",
+    # When a failing run stops (health.py).
+    "max_consecutive_skips",
+    "divergence_factor",
   }
 )
 
 
-# Fields added after runs were saved, at the value that reproduces what those
-# runs computed: absent from a saved config.json and at this value now is no
-# change, so runs saved before the field existed resume.
-ADDED_FIELD_DEFAULTS = {
-  "optimizer": "adam",
-  "init_stddev": 0.0,
-  "cell_clip_norm": 0.0,
-  "text_layout": "standard",
-  "readout": "linear",
-  "stream_offsets": "even",
-  "num_layers": 1,
-  "head": "identity",
-  "model_size": 0,
-  "length_rule": "uniform",
-  "output_gradient_scale": 1.0,
-  "square_root": False,
-  "param_init": "flax",
-  "keep_partial_batch": False,
-  "input_statistics": "mean",
-  "input_samples": 256,
-  "second_moment_direction": "eq63",
-  "weight_decay": 0.0,
-  "recurrence_learning_rate_factor": 1.0,
-  "learning_rate_schedule": "constant",
-  "warmup_updates": 0,
-  "test_limit": 0,
-  "shadow_every": 0,
-  # Listed in every online config since configs became pure data; before,
-  # an LRU in the Copy and PTB configs took the cell's ring.
-  "lru_r_min": 0.0,
-  "lru_r_max": 0.99,
-  "muon_adam_learning_rate": 1e-3,
-  "model_api": "linen",
-  "recurrent_density": 1.0,
-  "mask_seed": 0,
-  "leak": 0.1,
-  "order": 2,
-}
+class ConfigMismatchError(RunError, ValueError):
+  """A rerun's config differs from the workdir's saved `config.json` (or
+  from the config its checkpoint was made with)."""
 
 
-class ConfigMismatchError(ValueError):
-  """A rerun's config differs from the workdir's saved `config.json`."""
-
-
-def _to_jsonable(value: Any) -> Any:
-  if hasattr(value, "to_dict"):
-    value = value.to_dict()
-  if isinstance(value, Mapping):
-    return {str(k): _to_jsonable(v) for k, v in value.items()}
-  if isinstance(value, (list, tuple)):
-    return [_to_jsonable(v) for v in value]
-  if isinstance(value, (np.generic, np.ndarray, jax.Array)):
-    array = np.asarray(value)
-    return array.item() if array.ndim == 0 else array.tolist()
-  return value
-
-
-def _fsync_dir(path: str) -> None:
-  try:
-    fd = os.open(path, os.O_RDONLY)
-  except OSError:  # Not every platform opens directories.
-    return
-  try:
-    os.fsync(fd)
-  except OSError:
-    pass
-  finally:
-    os.close(fd)
-
-
-def write_atomic(path: str, data: bytes) -> None:
-  """Writes `data` to a temporary file, fsyncs it, renames it onto `path`
-  and fsyncs the directory: a crash leaves the old file or the new one."""
-  tmp = path + ".tmp"
-  with open(tmp, "wb") as f:
-    f.write(data)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
-  _fsync_dir(os.path.dirname(os.path.abspath(path)))
+# Kept for callers that imported these from here.
+write_atomic = writes.write_atomic
+_to_jsonable = writes.to_jsonable
+_fsync_dir = writes.fsync_dir
+MetricsWriter = metrics_log.MetricsLog
+read_metrics = metrics_log.read_metrics
 
 
 def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -139,14 +79,20 @@ def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def config_differences(
-  old: Mapping, new: Mapping
+  old: Mapping,
+  new: Mapping,
+  resume_defaults: Mapping[str, Any] | None = None,
 ) -> list[tuple[str, Any, Any]]:
   """`(field, old, new)` for every dotted field whose value differs; a field
-  absent on one side shows as `'<absent>'` there (a field of
-  `ADDED_FIELD_DEFAULTS` absent from `old` counts as its default)."""
+  absent on one side shows as `'<absent>'` there.
+
+  `resume_defaults` (an experiment's `Experiment.resume_defaults`) maps
+  fields added after runs were saved to the value that reproduces what
+  those runs computed: such a field absent from `old` counts as that value.
+  """
   old_flat, new_flat = _flatten(old), _flatten(new)
   absent = "<absent>"
-  for field, default in ADDED_FIELD_DEFAULTS.items():
+  for field, default in (resume_defaults or {}).items():
     if field in new_flat:
       old_flat.setdefault(field, default)
   return [
@@ -154,6 +100,71 @@ def config_differences(
     for k in sorted(set(old_flat) | set(new_flat))
     if old_flat.get(k, absent) != new_flat.get(k, absent)
   ]
+
+
+class ConfigCheck(NamedTuple):
+  """What `check_config` found: the config to save (`new`, JSON types),
+  the saved one (`old`, None on a first run) and their differences."""
+
+  new: dict
+  old: dict | None
+  differences: list[tuple[str, Any, Any]]
+
+
+def check_config(
+  workdir: str,
+  config: Any,
+  *,
+  resume_defaults: Mapping[str, Any] | None = None,
+  bookkeeping_fields: Iterable[str] = BOOKKEEPING_FIELDS,
+  allow_change: bool = False,
+  extra: Mapping[str, Any] | None = None,
+  log=print,
+) -> ConfigCheck:
+  """Compares `config` (plus `extra`, e.g. the run grid) with the workdir's
+  saved `config.json`, writing nothing.
+
+  Differences in `bookkeeping_fields` are logged. Any other difference
+  raises `ConfigMismatchError` listing each field (old and new value),
+  unless `allow_change` (`config.allow_config_change`): then it is logged.
+
+  Raises:
+    ConfigMismatchError: see above; or `config.json` is not JSON.
+  """
+  new = writes.to_jsonable(config)
+  if extra:
+    new.update(writes.to_jsonable(extra))
+  path = os.path.join(workdir, CONFIG_FILE)
+  old = _read_saved_config(path)
+  differences = (
+    [] if old is None else config_differences(old, new, resume_defaults)
+  )
+  check_differences(
+    differences, set(bookkeeping_fields), allow_change, path, log
+  )
+  return ConfigCheck(new, old, differences)
+
+
+def save_config(
+  workdir: str,
+  checked: ConfigCheck,
+  bookkeeping_fields: Iterable[str] = BOOKKEEPING_FIELDS,
+) -> None:
+  """Writes `config.json` from `check_config`'s result (once the run's
+  checkpoint has loaded, so that a change that does not fit it leaves the
+  saved config as it was); an essential change keeps the old file as
+  `config.previous.json`.
+
+  Raises:
+    WorkdirWriteError: the disk is full or read-only.
+  """
+  if checked.old is not None and not checked.differences:
+    return
+  writes.make_dirs(workdir)
+  bookkeeping = set(bookkeeping_fields)
+  if any(d[0] not in bookkeeping for d in checked.differences):
+    write_json(workdir, "config.previous.json", checked.old or {})
+  write_json(workdir, CONFIG_FILE, checked.new)
 
 
 def prepare(
@@ -164,47 +175,21 @@ def prepare(
   extra: Mapping[str, Any] | None = None,
   write: bool = True,
   allow_change: bool = False,
+  resume_defaults: Mapping[str, Any] | None = None,
 ) -> str:
-  """Creates `workdir` and writes `config.json`, after checking a saved one.
-
-  On a rerun the saved `config.json` is compared with `config` before
-  anything is written. Differences in `bookkeeping_fields` are logged and the
-  new config is saved. Any other difference raises `ConfigMismatchError`
-  listing each field (old and new value), leaving `config.json` untouched,
-  unless `allow_change` (the experiment's `config.allow_config_change`) is
-  true: then the differences are
-  logged, the old file is kept as `config.previous.json`, and the new one is
-  written.
-
-  `extra` (e.g. the run grid) is saved beside the config's fields. With
-  `write=False` (every process but the first of a multi-host run) the config
-  is only checked.
-
-  Returns:
-    `workdir`.
-  """
-  new = _to_jsonable(config)
-  if extra:
-    new.update(_to_jsonable(extra))
-  path = os.path.join(workdir, CONFIG_FILE)
-  old = _read_saved_config(path)
-  differences = [] if old is None else config_differences(old, new)
-  essential = _check_changes(
-    differences,
-    set(bookkeeping_fields),
-    allow_change,
-    path,
-    log,
+  """`check_config`, then (with `write`) `save_config`: for callers that
+  have no checkpoint to load in between. Returns `workdir`."""
+  checked = check_config(
+    workdir,
+    config,
+    resume_defaults=resume_defaults,
+    bookkeeping_fields=bookkeeping_fields,
+    allow_change=allow_change,
+    extra=extra,
+    log=log,
   )
-  if not write or (old is not None and not differences):
-    return workdir
-  os.makedirs(workdir, exist_ok=True)
-  if essential:
-    write_atomic(
-      os.path.join(workdir, "config.previous.json"),
-      json.dumps(old, indent=2, sort_keys=True).encode(),
-    )
-  write_atomic(path, json.dumps(new, indent=2, sort_keys=True).encode())
+  if write:
+    save_config(workdir, checked, bookkeeping_fields)
   return workdir
 
 
@@ -221,15 +206,15 @@ def _read_saved_config(path: str) -> dict | None:
       ) from e
 
 
-def _check_changes(
+def check_differences(
   differences: list[tuple[str, Any, Any]],
   bookkeeping: set[str],
   allow_change: bool,
   path: str,
-  log,
+  log=None,
 ) -> list[tuple[str, Any, Any]]:
-  """Logs each difference; returns the essential ones (fields outside
-  `bookkeeping`).
+  """Logs each difference (when `log`); returns the essential ones (fields
+  outside `bookkeeping`).
 
   Raises:
     ConfigMismatchError: listing the essential differences, unless
@@ -246,63 +231,18 @@ def _check_changes(
       "new values anyway (the old config is then kept as "
       "config.previous.json)."
     )
-  for field, o, n in differences:
+  for field, o, n in differences if log else ():
     kind = "bookkeeping" if field in bookkeeping else "ALLOWED change"
     log(f"Config {kind}: {field}: {o!r} -> {n!r}")
   return essential
 
 
 def write_json(workdir: str, name: str, record: Mapping[str, Any]) -> str:
+  """Writes `record` as `workdir/name`, atomically (`writes.write_atomic`)."""
   path = os.path.join(workdir, name)
-  write_atomic(
-    path,
-    (
-      json.dumps(_to_jsonable(record), indent=2, sort_keys=True) + "\n"
-    ).encode(),
-  )
+  data = json.dumps(writes.to_jsonable(record), indent=2, sort_keys=True)
+  writes.write_atomic(path, (data + "\n").encode())
   return path
-
-
-class MetricsWriter:
-  """Appends one JSON object per call to `workdir/metrics.jsonl`."""
-
-  def __init__(self, workdir: str):
-    self.path = os.path.join(workdir, METRICS_FILE)
-
-  def write(self, record: Mapping[str, Any]) -> None:
-    with open(self.path, "a") as f:
-      f.write(json.dumps(_to_jsonable(record)) + "\n")
-
-  def truncate_after(self, step: int) -> None:
-    """Drops records past `step` (a resumed run rewrites them)."""
-    if not os.path.exists(self.path):
-      return
-    kept = [
-      line
-      for line in read_metrics_lines(self.path)
-      if json.loads(line).get("step", -1) <= step
-    ]
-    write_atomic(self.path, "".join(line + "\n" for line in kept).encode())
-
-
-def read_metrics_lines(path: str) -> list[str]:
-  """Non-empty lines; a last line cut short by a crash is dropped."""
-  with open(path) as f:
-    lines = [line.strip() for line in f if line.strip()]
-  if lines:
-    try:
-      json.loads(lines[-1])
-    except json.JSONDecodeError:
-      lines.pop()
-  return lines
-
-
-def read_metrics(workdir: str) -> list[dict]:
-  """All records of `workdir/metrics.jsonl`, in order."""
-  path = os.path.join(workdir, METRICS_FILE)
-  if not os.path.exists(path):
-    return []
-  return [json.loads(line) for line in read_metrics_lines(path)]
 
 
 class Progress:
@@ -322,8 +262,9 @@ class Progress:
     self._last_step = start
     self._last_time = time.perf_counter()
 
-  def report(self, step: int, **metrics: Any) -> float:
-    """Prints one line and returns steps per second since the last report."""
+  def report(self, step: int, note: str = "", **metrics: Any) -> float:
+    """Prints one line (ending with `note`, if any: e.g. a divergence) and
+    returns steps per second since the last report."""
     now = time.perf_counter()
     elapsed = now - self._last_time
     rate = (step - self._last_step) / elapsed if elapsed > 0 else float("nan")
@@ -340,6 +281,8 @@ class Progress:
       else f"{1 / rate:.3g} s/{self.label}"
     )
     parts.append(f"ETA {_format_seconds(remaining)}")
+    if note:
+      parts.append(note)
     print(" | ".join(parts), file=self.stream, flush=True)
     return rate
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import jax
+import numpy as np
 
 from experiments.loop import checks
 from experiments.loop import runner
@@ -46,6 +47,9 @@ from rtrl import online
 from rtrl import readout
 from rtrl.readout import LOG2
 from rtrl.tasks import copy_task
+
+# Fields added after runs were saved (`runner.Experiment.resume_defaults`).
+RESUME_DEFAULTS = {**online_setup.RESUME_DEFAULTS, "length_rule": "uniform"}
 
 
 def validate(config) -> None:
@@ -332,6 +336,9 @@ def make_experiment(config) -> runner.Experiment:
     batch_axes=online_setup.batch_axes,
     batch_size=config.batch_size,
     progress_fields=("loss_bits", "output_error_bits", "curriculum_length"),
+    resume_defaults=RESUME_DEFAULTS,
+    # A uniform guess over the 4 symbols: 2 bits.
+    chance_loss=("loss_bits", float(np.log2(copy_task.VOCAB_SIZE))),
   )
 
 

@@ -94,7 +94,7 @@ def restore_params(checkpoint_dir: str) -> tuple[dict, dict]:
   # The saved run's config, with the fields added since at the values that
   # reproduce what it ran (a run saved before them still restores).
   saved_config = ml_collections.ConfigDict(
-    {**workdir_lib.ADDED_FIELD_DEFAULTS, **run_config}
+    {**online_setup.RESUME_DEFAULTS, **run_config}
   )
   cell = online_setup.make_cell(saved_config)
   template = online_setup.init_params(cell, jax.random.PRNGKey(0), vocab, vocab)

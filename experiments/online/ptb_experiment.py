@@ -32,6 +32,8 @@ of the paper's `reset_probability=0.01`.
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 
@@ -44,6 +46,13 @@ from experiments.online import shadow_records
 from rtrl.readout import LOG2
 from rtrl.tasks import ptb
 from rtrl.tasks import ptb_eval
+
+# Fields added after runs were saved (`runner.Experiment.resume_defaults`).
+RESUME_DEFAULTS = {
+  **online_setup.RESUME_DEFAULTS,
+  "text_layout": "standard",
+  "stream_offsets": "even",
+}
 
 
 def validate(config) -> None:
@@ -285,6 +294,9 @@ def make_experiment(config) -> runner.Experiment:
     swept_hparams=("learning_rate",),
     batch_axes=batch_axes,
     batch_size=config.batch_size,
+    resume_defaults=RESUME_DEFAULTS,
+    # A uniform guess over the 50 symbols: log2(50) = 5.64 bits.
+    chance_loss=("train_bpc", math.log2(ptb.VOCAB_SIZE)),
   )
 
 

@@ -367,6 +367,9 @@ def make_experiment(config) -> runner.Experiment:
     swept_hparams=("learning_rate",),
     batch_axes=batch_axes,
     batch_size=config.batch_size,
+    resume_defaults=online_setup.RESUME_DEFAULTS,
+    # A uniform guess over the 10 classes: ln 10 nats.
+    chance_loss=("train_loss", float(np.log(NUM_CLASSES))),
   )
 
 

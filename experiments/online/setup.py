@@ -44,6 +44,32 @@ from rtrl.cells import lru
 
 HEADS = ("identity", "lru_block")
 
+# The fields read here that were added after runs were saved, each at the
+# value that reproduces what those runs computed: each online experiment's
+# `runner.Experiment.resume_defaults` starts from these.
+RESUME_DEFAULTS = {
+  "optimizer": "adam",
+  "init_stddev": 0.0,
+  "cell_clip_norm": 0.0,
+  "readout": "linear",
+  "num_layers": 1,
+  "head": "identity",
+  "model_size": 0,
+  "weight_decay": 0.0,
+  "recurrence_learning_rate_factor": 1.0,
+  "learning_rate_schedule": "constant",
+  "warmup_updates": 0,
+  "shadow_every": 0,
+  # Listed in every online config since configs became pure data; before,
+  # an LRU in the Copy and PTB configs took the cell's ring.
+  "lru_r_min": 0.0,
+  "lru_r_max": 0.99,
+  "recurrent_density": 1.0,
+  "mask_seed": 0,
+  "leak": 0.1,
+  "order": 2,
+}
+
 
 def validate_trainer(config) -> None:
   """`config.estimator` (a registered estimator, trained online, or

@@ -226,6 +226,7 @@ def make_experiment(config) -> runner.Experiment:
     batch_size=config.batch_size,
     progress_fields=("loss", task.metric.name)
     + (("cosine_to_rtrl",) if config.shadow_every else ()),
+    resume_defaults=online_setup.RESUME_DEFAULTS,
   )
 
 

@@ -1,6 +1,7 @@
 """A run saved by an earlier version resumes: its `config.json` lacks fields
 that the config files list today (added since, at the value that reproduces
-what it computed: `workdir.ADDED_FIELD_DEFAULTS`, or bookkeeping fields),
+what it computed: the experiment's `Experiment.resume_defaults`, or
+bookkeeping fields),
 and the run goes on from its checkpoint."""
 
 import json

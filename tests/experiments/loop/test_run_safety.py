@@ -124,22 +124,45 @@ def test_run_saved_before_matmul_precision_existed_resumes(tmp_path):
   assert saved["matmul_precision"] == "highest"
 
 
-@pytest.mark.parametrize("field", sorted(workdir_lib.ADDED_FIELD_DEFAULTS))
+def _resume_defaults() -> dict[str, dict]:
+  """Each experiment's declared resume defaults (`Experiment.resume_defaults`)."""
+  from experiments.classifier import experiment as classifier  # pylint: disable=g-import-not-at-top
+  from experiments.online import copy_experiment  # pylint: disable=g-import-not-at-top
+  from experiments.online import ptb_experiment  # pylint: disable=g-import-not-at-top
+
+  return {
+    "copy": copy_experiment.RESUME_DEFAULTS,
+    "ptb": ptb_experiment.RESUME_DEFAULTS,
+    "classifier": classifier.RESUME_DEFAULTS,
+  }
+
+
+@pytest.mark.parametrize(
+  "experiment, field",
+  [(e, f) for e, d in _resume_defaults().items() for f in sorted(d)],
+)
 def test_run_saved_before_a_field_was_added_resumes_at_its_default(
-  tmp_path, field
+  tmp_path, experiment, field
 ):
-  """A field added later (the official presets' `optimizer`, `init_stddev`,
-  `cell_clip_norm`, `text_layout`) at the value that reproduces the old
-  runs is no change; any other value is."""
+  """A field an experiment added later (the official presets' `optimizer`,
+  `init_stddev`, `cell_clip_norm`, `text_layout`) at the value that
+  reproduces the old runs is no change; any other value is."""
+  defaults = _resume_defaults()[experiment]
   old = {"estimator": "ok", "num_steps": 100}
   (tmp_path / workdir_lib.CONFIG_FILE).write_text(json.dumps(old))
-  default = workdir_lib.ADDED_FIELD_DEFAULTS[field]
-  workdir_lib.prepare(str(tmp_path), {**old, field: default}, log=print)
+  default = defaults[field]
+  new = {**old, field: default}
+  workdir_lib.prepare(str(tmp_path), new, log=print, resume_defaults=defaults)
   saved = json.loads((tmp_path / workdir_lib.CONFIG_FILE).read_text())
   assert saved == old  # Nothing changed, nothing rewritten.
   other = "tf1_adam" if isinstance(default, str) else 0.5
   with pytest.raises(workdir_lib.ConfigMismatchError, match=field):
-    workdir_lib.prepare(str(tmp_path), {**old, field: other}, log=print)
+    workdir_lib.prepare(
+      str(tmp_path), {**old, field: other}, log=print, resume_defaults=defaults
+    )
+  # Without the experiment's declaration the absent field is a change.
+  with pytest.raises(workdir_lib.ConfigMismatchError, match=field):
+    workdir_lib.prepare(str(tmp_path), new, log=print)
 
 
 def test_allowed_config_change_keeps_old_config_and_fails_clearly_on_shapes(
