@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from rls import hyperparameters
@@ -94,6 +95,11 @@ def augmented_input(layer: layer_tree.Layer, entry: Any, dtype) -> tuple:
       f"for kernel shape {tuple(layer.kernel.shape)}."
     )
   check_steps(layer, steps)
+  if not isinstance(mean, jax.core.Tracer) and not np.isfinite(mean).all():
+    raise ValueError(  # Checked when called eagerly: P would become NaN.
+      f"layer_inputs[{layer_tree.format_path(layer.path)!r}] holds NaN or "
+      "Inf; inside jit, skip such steps with optax.apply_if_finite."
+    )
   x = jnp.asarray(mean, dtype)
   if layer.bias is not None:
     x = jnp.concatenate([x, jnp.ones((1,), dtype)])
@@ -229,13 +235,22 @@ def layerwise_transform(
 def matrix_of(state: Any, layer: layer_tree.Layer) -> jax.Array:
   """The matrix a `layerwise_transform` state keeps for `layer`."""
   try:
-    return layer_tree.nested_get(state[0], layer.path)
+    matrix = layer_tree.nested_get(state[0], layer.path)
   except (KeyError, TypeError):
     raise ValueError(
       f"The RLS state has no P for layer "
       f"{layer_tree.format_path(layer.path)!r}; call init with params of the "
       "same structure as the updates."
     ) from None
+  if jnp.shape(matrix)[:1] != (layer.augmented_size,):
+    raise ValueError(
+      f"state: the RLS P of layer {layer_tree.format_path(layer.path)!r} "
+      f"has shape {tuple(jnp.shape(matrix))}, but this layer (kernel "
+      f"{tuple(layer.kernel.shape)}) needs {layer.augmented_size} rows: the "
+      "state was made by init for another model; call init with these "
+      "params."
+    )
+  return matrix
 
 
 def precondition_by(state: Any, tree: Any) -> Any:

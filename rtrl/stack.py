@@ -44,6 +44,7 @@ from rtrl.online import StepBatch
 from rtrl.online import StepMetrics
 from rtrl.online import Trainer
 from rtrl.online import broadcast_state
+from rtrl.online import inputs
 from rtrl.online import readout_and_loss
 from rtrl.online import step_resetting
 from rtrl.online import summed_gradient
@@ -305,8 +306,8 @@ def make_stacked_online_trainer(
       layers, params, tstates, cell_states, batch, readout=readout, loss=loss
     )
 
-  return trainer_from_estimate(
-    initial_states, estimate, optimizer, accumulate_steps
+  return inputs.checked(  # Shapes, dtypes, NaN inputs: rtrl.online.inputs.
+    trainer_from_estimate(initial_states, estimate, optimizer, accumulate_steps)
   )
 
 

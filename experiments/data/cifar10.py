@@ -53,7 +53,7 @@ _ALLOWED_GLOBALS = {
 }
 
 
-class CifarFormatError(ValueError):
+class CifarFormatError(files.DataFormatError):
   """A batch file is not a CIFAR-10 python pickle of the expected shape."""
 
 
@@ -186,7 +186,7 @@ def find_batches(folder: str | os.PathLike) -> BatchReport:
     absent = ([TEST_BATCH] if not (folder / TEST_BATCH).is_file() else []) + (
       ["any of " + ", ".join(TRAIN_BATCHES)] if not present else []
     )
-    raise FileNotFoundError(
+    raise files.DataNotFoundError(
       f"CIFAR-10: {folder} lacks {' and '.join(absent)} (it has: "
       f"{files.listing(folder)}). Put the standard python batches "
       f"({FOLDER}/ from {URL}) in a folder and "

@@ -13,6 +13,11 @@ Each loader (`ptb`, `mnist`, `cifar10`, `imdb`) reads, in order:
 
 Data folders (1 and 2) are read as they are, never downloaded into; when
 their files are missing, the error names the files and where to put them.
+
+Missing files raise `DataNotFoundError` (a `FileNotFoundError`), a file not
+in its format `DataFormatError` (a `ValueError`): both are
+`experiments.loop.errors.RunError`s, which the mains print as one message
+without a traceback.
 """
 
 from __future__ import annotations
@@ -26,6 +31,10 @@ import shutil
 import tempfile
 import urllib.error
 import urllib.request
+
+# Re-exported: the loaders raise these.
+from experiments.loop.errors import DataFormatError as DataFormatError
+from experiments.loop.errors import DataNotFoundError as DataNotFoundError
 
 CACHE_ENV = "RTRL_RLS_CACHE_DIR"
 
@@ -93,7 +102,7 @@ def fetched(
       ):
         shutil.copyfileobj(response, out)
     except (urllib.error.URLError, OSError, ValueError) as e:
-      raise FileNotFoundError(f"could not download {url} ({e})") from e
+      raise DataNotFoundError(f"could not download {url} ({e})") from e
     yield pathlib.Path(tmp)
   finally:
     if os.path.exists(tmp):
@@ -114,7 +123,7 @@ def download_verified(
   with fetched(url, target.parent, timeout) as tmp:
     got = md5_of(tmp)
     if got != md5:
-      raise FileNotFoundError(f"{url}: md5 {got} != expected {md5}")
+      raise DataNotFoundError(f"{url}: md5 {got} != expected {md5}")
     os.replace(tmp, target)
 
 
@@ -130,19 +139,19 @@ def cached_archive(
     if md5_of(target) == md5:
       return target
     if not download:
-      raise FileNotFoundError(
+      raise DataNotFoundError(
         f"{what}: {target} has the wrong md5 (expected "
         f"{md5}); delete it or pass data_dir."
       )
   if not download:
-    raise FileNotFoundError(
+    raise DataNotFoundError(
       f"{what}: no data_dir given, DATA_DIR unset, {target} absent and "
       f"downloads are off. Pass data_dir, or allow the download of {url}."
     )
   try:
     download_verified(url, md5, target)
   except FileNotFoundError as e:
-    raise FileNotFoundError(
+    raise DataNotFoundError(
       f"{what}: {e}. Put the archive at {target} yourself "
       f"(md5 {md5}), or pass data_dir / set DATA_DIR."
     ) from e

@@ -94,29 +94,30 @@ def read_reviews_from_folder(folder: pathlib.Path) -> dict:
   """`{(split, label): [text, ...]}` from an extracted `aclImdb/` folder.
 
   Raises:
-    FileNotFoundError: a `{split}/{pos,neg}` folder is missing.
-    ValueError: one of them holds no `.txt` review (names the folder).
+    DataNotFoundError: a `{split}/{pos,neg}` folder is missing.
+    DataFormatError: one of them holds no `.txt` review (names the
+      folder).
   """
   reviews = {}
   for split in SPLITS:
     for label in LABELS:
       sub = folder / split / label
       if not sub.is_dir():
-        raise FileNotFoundError(
+        raise files.DataNotFoundError(
           f"IMDB: {sub} is missing; an aclImdb folder needs "
           "{train,test}/{pos,neg}/*.txt."
         )
-      files = sorted(
+      texts = sorted(
         (p for p in sub.iterdir() if p.suffix == ".txt"),
         key=lambda p: _review_sort_key(p.name),
       )
-      if not files:
-        raise ValueError(
+      if not texts:
+        raise files.DataFormatError(
           f"IMDB: review folder {sub} is empty (no .txt "
           "files); the dataset is incomplete."
         )
       reviews[split, label] = [
-        p.read_text(encoding="utf-8", errors="replace") for p in files
+        p.read_text(encoding="utf-8", errors="replace") for p in texts
       ]
   return reviews
 
@@ -137,7 +138,7 @@ def read_reviews_from_archive(path: pathlib.Path) -> dict:
             )
           )
   except (tarfile.TarError, OSError, EOFError) as e:
-    raise ValueError(
+    raise files.DataFormatError(
       f"IMDB: cannot read archive {path} ({e}); is it a truncated download?"
     ) from e
   reviews = {}
@@ -145,7 +146,7 @@ def read_reviews_from_archive(path: pathlib.Path) -> dict:
     for label in LABELS:
       items = sorted(named.get((split, label), []))
       if not items:
-        raise ValueError(
+        raise files.DataFormatError(
           f"IMDB: archive {path} has no reviews in "
           f"aclImdb/{split}/{label}/; the dataset is "
           "incomplete."
@@ -170,7 +171,7 @@ def find_source(
   for name in ARCHIVE_NAMES:
     if (root / name).is_file():
       return root / name
-  raise FileNotFoundError(
+  raise files.DataNotFoundError(
     f"IMDB: {root} holds neither an aclImdb/ folder nor one of "
     f"{ARCHIVE_NAMES} ({files.listing(root)}). Put the Large Movie Review "
     f"Dataset ({URL}, md5 {MD5}) in a folder and "

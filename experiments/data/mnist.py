@@ -55,7 +55,7 @@ _IDX_DTYPES = {
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
-class IdxFormatError(ValueError):
+class IdxFormatError(files.DataFormatError):
   """A file is not a well-formed IDX file (wrong magic, size or contents)."""
 
 
@@ -148,17 +148,14 @@ def _find(folder: pathlib.Path, base: str) -> pathlib.Path | None:
 def _missing_files_message(
   folder: pathlib.Path, missing: list[str], why: str
 ) -> str:
-  lines = [
-    f"MNIST: {why}",
-    f"Missing in {folder}: " + ", ".join(f"{m}.gz" for m in missing),
-    "Fix one of:",
-    "  * put the four standard files (gzipped or not) "
+  return (
+    f"MNIST: {why} Missing in {folder}: "
+    + ", ".join(f"{m}.gz" for m in missing)
+    + ". Put the four standard files (gzipped or not) "
     f"{', '.join(base + '.gz' for base, _ in FILES.values())} "
-    f"in a folder and {files.how_to_provide('mnist')};",
-    f"  * or allow a download into {folder} from "
-    f"{MIRRORS[0]} (the md5s are checked).",
-  ]
-  return "\n".join(lines)
+    f"in a folder and {files.how_to_provide('mnist')}; or allow a download "
+    f"into {folder} from {MIRRORS[0]} (the md5s are checked)."
+  )
 
 
 def _download(base: str, md5: str, folder: pathlib.Path) -> list[str]:
@@ -180,7 +177,7 @@ def _files_in_data_folder(folder: pathlib.Path) -> dict:
   found = {split: _find(folder, base) for split, (base, _) in FILES.items()}
   missing = [FILES[s][0] for s, p in found.items() if p is None]
   if missing:
-    raise FileNotFoundError(
+    raise files.DataNotFoundError(
       _missing_files_message(
         folder,
         missing,
@@ -205,13 +202,14 @@ def _files_in_cache(folder: pathlib.Path, download: bool) -> dict:
   if missing:
     why = (
       (
-        "no data_dir given, DATA_DIR unset, and the download failed:\n  "
-        + "\n  ".join(errors)
+        "no data_dir given, DATA_DIR unset, and the download failed ("
+        + "; ".join(errors)
+        + ")."
       )
       if download
       else ("no data_dir given, DATA_DIR unset, and downloads are off.")
     )
-    raise FileNotFoundError(_missing_files_message(folder, missing, why))
+    raise files.DataNotFoundError(_missing_files_message(folder, missing, why))
   return found
 
 

@@ -53,23 +53,54 @@ def read_file(
   `verify_md5` (needs `split`) checks it first.
 
   Raises:
-    FileNotFoundError: no such file.
-    ValueError: md5 mismatch, or a symbol outside the vocabulary.
+    DataNotFoundError: no such file.
+    DataFormatError: md5 mismatch, a byte that is not UTF-8, no text, or a
+      symbol outside the vocabulary (each names the file).
   """
   path = pathlib.Path(path)
   if not path.is_file():
-    raise FileNotFoundError(f"char-PTB file {path} not found")
+    raise files.DataNotFoundError(f"char-PTB file {path} not found")
   if verify_md5:
     actual = files.md5_of(path)
     if actual != MD5[split]:
-      raise ValueError(
+      raise files.DataFormatError(
         f"{path} has md5 {actual}, but the canonical {FILE_NAMES[split]} "
         f"has {MD5[split]}: the file is corrupt or not the standard one. "
         "Replace it (or delete it to re-download), or pass "
         "verify_md5=False (config.verify_md5=False) to use it anyway."
       )
-  with open(path, encoding="utf-8") as f:
-    return ptb.encode(f.read(), source=str(path), layout=layout)
+  text = _read_text(path, split)
+  try:
+    return ptb.encode(text, source=str(path), layout=layout)
+  except ValueError as e:  # A symbol outside the vocabulary.
+    raise files.DataFormatError(str(e)) from e
+
+
+def _read_text(path: pathlib.Path, split: str | None) -> str:
+  """The file's text.
+
+  Raises:
+    DataFormatError: a byte that is not UTF-8 (line and column named), or
+      no text at all.
+  """
+  data = path.read_bytes()
+  try:
+    text = data.decode("utf-8")
+  except UnicodeDecodeError as e:
+    line = data.count(b"\n", 0, e.start) + 1
+    column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+    raise files.DataFormatError(
+      f"{path}:{line}:{column}: byte 0x{data[e.start]:02x} is not UTF-8 "
+      f"({e.reason}); char-PTB files are UTF-8 text. Replace it with the "
+      f"standard {FILE_NAMES.get(split or '', 'file')} (md5 "
+      f"{MD5.get(split or '', 'in experiments/data/ptb.py')})."
+    ) from e
+  if not text.strip():
+    raise files.DataFormatError(
+      f"{path} holds no text ({len(data)} bytes): a char-PTB split needs "
+      "at least one line of symbols."
+    )
+  return text
 
 
 def _extract_verified(
@@ -78,19 +109,20 @@ def _extract_verified(
   """Writes the three files of `archive` into `into`, checking each md5.
 
   Raises:
-    ValueError: a file is missing from the archive or has the wrong md5.
+    DataFormatError: a file is missing from the archive or has the wrong
+      md5.
   """
   with tarfile.open(archive, mode="r:*") as tar:
     members = {m.name.lstrip("./"): m for m in tar.getmembers()}
     for split, name in FILE_NAMES.items():
       member = members.get(f"{ARCHIVE_DIR}/{name}")
       if member is None:
-        raise ValueError(f"{url} holds no {ARCHIVE_DIR}/{name}")
+        raise files.DataFormatError(f"{url} holds no {ARCHIVE_DIR}/{name}")
       path = into / name
       path.write_bytes(tar.extractfile(member).read())
       got = files.md5_of(path)
       if got != MD5[split]:
-        raise ValueError(
+        raise files.DataFormatError(
           f"{name} from {url} has md5 {got}, expected {MD5[split]}"
         )
 
@@ -100,8 +132,9 @@ def download(target_dir, url: str) -> pathlib.Path:
   `target_dir`, after checking each one's md5 (nothing is written otherwise).
 
   Raises:
-    FileNotFoundError: the download failed.
-    ValueError: a file is missing from the archive or has the wrong md5.
+    DataNotFoundError: the download failed.
+    DataFormatError: a file is missing from the archive or has the wrong
+      md5.
   """
   target_dir = pathlib.Path(target_dir)
   target_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -133,12 +166,12 @@ def find_data_dir(
   """The folder holding the three files (see the module docstring).
 
   Raises:
-    FileNotFoundError: naming the files and where to put them.
+    DataNotFoundError: naming the folder, the files and where to put them.
   """
   folder = files.data_folder(data_dir, "ptb")
   if folder is not None:
     if _missing(folder):
-      raise FileNotFoundError(
+      raise files.DataNotFoundError(
         _missing_message(f"in {folder} (missing: {_missing(folder)})")
       )
     return folder
@@ -146,14 +179,14 @@ def find_data_dir(
   if not _missing(cache):
     return cache
   if not allow_download:
-    raise FileNotFoundError(
+    raise files.DataNotFoundError(
       _missing_message(f"in {cache} (DATA_DIR unset, downloads off)")
     )
   try:
     print(f"Downloading char-PTB from {ARCHIVE_URL} into {cache} ...")
     return download(cache, ARCHIVE_URL)
   except FileNotFoundError as e:
-    raise FileNotFoundError(
+    raise files.DataNotFoundError(
       _missing_message(f"in {cache}, and the download failed ({e})")
     ) from e
 

@@ -3,12 +3,15 @@ be. The step schedule (`num_steps`, `log_every`, `eval_every`,
 `checkpoint_every` against the chunk length) and `matmul_precision` are
 checked here once, by the run loop, for every experiment.
 
-The loop depends on no algorithm library (`rtrl`, `rls`): the value checks
+Each error is a `ConfigError` (a `ValueError` that the mains print as one
+line). The loop depends on no algorithm library (`rtrl`, `rls`): the value checks
 it needs are written here, and the RLS experiments use them too."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from experiments.loop.errors import ConfigError
 
 # The names `jax.default_matmul_precision` takes (the same set as
 # `rtrl.linalg.MATMUL_PRECISIONS`; tests/experiments/loop checks they agree).
@@ -24,17 +27,17 @@ MATMUL_PRECISIONS = (
 
 
 def positive_int(name: str, value: Any) -> int:
-  """`value` if it is an int >= 1 (not a bool), else a ValueError naming it."""
+  """`value` if it is an int >= 1 (not a bool), else a ConfigError (a ValueError) naming it."""
   if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-    raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    raise ConfigError(f"{name} must be a positive integer, got {value!r}")
   return value
 
 
 def nonnegative_int(name: str, value: Any, zero_means: str = "") -> int:
-  """`value` if it is an int >= 0 (not a bool), else a ValueError naming it."""
+  """`value` if it is an int >= 0 (not a bool), else a ConfigError (a ValueError) naming it."""
   if isinstance(value, bool) or not isinstance(value, int) or value < 0:
     meaning = f" (0: {zero_means})" if zero_means else ""
-    raise ValueError(f"{name} must be an integer >= 0{meaning}, got {value!r}")
+    raise ConfigError(f"{name} must be an integer >= 0{meaning}, got {value!r}")
   return value
 
 
@@ -53,7 +56,7 @@ def nonnegative_ints(config, *fields: str, zero_means: str = "") -> None:
 def multiple_of(config, field: str, period: int, period_name: str) -> None:
   """`config.field` is a multiple of `period` (named `period_name`)."""
   if config[field] % period:
-    raise ValueError(
+    raise ConfigError(
       f"config.{field} ({config[field]}) must be a multiple "
       f"of {period_name} ({period})"
     )
@@ -79,7 +82,7 @@ def schedule(config, chunk_steps: int, eval_every: int | None = None) -> None:
     periods["eval_every"] = positive_int("config.eval_every", eval_every)
   for field, period in periods.items():
     if period % chunk_steps:
-      raise ValueError(
+      raise ConfigError(
         f"config.{field} ({period}) must be a multiple of the chunk length "
         f"in steps ({chunk_steps}; online experiments: config.chunk_steps)"
       )
@@ -89,7 +92,7 @@ def matmul_precision(config) -> str:
   """`config.matmul_precision`, one of `MATMUL_PRECISIONS`."""
   name = config.matmul_precision
   if name not in MATMUL_PRECISIONS:
-    raise ValueError(
+    raise ConfigError(
       f"config.matmul_precision: matmul precision must be one of "
       f"{sorted(MATMUL_PRECISIONS)}, got {name!r}"
     )

@@ -4,8 +4,8 @@ Every error here is a message written for the person at the command line:
 the mains (`cli.py`) print `Error: <message>` and exit with the error's
 `exit_code`, without a traceback. A traceback means a bug.
 
-Exit codes: 2 for a run that cannot start or go on as asked (a changed
-config, no usable checkpoint, a workdir held by another process, a full or
+Exit codes: 2 for a run that cannot start or go on as asked (a bad config
+field, a changed config, no usable checkpoint, a workdir held by another process, a full or
 read-only disk, missing data, a broken log); 3 for a run that failed
 numerically (NaN/Inf, too many skipped updates, a diverged loss); 128 + the
 signal number after SIGTERM/SIGINT (`signals.Preempted`, not a `RunError`).
@@ -21,6 +21,11 @@ class RunError(Exception):
   """A run stopped for a reason its message explains (see the module)."""
 
   exit_code = 2
+
+
+class ConfigError(RunError, ValueError):
+  """A config field has a value the run cannot use (`checks.py`): the
+  message names `config.FIELD` and what it should be."""
 
 
 class WorkdirLockedError(RunError):

@@ -39,6 +39,7 @@ import numpy as np
 from experiments.loop import checkpoints
 from experiments.loop import checks
 from experiments.loop import run_axes
+from experiments.loop.errors import ConfigError
 from experiments.loop.errors import TrainingFailedError
 
 Pytree = Any
@@ -52,7 +53,7 @@ def limits(config) -> tuple[int, float]:
   where absent), checked.
 
   Raises:
-    ValueError: naming the field.
+    ConfigError: naming the field.
   """
   skips = config.get("max_consecutive_skips", DEFAULTS["max_consecutive_skips"])
   checks.positive_int("config.max_consecutive_skips", skips)
@@ -60,7 +61,7 @@ def limits(config) -> tuple[int, float]:
   if isinstance(factor, bool) or not isinstance(factor, (int, float)):
     factor = -1
   if not 0 <= factor < float("inf"):
-    raise ValueError(
+    raise ConfigError(
       "config.divergence_factor must be a number >= 0 (0: no divergence "
       f"check), got {config.get('divergence_factor')!r}"
     )

@@ -275,7 +275,7 @@ def acquire(
     heartbeat_every: seconds between heartbeats (well below `stale_after`).
     wait: seconds to wait for a live holder to release or go stale before
       refusing (0: refuse at once).
-    log: called with the take-over warning (it is also a `warnings.warn`).
+    log: called with the take-over warning; None: `warnings.warn`.
 
   Raises:
     WorkdirLockedError: a live process holds the lock.
@@ -297,9 +297,10 @@ def acquire(
       message = (
         f"Taking over the lock {path} of {describe(holder, age)}: {reason}."
       )
-      warnings.warn(message, stacklevel=2)
       if log is not None:
         log(message)
+      else:
+        warnings.warn(message, stacklevel=2)
       _take_over(path, holder, me["token"])
       continue
     if time.monotonic() >= deadline:

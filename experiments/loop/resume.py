@@ -101,6 +101,7 @@ def check_made_with(setting, raw: dict, path: str) -> None:
     set(workdir_lib.BOOKKEEPING_FIELDS),
     setting.config.allow_config_change,
     path,
+    checkpoint=True,
   )
 
 

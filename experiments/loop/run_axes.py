@@ -21,6 +21,7 @@ import numpy as np
 
 from experiments.loop import checks
 from experiments.loop import sharding
+from experiments.loop.errors import ConfigError
 
 Pytree = Any
 
@@ -39,7 +40,7 @@ def run_grid(config, swept_hparams: tuple[str, ...] = ()) -> list[dict]:
     values = list(listed) if listed else [config[name]]
     for value in values:
       if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(
+        raise ConfigError(
           f"config.{name}s must be a list of numbers, got {listed!r}"
         )
     value_lists.append(values)

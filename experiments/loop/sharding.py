@@ -29,6 +29,7 @@ from jax.sharding import PartitionSpec
 import numpy as np
 
 from experiments.loop import checks
+from experiments.loop.errors import ConfigError
 
 DATA, RUNS = "data", "runs"
 Pytree = Any
@@ -90,7 +91,7 @@ def _devices(config) -> list:
   )
   devices = jax.devices()
   if num_devices > len(devices):
-    raise ValueError(
+    raise ConfigError(
       f"config.num_devices={num_devices} but only "
       f"{len(devices)} devices are visible: {devices}"
     )
@@ -104,11 +105,11 @@ def _mesh_shape(config, num_devices: int) -> tuple[int, int]:
   if len(shape) != 2 or any(
     isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in shape
   ):
-    raise ValueError(
+    raise ConfigError(
       f"config.mesh_shape must be (data, runs) positive integers, got {shape!r}"
     )
   if shape[0] * shape[1] != num_devices:
-    raise ValueError(
+    raise ConfigError(
       f"config.mesh_shape {shape} needs "
       f"{shape[0] * shape[1]} devices; {num_devices} are used "
       f"(config.num_devices={config.num_devices})"
@@ -127,25 +128,25 @@ def _check_divides(
   data, runs = shape
   if data > 1:
     if batch_size is None:
-      raise ValueError(
+      raise ConfigError(
         f"config.mesh_shape {shape} splits the batch over "
         f"{data} devices, but this experiment has no batch "
         "axis to split; put the devices on 'runs'"
       )
     if batch_size % data:
-      raise ValueError(
+      raise ConfigError(
         f"config.batch_size ({batch_size}) must be a multiple "
         f"of the 'data' mesh axis ({data} devices)"
       )
   if runs > 1:
     if not stacked:
-      raise ValueError(
+      raise ConfigError(
         f"config.mesh_shape {shape} splits runs over {runs} "
         "devices, but this config has a single run (set "
         "num_seeds or a list of learning_rates)"
       )
     if num_runs % runs:
-      raise ValueError(
+      raise ConfigError(
         f"the {num_runs} runs (num_seeds x learning_rates) "
         f"must be a multiple of the 'runs' mesh axis ({runs} "
         "devices)"

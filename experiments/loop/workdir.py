@@ -212,9 +212,11 @@ def check_differences(
   allow_change: bool,
   path: str,
   log=None,
+  checkpoint: bool = False,
 ) -> list[tuple[str, Any, Any]]:
   """Logs each difference (when `log`); returns the essential ones (fields
-  outside `bookkeeping`).
+  outside `bookkeeping`). `path` is the saved config: `config.json`, or a
+  checkpoint (`checkpoint`), which carries the config it was made with.
 
   Raises:
     ConfigMismatchError: listing the essential differences, unless
@@ -223,9 +225,14 @@ def check_differences(
   essential = [d for d in differences if d[0] not in bookkeeping]
   if essential and not allow_change:
     lines = "\n".join(f"  {field}: {o!r} -> {n!r}" for field, o, n in essential)
+    saved = (
+      f"the one {path} was made with"
+      if checkpoint
+      else f"the one saved in {path}, which this workdir's checkpoints "
+      "were made with"
+    )
     raise ConfigMismatchError(
-      f"The config differs from the one saved in {path}, which this "
-      f"workdir's checkpoints were made with:\n{lines}\n"
+      f"The config differs from {saved}:\n{lines}\n"
       "Use a new --workdir for a different run, or pass "
       "--config.allow_config_change=true to resume this one with the "
       "new values anyway (the old config is then kept as "

@@ -11,6 +11,7 @@ from rtrl import optim
 from rtrl import validation
 from rtrl.cells import Cell
 from rtrl.estimators import Estimator
+from rtrl.online import inputs
 from rtrl.online.batching import broadcast_state
 from rtrl.online.estimate import estimate_step
 from rtrl.online.from_estimate import trainer_from_estimate
@@ -28,6 +29,7 @@ def make_online_trainer(
   readout=None,
   loss=None,
   shadow_every: int | None = None,
+  check_inputs: bool = True,
 ) -> Trainer:
   """Builds the online trainer.
 
@@ -51,9 +53,15 @@ def make_online_trainer(
       `tstate` is then a `ShadowTangents` and the metrics
       `ShadowStepMetrics`. None or 0 (default): off, the trainer exactly as
       without it. The shadow costs exact RTRL's memory and time per step.
+    check_inputs: `run`, called eagerly, checks its chunk's values: targets
+      within the readout's classes (default loss), inputs without NaN/Inf
+      (`rtrl.online.inputs`; one small device-to-host transfer per call).
+      Shapes and dtypes are always checked (free).
 
   Returns:
-    A `Trainer`. `run` is jitted; `step` is pure and jittable.
+    A `Trainer`. `run` is jitted; `step` is pure and jittable. A bad
+    argument of `init`, `step` or `run` is a ValueError naming it
+    (`rtrl.online.inputs`).
 
   Raises:
     ValueError: `shadow_every` not None or an integer >= 0.
@@ -63,15 +71,20 @@ def make_online_trainer(
   optimizer = optim.keep_recurrent_mask(optimizer, cell)
   if shadow_every is not None:
     validation.nonnegative_int("shadow_every", shadow_every, "off")
+  classes = inputs.classes_of(cell, readout, loss)
   if shadow_every:
-    return make_shadow_trainer(
-      cell,
-      estimator,
-      optimizer,
-      accumulate_steps,
-      shadow_every,
-      readout=readout,
-      loss=loss,
+    return inputs.checked(
+      make_shadow_trainer(
+        cell,
+        estimator,
+        optimizer,
+        accumulate_steps,
+        shadow_every,
+        readout=readout,
+        loss=loss,
+      ),
+      check_inputs,
+      classes,
     )
 
   def initial_states(params, key, batch_size):
@@ -94,6 +107,10 @@ def make_online_trainer(
       loss=loss,
     )
 
-  return trainer_from_estimate(
-    initial_states, estimate, optimizer, accumulate_steps
+  return inputs.checked(
+    trainer_from_estimate(
+      initial_states, estimate, optimizer, accumulate_steps
+    ),
+    check_inputs,
+    classes,
   )
