@@ -3,6 +3,11 @@
 `checkpoint_<step>.msgpack` holds the flax msgpack of a state dict, and the
 sidecar `checkpoint_<step>.msgpack.sha256` its SHA-256: a file cut short by a
 crash or a copy fails the checksum and is skipped in favour of an older one.
+
+The run loop's state dict (`runner.write_checkpoint`): `step`, `state`,
+`window` (the metrics since the last record), `config` (the JSON of the
+config it was made with), `last_record` (the step of the last record
+written before it) and `skips_at_record` (`health.py`).
 """
 
 from __future__ import annotations
@@ -39,9 +44,10 @@ def save_checkpoint(workdir: str, step: int, target: Any, keep: int = 2) -> str:
   """Writes `target` (any pytree of arrays) with its checksum; keeps the
   newest `keep` checkpoints (0: every one).
 
-  The data and the checksum are each written atomically (temporary file,
-  fsync, rename, directory fsync), data first: a crash in between leaves a
-  checkpoint without checksum, which restore skips in favour of an older one.
+  The checksum and the data are each written atomically (temporary file,
+  fsync, rename, directory fsync), the checksum first: a crash in between
+  leaves only a checksum file, which nothing reads (`remove_orphans`), so a
+  checkpoint file on disk always has its checksum.
 
   Raises:
     WorkdirWriteError: the disk is full or read-only; nothing of this
@@ -49,18 +55,33 @@ def save_checkpoint(workdir: str, step: int, target: Any, keep: int = 2) -> str:
   """
   data = flax.serialization.to_bytes(jax.device_get(target))
   path = checkpoint_path(workdir, step)
-  writes.write_atomic(path, data)
+  sidecar = path + CHECKSUM_SUFFIX
+  writes.write_atomic(sidecar, hashlib.sha256(data).hexdigest().encode())
   try:
-    writes.write_atomic(
-      path + CHECKSUM_SUFFIX, hashlib.sha256(data).hexdigest().encode()
-    )
-  except RunError:  # A checkpoint without its checksum is only clutter.
-    writes.remove_quietly(path)
+    writes.write_atomic(path, data)
+  except RunError:
+    writes.remove_quietly(sidecar)
     raise
   for old in checkpoint_paths(workdir)[:-keep] if keep else ():
     for p in (old, old + CHECKSUM_SUFFIX):
       writes.remove_quietly(p)
   return path
+
+
+def remove_orphans(workdir: str, log=print) -> None:
+  """Removes checksum files without their checkpoint (a crash between the
+  two writes of `save_checkpoint`)."""
+  if not os.path.isdir(workdir):
+    return
+  for name in sorted(os.listdir(workdir)):
+    data = name[: -len(CHECKSUM_SUFFIX)]
+    if (
+      name.startswith(CHECKPOINT_PREFIX)
+      and name.endswith(CHECKPOINT_SUFFIX + CHECKSUM_SUFFIX)
+      and not os.path.exists(os.path.join(workdir, data))
+    ):
+      writes.remove_quietly(os.path.join(workdir, name))
+      log(f"Removed {name}, left by an interrupted checkpoint write.")
 
 
 def checkpoint_paths(workdir: str) -> list[str]:

@@ -222,7 +222,8 @@ class WorkdirLock:
 
 def _create(path: str, record: dict[str, Any]) -> bool:
   """Links a file holding `record` to `path`; False if `path` exists."""
-  tmp = f"{path}.{record['token']}{writes.TMP_SUFFIX}"
+  # Not `*.tmp`: the holder sweeps those (`writes.remove_stray_temporaries`).
+  tmp = f"{path}.{record['token']}.new"
   data = json.dumps(record, sort_keys=True).encode()
   try:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)

@@ -197,5 +197,19 @@ class MetricsLog:
     """Keeps the records up to `step` (a resumed run rewrites the rest)."""
     found = scan(self.path)
     kept = [x for x, s in zip(found.lines, found.steps) if s <= step]
-    if kept != found.lines or found.cut_line or not os.path.exists(self.path):
+    if (
+      kept != found.lines
+      or found.cut_line is not None
+      or not _ends_line(self.path)
+    ):
       self.rewrite(kept)
+
+
+def _ends_line(path: str) -> bool:
+  """Whether the file at `path` is empty, absent or ends with a newline (so
+  that an append starts a line)."""
+  if not os.path.exists(path) or not os.path.getsize(path):
+    return True
+  with open(path, "rb") as f:
+    f.seek(-1, os.SEEK_END)
+    return f.read(1) == b"\n"

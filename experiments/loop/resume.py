@@ -172,6 +172,7 @@ def start(setting) -> Start:
     )
   if setting.writes:
     writes.remove_stray_temporaries(setting.workdir, setting.log)
+    checkpoints.remove_orphans(setting.workdir, setting.log)
   chosen = choose(setting, scanned.steps)
   step = 0 if chosen is None else chosen[0]
   dropped = [s for s in scanned.steps if s > step]

@@ -12,6 +12,7 @@ PRNG keys, data stream and curriculum logic. `run_grid` gives the order
 from __future__ import annotations
 
 from collections.abc import Callable
+import functools
 import itertools
 from typing import Any
 
@@ -61,6 +62,13 @@ def nonfinite_leaves(tree: Pytree) -> list[str]:
   return bad
 
 
+@functools.lru_cache(maxsize=64)
+def _without_hparams(init: Callable) -> Callable:
+  """`(key, hparams) -> init(key)`, one per `init`: a second run of the same
+  experiment in this process reuses its compiled `init`."""
+  return lambda key, hparams: init(key)
+
+
 def run_index(tree: Pytree, r: int) -> Pytree:
   return jax.tree_util.tree_map(lambda a: np.asarray(a)[r], tree)
 
@@ -83,8 +91,7 @@ class Runs:
     keys = jnp.stack([jax.random.PRNGKey(r["seed"]) for r in runs])
     hparams = {name: jnp.asarray([r[name] for r in runs]) for name in swept}
 
-    def init_one(key, hparams):
-      return experiment.init(key, hparams) if swept else experiment.init(key)
+    init_one = experiment.init if swept else _without_hparams(experiment.init)
 
     data_axes = () if experiment.data is None else (None,)
     if self.stacked:

@@ -265,14 +265,16 @@ def train(
 def write_summary(
   setting: Setting, state: Pytree, watch: health.Health
 ) -> None:
-  """`summary.json` from `Experiment.finish` (lists over stacked runs, and
-  the runs that failed under `failed_runs`)."""
+  """`summary.json` from `Experiment.finish` (lists over stacked runs), and
+  the runs that failed under `failed_runs` (also without `finish`)."""
   host_state = sharding.to_host(state)  # Collective with several processes.
   if not setting.writes:
     return
-  runs = setting.runs
-  summary = runs.per_run(
-    lambda st: setting.experiment.finish(st, setting.workdir), host_state
+  runs, finish = setting.runs, setting.experiment.finish
+  summary = (
+    runs.per_run(lambda st: finish(st, setting.workdir), host_state)
+    if finish is not None
+    else {}
   )
   if runs.stacked:
     summary["runs"] = runs.runs
@@ -397,8 +399,6 @@ def _run_locked(
         f"({jax.process_count()} processes)."
       )
     start = resume.start(setting)
-    if writes:
-      workdir_lib.save_config(workdir, checked)
     watch = health.Health(
       config,
       runs.runs,
@@ -410,9 +410,11 @@ def _run_locked(
     )
     say(_start_line(setting, start.step))
     try:
+      if writes:
+        workdir_lib.save_config(workdir, checked)
       with signals_lib.SignalCatcher() as signals:
         state = train(setting, start, signals, watch)
-      if experiment.finish is not None:
+      if experiment.finish is not None or watch.failed:
         write_summary(setting, state, watch)
     except WorkdirWriteError as e:
       raise resumable(e, workdir) from e
