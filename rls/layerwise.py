@@ -98,7 +98,9 @@ def augmented_input(layer: layer_tree.Layer, entry: Any, dtype) -> tuple:
   if not isinstance(mean, jax.core.Tracer) and not np.isfinite(mean).all():
     raise ValueError(  # Checked when called eagerly: P would become NaN.
       f"layer_inputs[{layer_tree.format_path(layer.path)!r}] holds NaN or "
-      "Inf; inside jit, skip such steps with optax.apply_if_finite."
+      "Inf. (Inside jit nothing is checked: NaN data makes the gradient "
+      "NaN too, and optax.apply_if_finite around the optimiser skips the "
+      "step.)"
     )
   x = jnp.asarray(mean, dtype)
   if layer.bias is not None:

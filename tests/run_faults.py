@@ -39,6 +39,8 @@ TINY = dict(
   num_steps=300,
 )
 TIMING_FIELDS = ("steps_per_second", "examples_per_second")
+# Fields that choose the runs (`run_axes.run_grid`), not what one computes.
+RUN_GRID_FIELDS = {"seed", "num_seeds", "learning_rates"}
 
 
 def tiny_config(**overrides):
@@ -61,7 +63,7 @@ def train(workdir, log=print, **overrides) -> list[dict]:
     sorted(
       (k, v)
       for k, v in overrides.items()
-      if k not in workdir_lib.BOOKKEEPING_FIELDS
+      if k not in workdir_lib.BOOKKEEPING_FIELDS | RUN_GRID_FIELDS
     )
   )
   return runner.run(

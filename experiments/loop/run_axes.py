@@ -69,6 +69,12 @@ def _without_hparams(init: Callable) -> Callable:
   return lambda key, hparams: init(key)
 
 
+@functools.lru_cache(maxsize=64)
+def _vmapped(fn: Callable, mesh, in_axes) -> Callable:
+  """`sharding.vmap_runs`, one per function: reused, so compiled once."""
+  return sharding.vmap_runs(fn, mesh, in_axes=in_axes)
+
+
 def run_index(tree: Pytree, r: int) -> Pytree:
   return jax.tree_util.tree_map(lambda a: np.asarray(a)[r], tree)
 
@@ -95,7 +101,7 @@ class Runs:
 
     data_axes = () if experiment.data is None else (None,)
     if self.stacked:
-      vmap = lambda fn, **kw: sharding.vmap_runs(fn, mesh, **kw)
+      vmap = lambda fn, in_axes=0: _vmapped(fn, mesh, in_axes)
       self.keys, self.hparams = keys, hparams
       self.init = vmap(init_one)
       self.train_chunk = vmap(experiment.train_chunk, in_axes=(0,) + data_axes)

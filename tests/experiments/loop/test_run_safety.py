@@ -12,73 +12,22 @@ import pathlib
 import random
 import signal
 import subprocess
-import sys
 import time
 
 from helpers import REPO_ROOT
 from helpers import load_config
 import numpy as np
 import pytest
+import run_faults
 
 from experiments.loop import checkpoints
 from experiments.loop import workdir as workdir_lib
 
-# Tiny and fast: 4-unit RHN, exact RTRL, batch 2, 50-step chunks.
-BASE_FLAGS = dict(
-  estimator="rtrl",
-  cell="rhn",
-  hidden_size=4,
-  batch_size=2,
-  learning_rate=1e-2,
-  seed=5,
-  chunk_steps=50,
-  log_every=50,
-  checkpoint_every=100,
-  num_steps=300,
-)
-TIMING_FIELDS = ("steps_per_second", "examples_per_second")
-
-
-def command(workdir, **overrides) -> list[str]:
-  flags = {**BASE_FLAGS, **overrides}
-  return [
-    sys.executable,
-    "-m",
-    "experiments.copy_task",
-    "--config",
-    "configs/copy_task.py",
-    "--workdir",
-    str(workdir),
-  ] + [f"--config.{k}={v}" for k, v in flags.items()]
-
-
-def run_cli(workdir, **overrides) -> subprocess.CompletedProcess:
-  return subprocess.run(
-    command(workdir, **overrides),
-    cwd=REPO_ROOT,
-    capture_output=True,
-    text=True,
-    timeout=300,
-    env={**os.environ, "JAX_PLATFORMS": "cpu"},
-  )
-
-
-def learning_metrics(workdir) -> list[dict]:
-  return [
-    {k: v for k, v in r.items() if k not in TIMING_FIELDS}
-    for r in workdir_lib.read_metrics(str(workdir))
-  ]
-
-
-def assert_same_metrics(got, want):
-  assert [r["step"] for r in got] == [r["step"] for r in want]
-  for a, b in zip(got, want):
-    assert a.keys() == b.keys()
-    for key in a:
-      if isinstance(a[key], str):
-        assert a[key] == b[key], key
-      else:
-        np.testing.assert_allclose(a[key], b[key], rtol=1e-6, err_msg=key)
+BASE_FLAGS = run_faults.TINY
+command = run_faults.command
+run_cli = run_faults.run_cli
+learning_metrics = run_faults.learning_metrics
+assert_same_metrics = run_faults.assert_same_metrics
 
 
 @pytest.fixture(scope="module")
