@@ -5,6 +5,7 @@ to end."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
@@ -132,6 +133,9 @@ def _fake_cosine(out, label, overrides):
   del overrides
   workdir = os.path.join(out, common.Curve(label, "", {}).dirname)
   os.makedirs(workdir, exist_ok=True)
+  # A fresh log, as the cosine tool writes one (a log of two runs is refused).
+  with contextlib.suppress(FileNotFoundError):
+    os.remove(os.path.join(workdir, workdir_lib.METRICS_FILE))
   writer = workdir_lib.MetricsWriter(workdir)
   for step in (1, 2, 3):
     writer.write(
