@@ -178,6 +178,8 @@ class MetricsLog:
     finally:
       os.close(fd)
 
+  write = append  # The name of `workdir.MetricsWriter`'s method.
+
   def rewrite(self, lines: list[str]) -> None:
     """Replaces the file with `lines` (each a record, no newline),
     atomically."""
