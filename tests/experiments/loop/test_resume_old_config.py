@@ -66,3 +66,30 @@ def test_old_run_with_another_value_is_refused(tmp_path):
   path.write_text(json.dumps({**saved, "rank": saved["rank"] + 1}))
   with pytest.raises(workdir_lib.ConfigMismatchError, match="rank"):
     train(tiny(40), str(tmp_path))
+
+
+def test_each_experiment_declares_its_resume_defaults():
+  """The run loop keeps no table of other experiments' fields: each
+  experiment passes its own (issue 52: one source for each fact)."""
+  from experiments.classifier import experiment as classifier  # pylint: disable=g-import-not-at-top
+  from experiments.online import copy_experiment  # pylint: disable=g-import-not-at-top
+  from experiments.online import ptb_experiment  # pylint: disable=g-import-not-at-top
+  from experiments.online import setup as online_setup  # pylint: disable=g-import-not-at-top
+
+  assert not hasattr(workdir_lib, "ADDED_FIELD_DEFAULTS")
+  experiment = copy_experiment.make_experiment(tiny(20))
+  assert experiment.resume_defaults is copy_experiment.RESUME_DEFAULTS
+  assert experiment.resume_defaults["length_rule"] == "uniform"
+  assert ptb_experiment.RESUME_DEFAULTS["text_layout"] == "standard"
+  assert online_setup.RESUME_DEFAULTS.items() <= (
+    ptb_experiment.RESUME_DEFAULTS.items()
+  )
+  assert "optimizer" not in classifier.RESUME_DEFAULTS  # Always saved there.
+  # Each declared field is one its config file lists.
+  for name, defaults in (
+    ("copy_task", copy_experiment.RESUME_DEFAULTS),
+    ("ptb", ptb_experiment.RESUME_DEFAULTS),
+  ):
+    assert set(defaults) <= set(load_config(name)), name
+  mnist, imdb = load_config("mnist"), load_config("imdb")
+  assert set(classifier.RESUME_DEFAULTS) <= set(mnist) | set(imdb)
