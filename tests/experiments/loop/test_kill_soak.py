@@ -28,6 +28,18 @@ KILLS = 12
 TERMS = 4
 
 
+def start(workdir) -> subprocess.Popen:
+  """The soak's command line on `workdir`, its output piped."""
+  return subprocess.Popen(
+    run_faults.command(workdir, **SOAK),
+    cwd=REPO_ROOT,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+    env={**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"},
+  )
+
+
 @pytest.mark.slow
 def test_random_kills_leave_the_log_of_an_uninterrupted_run(tmp_path):
   reference = tmp_path / "reference"
@@ -36,18 +48,10 @@ def test_random_kills_leave_the_log_of_an_uninterrupted_run(tmp_path):
 
   workdir = tmp_path / "killed"
   rng = random.Random(49)
-  env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
   signals = [signal.SIGKILL] * KILLS + [signal.SIGTERM] * TERMS
   rng.shuffle(signals)
   for signum in signals:
-    process = subprocess.Popen(
-      run_faults.command(workdir, **SOAK),
-      cwd=REPO_ROOT,
-      stdout=subprocess.PIPE,
-      stderr=subprocess.PIPE,
-      text=True,
-      env=env,
-    )
+    process = start(workdir)
     # Half the kills before training starts printing (compiling, or before
     # the first record), half a random moment into training.
     if rng.random() < 0.5:
@@ -73,18 +77,7 @@ def test_random_kills_leave_the_log_of_an_uninterrupted_run(tmp_path):
 def test_two_writers_started_together(tmp_path):
   """The issue's case: two processes, one workdir, same config. One runs
   to the end, the other is refused at once; no duplicate record."""
-  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-  processes = [
-    subprocess.Popen(
-      run_faults.command(tmp_path, **SOAK),
-      cwd=REPO_ROOT,
-      stdout=subprocess.PIPE,
-      stderr=subprocess.PIPE,
-      text=True,
-      env=env,
-    )
-    for _ in range(2)
-  ]
+  processes = [start(tmp_path) for _ in range(2)]
   results = [(p.wait(timeout=300), p.communicate()[1]) for p in processes]
   codes = sorted(code for code, _ in results)
   assert codes == [0, 2], results
