@@ -59,8 +59,7 @@ RESUME_DEFAULTS = {
   "model_api": "linen",
   "num_layers": 1,
 }
-# The network's sizes, where a config has them: each a positive integer
-# (`conv_features`: a list of them and "pool").
+# The network's sizes, where a config has them: each a positive integer.
 SIZE_FIELDS = (
   "hidden_size",
   "embed_dim",
@@ -88,9 +87,6 @@ def validate(config) -> None:
     "checkpoint_every_epochs",
   )
   checks.positive_ints(config, *(f for f in SIZE_FIELDS if f in config))
-  for feature in config.get("conv_features", ()):
-    if feature != "pool":
-      checks.positive_int("config.conv_features' entries", feature)
   checks.nonnegative_ints(
     config, "train_limit", "test_limit", zero_means="the whole split"
   )

@@ -49,21 +49,27 @@ CONSECUTIVE, TOTAL = "notfinite_count", "total_notfinite"
 
 
 def limits(config) -> tuple[int, float]:
-  """`(max_consecutive_skips, divergence_factor)` of `config` (defaults
-  where absent), checked.
+  """`(max_consecutive_skips, divergence_factor)` of `config`, checked.
+
+  A config that does not list a field yet gets its value in `DEFAULTS`
+  (the configs' run block lists both).
 
   Raises:
     ConfigError: naming the field.
   """
-  skips = config.get("max_consecutive_skips", DEFAULTS["max_consecutive_skips"])
+  value = dict(DEFAULTS)
+  value.update({k: config[k] for k in DEFAULTS if k in config})
+  skips = value["max_consecutive_skips"]
   checks.positive_int("config.max_consecutive_skips", skips)
-  factor = config.get("divergence_factor", DEFAULTS["divergence_factor"])
-  if isinstance(factor, bool) or not isinstance(factor, (int, float)):
-    factor = -1
-  if not 0 <= factor < float("inf"):
+  factor = value["divergence_factor"]
+  if (
+    isinstance(factor, bool)
+    or not isinstance(factor, (int, float))
+    or not 0 <= factor < float("inf")
+  ):
     raise ConfigError(
       "config.divergence_factor must be a number >= 0 (0: no divergence "
-      f"check), got {config.get('divergence_factor')!r}"
+      f"check), got {factor!r}"
     )
   return skips, float(factor)
 
