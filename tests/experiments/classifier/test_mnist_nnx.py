@@ -34,6 +34,9 @@ def test_nnx_fnn_trains_to_the_linen_losses(tmp_path, preset):
       seed=0,
       param_init="pytorch",  # Redrawn per layer name: the same params.
       eval_train_set=False,
+      # Random labels: the hybrid's first epoch reaches 41 nats, past the
+      # divergence bound; this compares the two APIs, not learning.
+      divergence_factor=0.0,
     )
     records[api] = experiment.train(
       tasks.MNIST, config, str(tmp_path / api), dataset
