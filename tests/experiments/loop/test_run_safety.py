@@ -199,6 +199,7 @@ def test_signal_checkpoints_and_rerun_matches_uninterrupted(
     pytest.skip("the run finished before the signal arrived")
   assert process.returncode == 128 + signum, stderr
   assert "checkpoint written" in stdout and "--workdir" in stdout
+  assert not (tmp_path / "workdir.lock").exists()  # Released on the way out.
   stopped_at = checkpoints.latest_checkpoint_step(str(tmp_path))
   assert stopped_at is not None and stopped_at % BASE_FLAGS["chunk_steps"] == 0
 
