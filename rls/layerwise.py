@@ -244,7 +244,8 @@ def matrix_of(state: Any, layer: layer_tree.Layer) -> jax.Array:
       f"{layer_tree.format_path(layer.path)!r}; call init with params of the "
       "same structure as the updates."
     ) from None
-  if jnp.shape(matrix)[:1] != (layer.augmented_size,):
+  # A layer's matrix (P or S, n x n; the damped form keeps a NamedTuple).
+  if hasattr(matrix, "shape") and matrix.shape[:1] != (layer.augmented_size,):
     raise ValueError(
       f"state: the RLS P of layer {layer_tree.format_path(layer.path)!r} "
       f"has shape {tuple(jnp.shape(matrix))}, but this layer (kernel "
