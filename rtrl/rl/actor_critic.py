@@ -146,6 +146,10 @@ class OnlineAgent(NamedTuple):
   estimator: Estimator | None
 
 
+# RTRRL's λ of the actor, the critic and the core (appendix Table 1).
+RTRRL_TRACE_DECAY = TraceDecay(actor=0.99, critic=0.99, core=0.99)
+
+
 def rtrrl_optimizer(
   learning_rate: Any = 1e-3,
   core_learning_rate: Any = None,
@@ -348,7 +352,7 @@ def online_actor_critic(
   optimizer: optax.GradientTransformation | None = None,
   *,
   gamma: float = 0.99,
-  trace_decay: TraceDecay = TraceDecay(),
+  trace_decay: TraceDecay = RTRRL_TRACE_DECAY,
   entropy_rate: float = 1e-5,
   actor_trace_scale: float = 1.0,
   feedback_alignment: bool = False,
@@ -430,6 +434,7 @@ def online_actor_critic(
 
 
 __all__ = [
+  "RTRRL_TRACE_DECAY",
   "AgentState",
   "EnvCarry",
   "OnlineAgent",
