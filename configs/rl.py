@@ -22,8 +22,10 @@ allows 50M):
 
 `estimator`: any of `rtrl.estimators` (rtrl, rflo, ok, ok_biased, kf,
 kf_avg, ktp, snap, snap1, sk_rtrl, uoro, ...; `rank`, `order` as they take
-them), `linear` (the memoryless linear TD(λ) agent, RTRRL's baseline) or
-`ppo` (PPO with the same network trained by BPTT over rollouts).
+them), `tbptt` (online TBPTT: each step's gradient backpropagated through the
+last `truncation` steps), `linear` (the memoryless linear TD(λ) agent,
+RTRRL's baseline) or `ppo` (PPO with the same network trained by BPTT over
+rollouts).
 `cell`: ctrnn (RTRRL's), lru (exact diagonal RTRL with estimator=rtrl), or
 any name of `rtrl.cells.make`.
 """
@@ -51,10 +53,12 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   config.memory_length = 4
 
   # Method: an estimator of rtrl.estimators (the core's gradient in RTRRL's
-  # online agent), linear (no core) or ppo (BPTT over rollouts).
+  # online agent), tbptt (online TBPTT-truncation), linear (no core) or ppo
+  # (BPTT over rollouts).
   config.estimator = "rtrl"
   config.rank = 4  # ok, ok_biased, kf_avg, kf_approx, ktp, sk_rtrl
   config.order = 2  # snap (SnAp-n's n)
+  config.truncation = 16  # tbptt: each step's gradient through T steps
   # RTRRL's RFLO agent sends the heads' error to the core through fixed
   # random matrices; auto: on for rflo only (true | false to force).
   config.feedback_alignment = "auto"

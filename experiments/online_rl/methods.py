@@ -19,9 +19,12 @@ import jax.numpy as jnp
 from experiments.online import setup as online_setup
 from rtrl import cells
 from rtrl import rl
+from rtrl.estimators.truncated_bptt import truncated_bptt
 from rtrl.rl import actor_critic
 
 NON_ESTIMATORS = ("linear", "ppo")
+# Online TBPTT-T (rtrl.estimators.truncated_bptt), `truncation` steps back.
+WINDOW_ESTIMATORS = ("tbptt",)
 
 
 class ChunkMetrics(NamedTuple):
@@ -109,7 +112,12 @@ def online_method(config, env) -> Method:
   the memoryless linear agent (`config.estimator='linear'`)."""
   linear = config.estimator == "linear"
   cell = None if linear else make_cell(config)
-  estimator = None if linear else online_setup.make_estimator(config, cell)
+  if linear:
+    estimator = None
+  elif config.estimator == "tbptt":
+    estimator = truncated_bptt(cell, config.truncation)
+  else:
+    estimator = online_setup.make_estimator(config, cell)
 
   def agent(learning_rate):
     optimizer = actor_critic.rtrrl_optimizer(
@@ -138,7 +146,7 @@ def online_method(config, env) -> Method:
     return state, chunk_metrics(info)
 
   return Method(
-    name="linear TD(λ)" if linear else f"RTRRL, {estimator.name}",
+    name="linear TD(λ)" if linear else f"RTRRL, {estimator.implementation}",
     network=agent(1.0).network,
     init=lambda key, learning_rate: agent(learning_rate).init(
       key, config.num_envs

@@ -47,16 +47,22 @@ class EvalState(NamedTuple):
 
 def validate(config) -> None:
   """Raises ValueError naming the first bad field."""
-  names = tuple(estimators.names()) + methods_lib.NON_ESTIMATORS
+  names = (
+    tuple(estimators.names())
+    + methods_lib.WINDOW_ESTIMATORS
+    + methods_lib.NON_ESTIMATORS
+  )
   if config.estimator not in names:
     raise ValueError(
       f"config.estimator must be one of {names}, got {config.estimator!r}"
     )
   wanted = (
-    ()
-    if config.estimator in methods_lib.NON_ESTIMATORS
-    else estimators.hyperparameters(config.estimator)
+    estimators.hyperparameters(config.estimator)
+    if config.estimator in estimators.names()
+    else ()
   )
+  if config.estimator == "tbptt":
+    checks.positive_ints(config, "truncation")
   if config.estimator == "sk_rtrl":  # rank 0 is SnAp-1
     checks.nonnegative_ints(config, "rank")
   elif "rank" in wanted:
