@@ -96,8 +96,7 @@ def _with_fields(name: str, params: Any, fields: dict) -> Any:
   for field, value in fields.items():
     if field not in known:
       raise ValueError(
-        f"{field!r} is not a parameter of {name}; its parameters are "
-        f"{known}"
+        f"{field!r} is not a parameter of {name}; its parameters are {known}"
       )
     if isinstance(value, bool) or not isinstance(value, (int, float)):
       raise ValueError(f"{field} must be a number, got {value!r}")
@@ -108,6 +107,11 @@ def _with_fields(name: str, params: Any, fields: dict) -> Any:
       f"memory_length must be an integer >= 1, got {fields['memory_length']!r}"
     )
   return params.replace(**fields)
+
+
+def gymnax_names() -> list[str]:
+  """The environment names gymnax registers (imports gymnax)."""
+  return sorted(_gymnax().registered_envs)
 
 
 def gymnax_env(name: str, **env_params: Any) -> Environment:
@@ -139,5 +143,6 @@ __all__ = [
   "MASKED",
   "from_gymnax",
   "gymnax_env",
+  "gymnax_names",
   "masked_gymnax_env",
 ]
