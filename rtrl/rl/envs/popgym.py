@@ -1,21 +1,26 @@
 """POPGym's RepeatPrevious and StatelessCartPole as pure-JAX `Environment`s.
 
 Morad, Kortvelesy, Bettini, Liwicki & Prorok, "POPGym: Benchmarking
-Partially Observable Reinforcement Learning", ICLR 2023. The paper defines
-the tasks (repeat the suit of a card seen earlier; CartPole with the
-velocities hidden), their Easy/Medium/Hard difficulties and normalised
-rewards (an episode's return lies in [-1, 1], its best is 1). Where the
-paper is silent, the details (deck sizes, `k`, episode lengths, the exact
-reward per step, the step on which an episode ends) follow POPGym's code at
-its paper release (github.com/proroklab/popgym v0.0.2, MIT licence);
-each docstring says which. Both are written here from those definitions,
-with gymnax's auto-reset (`Environment.step` starts the next episode when
-`done`).
+Partially Observable Reinforcement Learning", ICLR 2023, define the tasks:
+RepeatPrevious (output the suit of the card dealt `k` steps earlier) and
+StatelessCartPole (CartPole with the cart and pole velocities hidden, so
+that the agent must difference positions over time), each in Easy, Medium
+and Hard, with rewards normalised so that an episode's return is at most 1
+(and at least -1). The step-level details, which the paper leaves to its
+code (deck sizes and `k` per difficulty, episode lengths, the reward of
+each step, the step on which an episode ends), are those of POPGym's code
+at the paper's release (github.com/proroklab/popgym v0.0.2, MIT licence;
+`StatelessCartPole` was later renamed `PositionOnlyCartPole` there),
+written anew here in JAX. Each docstring says which detail came from that
+code and where popjym (github.com/EdanToledo/popjym, the JAX port that
+RTRRL's experiments used) differs.
 
 Names for `rtrl.rl.envs.make`: 'RepeatPreviousEasy' / 'Medium' / 'Hard'
 and 'StatelessCartPoleEasy' / 'Medium' / 'Hard' (POPGym's presets), and
 'RepeatPrevious' (`num_decks`, `k`) and 'StatelessCartPole'
-(`max_episode_length`) with free parameters.
+(`max_episode_length`) with free parameters. Like gymnax's, the
+environments reset themselves: when `done`, `step` returns the next
+episode's first observation and state.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 import inspect
 import math
+import numbers
 from typing import Any, NamedTuple
 
 import jax
@@ -57,8 +63,8 @@ def with_auto_reset(
   `reset`'s (with the second half of `key`, as gymnax splits it).
 
   The reset runs under `lax.cond`, only when `done` in a single
-  environment (a shuffle per step would cost RepeatPreviousHard 4/5 of its
-  time); under `vmap` it becomes a select, as in gymnax.
+  environment (a deck shuffled every step made RepeatPreviousHard 8x
+  slower at batch 1); under `vmap` it becomes a select, as in gymnax.
   """
 
   def step(key, state, action):
@@ -73,10 +79,13 @@ def with_auto_reset(
   return step
 
 
-def _positive_int(argument: str, value: Any) -> int:
-  if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-    raise ValueError(f"{argument} must be an integer >= 1, got {value!r}")
-  return value
+def _integer(argument: str, value: Any, low: int, high: float) -> int:
+  """`value` as an int in `[low, high)`, else a ValueError naming it."""
+  ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+  if not ok or not low <= value < high:
+    bound = f"in [{low}, {high})" if high < math.inf else f">= {low}"
+    raise ValueError(f"{argument} must be an integer {bound}, got {value!r}")
+  return int(value)
 
 
 class RepeatPreviousState(NamedTuple):
@@ -128,12 +137,8 @@ def repeat_previous(
   Raises:
     ValueError: `num_decks < 1`, or `k` outside `[1, 52 num_decks)`.
   """
-  num_cards = CARDS_PER_DECK * _positive_int("num_decks", num_decks)
-  if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k < num_cards:
-    raise ValueError(
-      f"k must be an integer in [1, {num_cards}) for {num_decks} deck(s) "
-      f"of 52 cards, got {k!r}"
-    )
+  num_cards = CARDS_PER_DECK * _integer("num_decks", num_decks, 1, math.inf)
+  k = _integer("k", k, 1, num_cards)  # at least one card is scored
   scale = 1.0 / (num_cards - k)
 
   def observe(suits, time):
@@ -231,7 +236,7 @@ def stateless_cartpole(
   Raises:
     ValueError: `max_episode_length < 1`.
   """
-  length = _positive_int("max_episode_length", max_episode_length)
+  length = _integer("max_episode_length", max_episode_length, 1, math.inf)
   reward = 1.0 / length
 
   def reset(key):
