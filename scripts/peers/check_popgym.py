@@ -7,8 +7,8 @@ is never a dependency), so the check has two halves:
 
   python3 -m venv /tmp/popgym-venv
   /tmp/popgym-venv/bin/pip install popgym==1.0.7
-  /tmp/popgym-venv/bin/python scripts/peers/check_popgym.py record /tmp/p.npz
-  .venv/bin/python scripts/peers/check_popgym.py compare /tmp/p.npz
+  /tmp/popgym-venv/bin/python -m scripts.peers.check_popgym record /tmp/p.npz
+  .venv/bin/python -m scripts.peers.check_popgym compare /tmp/p.npz
 
 `record` plays seeded POPGym episodes (RepeatPrevious: right and random
 answers mixed; CartPole: random pushes, and on Hard a controller that
