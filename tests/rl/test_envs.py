@@ -148,9 +148,7 @@ def test_memory_chain_rewards_episode_length_and_observations(memory_length):
     np.testing.assert_array_equal(obs[:, j, 1], 0.0)
     np.testing.assert_array_equal(obs[:, j, 2], 2.0 * context - 1.0)
   later = 1.0 - (np.arange(2, m + 1) - 1.0) / m
-  np.testing.assert_allclose(
-    obs[:, 2:, 0], np.broadcast_to(later, (1, m - 1)).repeat(num_episodes, 0)
-  )
+  np.testing.assert_allclose(obs[:, 2:, 0], np.tile(later, (num_episodes, 1)))
   np.testing.assert_array_equal(obs[:, 2:, 1:], 0.0)
   np.testing.assert_allclose(obs[:, -1, 0], 1.0 / m)
 
