@@ -109,6 +109,11 @@ def _with_fields(name: str, params: Any, fields: dict) -> Any:
   return params.replace(**fields)
 
 
+def gymnax_names() -> list[str]:
+  """The environment names gymnax registers (imports gymnax)."""
+  return sorted(_gymnax().registered_envs)
+
+
 def gymnax_env(name: str, **env_params: Any) -> Environment:
   """A gymnax environment by registered name, its `EnvParams` fields set
   from `env_params` (e.g. `memory_length=16` for 'MemoryChain-bsuite').
@@ -138,5 +143,6 @@ __all__ = [
   "MASKED",
   "from_gymnax",
   "gymnax_env",
+  "gymnax_names",
   "masked_gymnax_env",
 ]
