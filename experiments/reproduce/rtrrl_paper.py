@@ -222,21 +222,23 @@ def table2(scale: str, workdir: str, mode=common.RUN) -> common.Result:
     task, method = result.curve.label.rsplit(" ", 1)
     ours, ours_std = median_std(best_evals(result))
     published, published_std = PUBLISHED[task][method]
-    rows.append({
-      "task": task,
-      "method": method,
-      "ours": ours,
-      "ours_std": ours_std,
-      "published": published,
-      "published_std": published_std,
-      "within": bool(
-        abs(ours - published) <= max(ours_std, published_std, 1e-9)
-      )
-      if np.isfinite(ours)
-      else None,
-      "step_cap": _step_cap(result),
-      "env_steps_per_s": env_steps_per_second(result),
-    })
+    rows.append(
+      {
+        "task": task,
+        "method": method,
+        "ours": ours,
+        "ours_std": ours_std,
+        "published": published,
+        "published_std": published_std,
+        "within": bool(
+          abs(ours - published) <= max(ours_std, published_std, 1e-9)
+        )
+        if np.isfinite(ours)
+        else None,
+        "step_cap": _step_cap(result),
+        "env_steps_per_s": env_steps_per_second(result),
+      }
+    )
   files = common.write_table(
     rows, os.path.join(workdir, "table"), "RTRRL Table 2: ours and published"
   )
