@@ -101,7 +101,7 @@ def evaluate_fn(config, method, env):
       eval_key,
       config.eval_envs,
       config.eval_steps,
-    )
+    ).astype(jnp.float32)
     old = state["eval"]
     improved = jnp.logical_and(score > old.best, ~old.stopped)
     since = jnp.where(improved, 0, old.since_best + 1)
@@ -144,9 +144,14 @@ def make_experiment(config) -> runner.Experiment:
       return method.train(method_state, state["hparams"]["learning_rate"])
 
     new, metrics = learn(state["method"])
+    # A stopped run keeps its parameters and counts nothing (under vmap
+    # the chunk is computed for every run and selected).
     stopped = state["eval"].stopped
     new = jax.tree_util.tree_map(
       lambda a, b: jnp.where(stopped, a, b), state["method"], new
+    )
+    metrics = jax.tree_util.tree_map(
+      lambda m: jnp.where(stopped, jnp.zeros_like(m), m), metrics
     )
     steps = state["env_steps"] + method.env_steps_per_call
     return {**state, "method": new, "env_steps": steps}, metrics
