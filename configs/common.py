@@ -146,7 +146,7 @@ def classifier_batch_fields(
   eval_train_set: bool,
 ):
   """Batches and evaluation."""
-  config.batch_size = 128
+  config.batch_size = 128  # Examples per step (the paper's).
   # Train on the last n % batch_size examples of each epoch's permutation too
   # (PyTorch's DataLoader default, as in the paper).
   config.keep_partial_batch = True
@@ -194,9 +194,9 @@ def online_model_fields(
   config.recurrent_density = 1.0
   config.mask_seed = 0
   config.leak = 0.1
-  config.num_layers = num_layers
-  config.head = head
-  config.model_size = model_size
+  config.num_layers = num_layers  # layers of `cell`, stacked
+  config.head = head  # identity | lru_block, after each layer
+  config.model_size = model_size  # the head's outputs; 0: the cell's
   # linear | feedback_alignment (RFLO's fixed random feedback matrix).
   config.readout = "linear"
   # > 0: every weight normal(0, it); 0: the cells' default initialisation.

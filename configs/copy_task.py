@@ -1,4 +1,4 @@
-"""Copy task, small default: 8-OK on a 32-unit RHN, a few minutes on a CPU.
+r"""Copy task, small default: 8-OK on a 32-unit RHN, a few minutes on a CPU.
 
 `curriculum` (see rtrl/tasks/copy_task.py):
   "official" (default; what the official OK code runs and the paper's

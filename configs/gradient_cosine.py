@@ -1,4 +1,4 @@
-"""Gradient quality: cosine of each estimator's dL_t/dW to exact RTRL's.
+r"""Gradient quality: cosine of each estimator's dL_t/dW to exact RTRL's.
 
 Default: an untrained RHN-32 on random one-hot inputs (paper Fig. 6/9 setting,
 scaled down), 200 steps, 5 repetitions, about a minute on CPU:

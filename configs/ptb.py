@@ -1,4 +1,4 @@
-"""Character-level Penn Treebank (Benzing et al. 2019, section 4.1.2).
+r"""Character-level Penn Treebank (Benzing et al. 2019, section 4.1.2).
 
 Paper setting (default): 8-OK on an RHN with 256 units, batch 32, Adam with
 learning rate 10^-3.5, 1M steps, state reset with probability 0.01 per step;

@@ -1,4 +1,4 @@
-"""Sequential CIFAR-10: one pixel (3 channels) a step, 1024 steps an image,
+r"""Sequential CIFAR-10: one pixel (3 channels) a step, 1024 steps an image,
 the class predicted at the last pixel (Zucchet et al. 2023; Orvieto et al.
 2023, the LRU). See experiments/online/seq_image_experiment.py.
 
@@ -81,8 +81,8 @@ def get_config(preset: str = "") -> config_dict.ConfigDict:
     config,
     estimator="rtrl",
     rank=8,
-    # Divides 1024: windows are aligned to images; 1024 is full BPTT over
-    # each.
+    # tbptt's horizon, dividing 1024: windows are aligned to images; 1024 is
+    # full BPTT over each.
     truncation=PIXELS_PER_IMAGE,
     shadow_every=0,  # > 0 divides 1024: the cosine at images' last pixels
   )

@@ -1,4 +1,4 @@
-"""A task of the suite (rtrl/tasks/suite.py), trained online; one preset per
+r"""A task of the suite (rtrl/tasks/suite.py), trained online; one preset per
 task, each at sonaradarcn/sketched-rtrl's setting (the peer whose tables the
 suite mirrors; see docs/results/task_suite.md): a tanh RNN of 64 units, batch
 8, Adam at 1e-3, exact RTRL, 20,000 steps (15,000 for the chaotic series,
