@@ -129,24 +129,13 @@ def tangent_floats(config, cell, input_size: int) -> int:
 
 
 def _initial_state(config, cell, task, trainer, key):
-  """One seed's `(trainer state, stream, metric state)` from the shared
-  setup's parameters (`online_setup.init_params`), its keys split as the
-  comparison's published runs drew them: parameters, stream, trainer."""
+  """One seed's `(trainer state, stream, metric state)`, as the suite
+  experiment starts a run (`suite_experiment.initial_state`), its keys
+  split as the comparison's published runs drew them: parameters, stream,
+  trainer."""
   params_key, stream_key, train_key = jax.random.split(key, 3)
-  params = online_setup.init_params(
-    cell,
-    params_key,
-    task.input_size,
-    task.output_size,
-    config.init_stddev,
-    readout_fn=online_setup.make_readout(config),
-  )
-  batch = config.batch_size
-  return (
-    trainer.init(params, train_key, batch),
-    task.init_stream(stream_key, batch),
-    task.metric.init(batch),
-  )
+  keys = (params_key, train_key, stream_key)
+  return suite_experiment.initial_state(config, cell, task, trainer, keys)
 
 
 def _trainer(config, cell, task, shadow_every: int):
