@@ -253,8 +253,8 @@ def help_text(experiment: str, arg: str) -> str:
   parts = [usage, "", textwrap.dedent(module.__doc__ or "").strip(), ""]
   parts += textwrap.wrap(presets_line(module, path), 79)
   shown = f"{path}:{preset}" if preset else f"{path} (its default)"
-  parts += ["", f"Fields, at their values in {shown}; set any of them with"]
-  parts.append("--config.FIELD=VALUE (a nested one: --config.A.B=VALUE):")
+  parts += ["", f"Fields at their values in {shown}; set any"]
+  parts.append("with --config.FIELD=VALUE (a nested one: --config.A.B=VALUE):")
   parts += fields_text(config, path)
   parts += [
     "",
