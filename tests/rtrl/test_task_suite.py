@@ -397,14 +397,27 @@ def test_mackey_glass_stream_continues_the_series():
   )
 
 
+CHAOTIC = ("henon", "lorenz", "mackey_glass")
+
+
 def test_presets_follow_the_peer_protocol():
   """configs/suite_task.py has a preset per task at sketched-rtrl's
-  protocol and steps, with every setting of its task listed."""
+  protocol (run_m3.py's defaults) and steps, with every setting of its task
+  listed."""
+  protocol = dict(
+    cell="rnn",
+    hidden_size=64,
+    batch_size=8,
+    optimizer="adam",
+    learning_rate=1e-3,
+    truncation=25,
+  )
   for name in suite.names():
     config = load_config("suite_task", name)
     assert config.task == name
-    assert config.num_steps == suite.PEER_NUM_STEPS[name]
-    protocol = {key: config[key] for key in suite.PEER_PROTOCOL}
-    assert protocol == suite.PEER_PROTOCOL
+    assert config.num_steps == (15_000 if name in CHAOTIC else 20_000) + (
+      10_000 if name == "rotation_recall" else 0
+    )
+    assert {key: config[key] for key in protocol} == protocol
     task = suite.make_task(name, **dict(config.task_settings))
     assert dict(config.task_settings) == task.settings

@@ -4,23 +4,23 @@ second-moment RLS (`rls.damped_second_moment`, "RLS-D") and kfac-jax's
 K-FAC, training loss per epoch and per wall-second, 3 seeds.
 
   # every optax optimiser (the project's environment):
-  DATA_DIR=/work/shared/data .venv/bin/python -m scripts.compare_second_order \
+  DATA_DIR=/work/shared/data .venv/bin/python -m experiments.studies.compare_second_order \
     --workdir runs/second_order
   # K-FAC, in an environment of its own (kfac-jax is no dependency):
   python3 -m venv /work/venvs/kfac && /work/venvs/kfac/bin/pip install \
     kfac-jax jax==0.10.2 optax==0.2.8 flax==0.12.8 ml_collections
   DATA_DIR=/work/shared/data PYTHONPATH=. /work/venvs/kfac/bin/python \
-    -m scripts.compare_second_order --workdir runs/second_order \
+    -m experiments.studies.compare_second_order --workdir runs/second_order \
     --variants K-FAC --no-report
   # kfac-jax's conv2d blocks against the runs' repeated-dense ones:
   DATA_DIR=/work/shared/data PYTHONPATH=. /work/venvs/kfac/bin/python \
-    -m scripts.compare_second_order --check-kfac-conv-blocks 3
+    -m experiments.studies.compare_second_order --check-kfac-conv-blocks 3
   # then the table and figure from every finished run:
-  .venv/bin/python -m scripts.compare_second_order --workdir \
+  .venv/bin/python -m experiments.studies.compare_second_order --workdir \
     runs/second_order --report-only
 
 Same networks, data, loss (eq. 57's MSE, identity output), batch size (128)
-and initialisation as `scripts/compare_rls_second_moment.py`; its optax
+and initialisation as `experiments/studies/compare_rls_second_moment.py`; its optax
 variants keep their configs (RLS-SM tuned per task), RLS-D has one setting
 (`DAMPED`) for both tasks. Every run is one seed in its own loop (a jitted
 `lax.scan` per epoch for optax; kfac-jax's own jitted step per minibatch),
@@ -50,13 +50,13 @@ import os
 
 import jax
 
-from scripts.second_order import kfac_runs
-from scripts.second_order import optax_runs
-from scripts.second_order.common import EPOCHS
-from scripts.second_order.common import REPO
-from scripts.second_order.common import VARIANTS
-from scripts.second_order.common import slug
-from scripts.second_order.report import report
+from experiments.studies.second_order import kfac_runs
+from experiments.studies.second_order import optax_runs
+from experiments.studies.second_order.common import EPOCHS
+from experiments.studies.second_order.common import REPO
+from experiments.studies.second_order.common import VARIANTS
+from experiments.studies.second_order.common import slug
+from experiments.studies.second_order.report import report
 
 
 def run(task_name, label, seed, epochs, workdir) -> dict:

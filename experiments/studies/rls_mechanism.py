@@ -1,8 +1,8 @@
 r"""Why plain RLS at the paper's defaults does not beat Adam on MNIST: the
 spectrum of the hidden layer's ``P`` after each epoch.
 
-  DATA_DIR=../shared/data python -m scripts.rls_mechanism            # 3 epochs
-  DATA_DIR=../shared/data python -m scripts.rls_mechanism --epochs=1 --train_limit=10000
+  DATA_DIR=../shared/data python -m experiments.studies.rls_mechanism            # 3 epochs
+  DATA_DIR=../shared/data python -m experiments.studies.rls_mechanism --epochs=1 --train_limit=10000
 
 Trains the paper's FNN 784-512-10 with `configs/mnist.py:rls` (λ=1, k=0.1,
 η=1, P0=I, MSE of eq. 57, clip 5, batch 128) through the classifier

@@ -24,7 +24,7 @@ and |tensorfloat32 - highest|, with a summary line; written to
 `DIR/precision_bands.md` (rows also as `.json`) with the figure
 `DIR/precision_bands.png`:
 
-  python -m scripts.precision_bands --workdir W [--every 1000] [--out DIR]
+  python -m experiments.studies.precision_bands --workdir W [--every 1000] [--out DIR]
 """
 
 from __future__ import annotations

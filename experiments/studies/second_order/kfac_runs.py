@@ -11,12 +11,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments.classifier import training
-from scripts.second_order.common import epoch_order
-from scripts.second_order.common import evaluate_fn
-from scripts.second_order.common import init_params
-from scripts.second_order.common import load_data
-from scripts.second_order.common import record
-from scripts.second_order.common import task_config
+from experiments.studies.second_order.common import epoch_order
+from experiments.studies.second_order.common import evaluate_fn
+from experiments.studies.second_order.common import init_params
+from experiments.studies.second_order.common import load_data
+from experiments.studies.second_order.common import record
+from experiments.studies.second_order.common import task_config
 
 
 def kfac_optimizer(kfac_jax, loss_fn):
@@ -96,7 +96,7 @@ def _import_kfac():
     raise SystemExit(
       "K-FAC needs kfac-jax, which is not a dependency of this project: "
       "install it in an environment of its own (see "
-      "scripts/compare_second_order.py's docstring) and run it there."
+      "experiments/studies/compare_second_order.py's docstring) and run it there."
     ) from None
   _patch_kfac_for_jax_0_10(kfac_jax)
   return kfac_jax

@@ -15,14 +15,13 @@ from experiments.classifier import experiment
 from experiments.classifier import models
 from experiments.classifier import tasks
 from experiments.classifier import training
+from experiments.loop import config_files
+from experiments.studies import compare_rls_second_moment as previous
 import rls
 from rls import damped_second_moment
 from rls import grafting
-from scripts import compare_rls_second_moment as previous
 
-REPO = os.path.dirname(
-  os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-)
+REPO = config_files.REPO_ROOT
 # RLS-D, one setting for both tasks (tuned on 1-2 epochs of MNIST and
 # CIFAR-10 small, one seed; the benchmark page lists what was tried).
 DAMPED = dict(decay=0.9, damping=1.0, gradient_scale=0.1, update_every=20)

@@ -1,4 +1,4 @@
-"""`scripts/precision_bands.py`: tensorfloat32 against highest, judged by the
+"""`experiments/studies/precision_bands.py`: tensorfloat32 against highest, judged by the
 official OK logs. Copy's two workdirs are real tiny runs of the `official`
 preset (on a CPU the two precisions train identically); PTB's are written in
 the runner's record format (checked against the real Copy file) with values
@@ -18,7 +18,7 @@ from experiments.loop import workdir as workdir_lib
 from experiments.loop.config_files import load_config
 from experiments.online import copy_experiment
 from experiments.reproduce import ok_official
-from scripts import precision_bands
+from experiments.studies import precision_bands
 
 # The official preset shrunk to a few seconds: 2 seeds, records at 500 and
 # 1000 (the official log's first row).

@@ -9,13 +9,13 @@ import jax
 import jax.numpy as jnp
 
 from experiments.classifier import training
-from scripts.second_order.common import epoch_order
-from scripts.second_order.common import evaluate_fn
-from scripts.second_order.common import init_params
-from scripts.second_order.common import load_data
-from scripts.second_order.common import optimizer
-from scripts.second_order.common import record
-from scripts.second_order.common import task_config
+from experiments.studies.second_order.common import epoch_order
+from experiments.studies.second_order.common import evaluate_fn
+from experiments.studies.second_order.common import init_params
+from experiments.studies.second_order.common import load_data
+from experiments.studies.second_order.common import optimizer
+from experiments.studies.second_order.common import record
+from experiments.studies.second_order.common import task_config
 
 
 def prepare_optax(task_name, label, seed, damped_overrides=None):

@@ -1,4 +1,4 @@
-"""`scripts/second_order/report.py`: which runs set each optimiser's time per
+"""`experiments/studies/second_order/report.py`: which runs set each optimiser's time per
 step (the interleaved timing for optax, K-FAC's own epochs, or its runs
 timed apart), read from the per-seed JSON files the runners write."""
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from scripts.second_order import report
+from experiments.studies.second_order import report
 
 
 def write_run(workdir, task, label, seed, epoch_seconds):

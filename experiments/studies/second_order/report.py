@@ -8,11 +8,11 @@ import os
 
 import numpy as np
 
-from scripts import compare_rls_second_moment as previous
-from scripts.second_order.common import EPOCHS
-from scripts.second_order.common import slug
-from scripts.second_order.common import task_config
-from scripts.second_order.optax_runs import step_seconds
+from experiments.studies import compare_rls_second_moment as previous
+from experiments.studies.second_order.common import EPOCHS
+from experiments.studies.second_order.common import slug
+from experiments.studies.second_order.common import task_config
+from experiments.studies.second_order.optax_runs import step_seconds
 
 
 def read_results(workdir, task_name, labels, seeds, epochs) -> dict:
