@@ -1,4 +1,4 @@
-"""Online recurrent RL (RTRRL, Lemmel & Grosu 2025): a CT-RNN-32 core
+r"""Online recurrent RL (RTRRL, Lemmel & Grosu 2025): a CT-RNN-32 core
 trained online by `estimator`, TD(λ) actor-critic heads, RTRRL's
 hyper-parameters (their appendix Table 1). Default: MemoryChain-4, exact
 RTRL, 200k environment steps, a few minutes on a CPU.
@@ -31,6 +31,8 @@ any name of `rtrl.cells.make`.
 """
 
 import ml_collections
+
+from configs import common
 
 PRESETS = (
   "small",
@@ -95,35 +97,25 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   # eval_envs fresh environments x eval_steps steps with sampled actions,
   # the mean return of their first episodes. patience: stop a run after
   # that many evaluations without improvement (0: never).
-  config.eval_every = 20_000
+  config.eval_every = 20_000  # environment steps between evaluations
   config.eval_envs = 10
   config.eval_steps = 1000
   config.patience = 0
 
-  # Run (experiments/loop/): steps are environment steps (summed over the
-  # parallel environments). Runs trained together as one vmapped program:
-  # run j of each learning rate equals the single run with seed + j.
-  config.seed = 0
-  config.num_seeds = 1
-  config.num_steps = 200_000
-  config.chunk_steps = 10_000  # environment steps per jitted chunk
-  config.log_every = 10_000
-  config.checkpoint_every = 100_000
-  config.keep_checkpoints = 2
-  config.matmul_precision = "highest"
-  config.skip_nonfinite_updates = False
-  config.allow_config_change = False
-  config.num_devices = 0
-  config.mesh_shape = ()
-  config.distributed = False
-  config.coordinator_address = ""
-  config.num_processes = 1
-  config.process_id = 0
+  # Run: steps are environment steps (summed over the parallel
+  # environments); chunk_steps environment steps per jitted chunk.
+  common.online_run_fields(
+    config,
+    num_steps=200_000,
+    chunk_steps=10_000,
+    log_every=10_000,
+    checkpoint_every=100_000,
+  )
 
   if preset in ("", "small"):
     return config
   if preset not in PRESETS:
-    raise ValueError(f"unknown preset {preset!r}; known: {PRESETS}")
+    raise common.unknown_preset("configs/rl.py", preset, PRESETS)
   config.update(RTRRL_PROTOCOL)
   config.update(TASKS[preset])
   return config
