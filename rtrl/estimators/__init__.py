@@ -20,6 +20,8 @@ and its hyper-parameters:
                   rest, Lemma-1 cells (`sk_rtrl.py`; its sketch algebra in
                   `sk_rtrl_sketch.py`)
   autodiff_snap1  SnAp-1 for any cell, by autodiff
+  truncated_bptt  online TBPTT-T: each step's gradient backpropagated
+                  through the last T steps, any cell (`truncated_bptt.py`)
 
 The Lemma-1 factories take `routing=` (an `rtrl.routing.Routing`: the
 speed choices, resolved when the estimator is built). `make(name, cell,
@@ -55,6 +57,7 @@ from rtrl.estimators.sk_rtrl import sk_rtrl
 from rtrl.estimators.snap1_rflo import rflo
 from rtrl.estimators.snap1_rflo import snap1
 from rtrl.estimators.snap_n import snap
+from rtrl.estimators.truncated_bptt import truncated_bptt
 from rtrl.estimators.uoro import uoro
 
 # The factories, in the order of the docstring above.
@@ -75,6 +78,7 @@ FACTORIES = (
   "snap",
   "sk_rtrl",
   "autodiff_snap1",
+  "truncated_bptt",
 )
 
 __all__ = [
@@ -94,6 +98,7 @@ __all__ = [
   "snap",
   "sk_rtrl",
   "autodiff_snap1",
+  "truncated_bptt",
   "Estimator",
   "EstimatorSpec",
   "FACTORIES",
