@@ -54,8 +54,9 @@ def _push(array, value):
 
 
 def truncated_bptt(cell: Any, truncation: int) -> Estimator:
-  """Online TBPTT-`truncation`: each step's gradient by backpropagation
-  through the last `truncation` steps (see the module docstring).
+  """Online TBPTT-`truncation` (Williams & Peng, Neural Computation 1990):
+  each step's gradient by backpropagation through the last `truncation`
+  steps (see the module docstring).
   Deterministic, biased (exact when the window covers the sequence). Cost
   per example and step: memory `T (n + input_size)`, time `~ T n^2` per
   gradient.
