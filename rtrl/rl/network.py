@@ -110,11 +110,13 @@ def actor_critic_network(
 
   def core_input(obs, previous_action, previous_reward):
     dtype = jnp.asarray(0.0).dtype
-    return jnp.concatenate([
-      jnp.reshape(obs, (-1,)).astype(dtype),
-      policy.encode(previous_action).astype(dtype),
-      jnp.reshape(previous_reward, (1,)).astype(dtype),
-    ])
+    return jnp.concatenate(
+      [
+        jnp.reshape(obs, (-1,)).astype(dtype),
+        policy.encode(previous_action).astype(dtype),
+        jnp.reshape(previous_reward, (1,)).astype(dtype),
+      ]
+    )
 
   def initial_state():
     if cell is None:

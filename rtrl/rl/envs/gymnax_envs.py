@@ -96,8 +96,7 @@ def _with_fields(name: str, params: Any, fields: dict) -> Any:
   for field, value in fields.items():
     if field not in known:
       raise ValueError(
-        f"{field!r} is not a parameter of {name}; its parameters are "
-        f"{known}"
+        f"{field!r} is not a parameter of {name}; its parameters are {known}"
       )
     if isinstance(value, bool) or not isinstance(value, (int, float)):
       raise ValueError(f"{field} must be a number, got {value!r}")
