@@ -85,6 +85,21 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   config.actor_trace_scale = 1.0  # η_A: log π's weight in the core's trace
   config.num_envs = 1  # parallel environments (RTRRL: 1); update = mean
 
+  # PPO (estimator=ppo; rtrl.rl.ppo.recurrent_ppo, purejaxrl's PPO-RNN
+  # defaults): ppo_num_envs environments x ppo_rollout_steps steps per
+  # update (chunk_steps a multiple of their product), BPTT through each
+  # rollout; its Adam rate is learning_rate (3e-3 solved the tasks; the
+  # reproduction targets set it).
+  config.ppo_num_envs = 8
+  config.ppo_rollout_steps = 125
+  config.ppo_num_minibatches = 4
+  config.ppo_update_epochs = 4
+  config.ppo_gae_lambda = 0.95
+  config.ppo_clip_eps = 0.2
+  config.ppo_value_coef = 0.5
+  config.ppo_entropy_coef = 0.01
+  config.ppo_max_grad_norm = 0.5  # 0: off
+
   # Optimizer: Adam for the heads at learning_rate and for the core at
   # learning_rate x core_learning_rate_factor, each part's gradient clipped
   # by global norm max_grad_norm (0: off).

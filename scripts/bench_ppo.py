@@ -123,9 +123,7 @@ def solve(ppo, env, args):
 def main(argv=None):
   args = parse_args(argv)
   env = make_env(args)
-  ppo = recurrent_ppo(
-    env, cells.CTRNN(args.hidden_size), **overrides(args.set)
-  )
+  ppo = recurrent_ppo(env, cells.CTRNN(args.hidden_size), **overrides(args.set))
   print(f"{env.name}: {ppo.config}")
   if args.solve:
     solve(ppo, env, args)

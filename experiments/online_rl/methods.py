@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from experiments.online import setup as online_setup
 from rtrl import cells
 from rtrl import rl
+from rtrl.rl import ppo as rl_ppo
 from rtrl.estimators.truncated_bptt import truncated_bptt
 from rtrl.rl import actor_critic
 
@@ -33,7 +34,6 @@ class ChunkMetrics(NamedTuple):
   episodes: jax.Array
   return_sum: jax.Array
   length_sum: jax.Array
-  reward_sum: jax.Array
   env_steps: jax.Array
 
 
@@ -102,7 +102,6 @@ def chunk_metrics(info) -> ChunkMetrics:
     episodes=jnp.sum(info.done.astype(jnp.int32)),
     return_sum=jnp.sum(info.episode_return),
     length_sum=jnp.sum(info.episode_length),
-    reward_sum=jnp.sum(info.reward),
     env_steps=jnp.asarray(info.reward.size, jnp.int32),
   )
 
@@ -157,8 +156,59 @@ def online_method(config, env) -> Method:
   )
 
 
+def ppo_method(config, env) -> Method:
+  """PPO with the same network trained by BPTT over rollouts
+  (`rtrl.rl.ppo.recurrent_ppo`, the `ppo_*` fields), `chunk_steps //
+  (ppo_num_envs * ppo_rollout_steps)` updates per `train` call."""
+  ppo = rl_ppo.recurrent_ppo(
+    env,
+    make_cell(config),
+    num_envs=config.ppo_num_envs,
+    rollout_steps=config.ppo_rollout_steps,
+    num_minibatches=config.ppo_num_minibatches,
+    update_epochs=config.ppo_update_epochs,
+    gamma=config.gamma,
+    gae_lambda=config.ppo_gae_lambda,
+    clip_eps=config.ppo_clip_eps,
+    value_coef=config.ppo_value_coef,
+    entropy_coef=config.ppo_entropy_coef,
+    max_grad_norm=config.ppo_max_grad_norm or None,
+    learning_rate=config.learning_rate,
+  )
+  steps_per_update = ppo.config.steps_per_update
+  if config.chunk_steps % steps_per_update:
+    raise ValueError(
+      f"config.chunk_steps must be a multiple of ppo_num_envs x "
+      f"ppo_rollout_steps = {steps_per_update} (whole updates per chunk), "
+      f"got {config.chunk_steps}"
+    )
+  updates = config.chunk_steps // steps_per_update
+
+  def train(state, learning_rate):
+    del learning_rate  # in the state since init
+    state, metrics = ppo.run(state, updates)
+    episodes = metrics.episodes
+    return state, ChunkMetrics(
+      episodes=jnp.sum(episodes.ended.astype(jnp.int32)),
+      return_sum=jnp.sum(jnp.where(episodes.ended, episodes.returns, 0.0)),
+      length_sum=jnp.sum(jnp.where(episodes.ended, episodes.lengths, 0)),
+      env_steps=jnp.asarray(updates * steps_per_update, jnp.int32),
+    )
+
+  return Method(
+    name="PPO (BPTT over rollouts)",
+    network=ppo.network,
+    init=lambda key, learning_rate: ppo.init(key, learning_rate),
+    train=train,
+    params=lambda state: state.params,
+    env_steps_per_call=config.chunk_steps,
+  )
+
+
 def make_method(config, env) -> Method:
   """The method `config.estimator` names."""
+  if config.estimator == "ppo":
+    return ppo_method(config, env)
   return online_method(config, env)
 
 

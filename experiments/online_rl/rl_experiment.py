@@ -13,7 +13,7 @@ evaluations without improvement (RTRRL's early stop): its parameters and
 best evaluation are frozen while the other runs of the program go on.
 
 Records: `episode_return` (mean return of the episodes that ended in the
-record's window), `episodes`, `episode_length`, `reward_per_step`, and at
+record's window), `episodes`, `episode_length`, and at
 evaluations `eval_return`, `best_eval_return`, `stopped`. `summary.json`:
 `best_eval_return`, `best_eval_step`, `last_eval_return`, `stopped_at_step`
 (lists over runs when there are several).
@@ -186,7 +186,6 @@ def summarize(window) -> dict:
     "episodes": int(episodes),
     "episode_return": total["return_sum"] / episodes if episodes else None,
     "episode_length": total["length_sum"] / episodes if episodes else None,
-    "reward_per_step": total["reward_sum"] / max(total["env_steps"], 1),
   }
 
 
