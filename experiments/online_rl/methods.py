@@ -19,9 +19,9 @@ import jax.numpy as jnp
 from experiments.online import setup as online_setup
 from rtrl import cells
 from rtrl import rl
-from rtrl.rl import ppo as rl_ppo
 from rtrl.estimators.truncated_bptt import truncated_bptt
 from rtrl.rl import actor_critic
+from rtrl.rl import ppo as rl_ppo
 
 NON_ESTIMATORS = ("linear", "ppo")
 # Online TBPTT-T (rtrl.estimators.truncated_bptt), `truncation` steps back.
