@@ -15,7 +15,8 @@ Modules: `envs` (the `Environment` contract, gymnax and POPGym tasks),
 `policies` (action distributions), `network` (the recurrent actor-critic
 network shared by every agent), `actor_critic` (RTRRL's online agent,
 `online_actor_critic`), `traces` (eligibility traces), `evaluation`
-(RTRRL's evaluation protocol).
+(RTRRL's evaluation protocol), `ppo` (PPO with the same network trained
+by BPTT over rollouts, `recurrent_ppo`: the offline baseline).
 """
 
 from rtrl.rl import actor_critic
@@ -23,6 +24,7 @@ from rtrl.rl import envs
 from rtrl.rl import evaluation
 from rtrl.rl import network
 from rtrl.rl import policies
+from rtrl.rl import ppo
 from rtrl.rl import traces
 from rtrl.rl.actor_critic import AgentState
 from rtrl.rl.actor_critic import OnlineAgent
@@ -32,6 +34,7 @@ from rtrl.rl.actor_critic import rtrrl_optimizer
 from rtrl.rl.evaluation import evaluate
 from rtrl.rl.network import Network
 from rtrl.rl.network import actor_critic_network
+from rtrl.rl.ppo import recurrent_ppo
 from rtrl.rl.traces import TraceDecay
 
 __all__ = [
@@ -48,6 +51,8 @@ __all__ = [
   "network",
   "online_actor_critic",
   "policies",
+  "ppo",
+  "recurrent_ppo",
   "rtrrl_optimizer",
   "traces",
 ]
