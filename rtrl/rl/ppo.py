@@ -11,6 +11,10 @@ at episode starts), GAE, then `update_epochs` passes over the rollout in
 `num_minibatches` minibatches of whole environment sequences, each replayed
 from its stored initial core state by BPTT (`ppo_loss.py`), with global-norm
 gradient clipping and Adam.
+
+Files: `ppo_config.py` (hyper-parameters, checks), `ppo_rollout.py`
+(rollouts, the BPTT replay), `gae.py`, `ppo_loss.py` (the clipped
+objective), `ppo_epochs.py` (minibatches, clipping, Adam).
 """
 
 from __future__ import annotations
@@ -19,9 +23,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import optax
 
-from rtrl import optim
 from rtrl.rl.envs.base import Environment
 from rtrl.rl.gae import gae
 from rtrl.rl.network import Network
@@ -29,10 +31,11 @@ from rtrl.rl.network import actor_critic_network
 from rtrl.rl.ppo_config import PPOConfig
 from rtrl.rl.ppo_config import check_config
 from rtrl.rl.ppo_config import check_learning_rate
-from rtrl.rl.ppo_loss import LossHyperparams
+from rtrl.rl.ppo_epochs import annealed
+from rtrl.rl.ppo_epochs import make_optimizer
+from rtrl.rl.ppo_epochs import run_epochs
 from rtrl.rl.ppo_loss import LossMetrics
 from rtrl.rl.ppo_loss import Minibatch
-from rtrl.rl.ppo_loss import ppo_loss
 from rtrl.rl.ppo_rollout import EpisodeLog
 from rtrl.rl.ppo_rollout import Runner
 from rtrl.rl.ppo_rollout import bootstrap_value
@@ -105,90 +108,11 @@ class PPO(NamedTuple):
   config: PPOConfig
 
 
-def _split_minibatches(batch: Minibatch, key, num_minibatches: int):
-  """`batch`'s environments shuffled and split into `num_minibatches`
-  minibatches of whole sequences (a leading minibatch axis)."""
-  num_envs = batch.advantages.shape[1]
-  order = jax.random.permutation(key, num_envs)
-  size = num_envs // num_minibatches
-
-  def env_major(x):  # (E, ...) -> (M, E / M, ...)
-    x = jnp.take(x, order, axis=0)
-    return x.reshape((num_minibatches, size) + x.shape[1:])
-
-  def time_major(x):  # (T, E, ...) -> (M, T, E / M, ...)
-    x = jnp.take(x, order, axis=1)
-    x = x.reshape((x.shape[0], num_minibatches, size) + x.shape[2:])
-    return jnp.moveaxis(x, 1, 0)
-
-  initial = jax.tree_util.tree_map(env_major, batch.initial_core_state)
-  rest = jax.tree_util.tree_map(
-    time_major, (batch.rollout, batch.advantages, batch.targets)
-  )
-  return Minibatch(initial, *rest)
-
-
-def _optimizer(config: PPOConfig, cell) -> optax.GradientTransformation:
-  """Clipping and Adam's direction; the learning rate is applied after
-  (so that it can live in the state, traced)."""
-  clip = (
-    optax.identity()
-    if config.max_grad_norm is None
-    else optax.clip_by_global_norm(config.max_grad_norm)
-  )
-  direction = optax.chain(clip, optax.scale_by_adam(eps=config.adam_eps))
-  return optim.keep_recurrent_mask(direction, cell)
-
-
-def _annealed(config: PPOConfig, learning_rate, updates):
-  """purejaxrl's linear decay to 0 over `anneal_updates` updates."""
-  if config.anneal_updates is None:
-    return learning_rate
-  frac = 1.0 - updates.astype(learning_rate.dtype) / config.anneal_updates
-  return learning_rate * jnp.maximum(frac, 0.0)
-
-
-def _loss_hyperparams(config: PPOConfig) -> LossHyperparams:
-  return LossHyperparams(
-    clip_eps=config.clip_eps,
-    value_coef=config.value_coef,
-    entropy_coef=config.entropy_coef,
-    clip_value=config.clip_value,
-    normalize_advantages=config.normalize_advantages,
-  )
-
-
 def _nan_mean(values, mask):
+  """The mean of `values` where `mask`; NaN where the mask is empty."""
   count = jnp.sum(mask)
   total = jnp.sum(jnp.where(mask, values, 0.0))
   return jnp.where(count > 0, total / jnp.maximum(count, 1), jnp.nan)
-
-
-def _epochs(network, config, optimizer, params, opt_state, batch, key, lr):
-  """`update_epochs` shuffled passes of minibatch steps over `batch`."""
-  hp = _loss_hyperparams(config)
-
-  def minibatch_step(carry, minibatch):
-    params, opt_state = carry
-    grad_fn = jax.value_and_grad(
-      lambda p: ppo_loss(network, p, minibatch, hp), has_aux=True
-    )
-    (_, metrics), grads = grad_fn(params)
-    direction, opt_state = optimizer.update(grads, opt_state, params)
-    step = jax.tree_util.tree_map(lambda d: -lr * d, direction)
-    params = optax.apply_updates(params, step)
-    return (params, opt_state), (metrics, optax.global_norm(grads))
-
-  def epoch(carry, key):
-    minibatches = _split_minibatches(batch, key, config.num_minibatches)
-    return jax.lax.scan(minibatch_step, carry, minibatches)
-
-  keys = jax.random.split(key, config.update_epochs)
-  (params, opt_state), (metrics, norms) = jax.lax.scan(
-    epoch, (params, opt_state), keys
-  )
-  metrics = jax.tree_util.tree_map(jnp.mean, metrics)
-  return params, opt_state, metrics, jnp.mean(norms)
 
 
 def recurrent_ppo(
@@ -294,7 +218,7 @@ def recurrent_ppo(
   )
   if network is None:
     network = actor_critic_network(env, cell)
-  optimizer = _optimizer(config, network.cell)
+  optimizer = make_optimizer(config, network.cell)
 
   def init(key, learning_rate=None):
     rate = config.learning_rate if learning_rate is None else learning_rate
@@ -326,8 +250,8 @@ def recurrent_ppo(
       config.gae_lambda,
     )
     minibatch = Minibatch(state.runner.core_state, batch, advantages, targets)
-    lr = _annealed(config, state.learning_rate, state.updates)
-    params, opt_state, loss, grad_norm = _epochs(
+    lr = annealed(config, state.learning_rate, state.updates)
+    params, opt_state, loss, grad_norm = run_epochs(
       network, config, optimizer, params, state.opt_state, minibatch,
       epochs_key, lr,
     )  # fmt: skip

@@ -15,6 +15,7 @@ from rtrl.rl import envs
 from rtrl.rl import evaluation
 from rtrl.rl import ppo as ppo_lib
 from rtrl.rl.gae import gae
+from rtrl.rl.ppo_epochs import annealed
 from rtrl.rl.ppo_loss import LossHyperparams
 from rtrl.rl.ppo_loss import Minibatch
 from rtrl.rl.ppo_loss import ppo_loss
@@ -263,6 +264,16 @@ def test_vmapped_seeds_and_rates_equal_single_runs(x64):
   per_update = [returns[u][ended[u]].mean() for u in range(3)]
   np.testing.assert_allclose(metrics.episode_return, per_update, atol=1e-12)
   assert int(state.env_steps) == 3 * 4 * 12
+
+
+def test_annealing_is_purejaxrls_linear_decay():
+  config = small_ppo(anneal_updates=4).config
+  rates = [
+    float(annealed(config, jnp.asarray(2e-3), jnp.asarray(k))) for k in range(6)
+  ]
+  np.testing.assert_allclose(rates, [2e-3, 1.5e-3, 1e-3, 5e-4, 0.0, 0.0])
+  constant = annealed(small_ppo().config, jnp.asarray(2e-3), jnp.asarray(9))
+  np.testing.assert_allclose(constant, 2e-3)
 
 
 def test_update_has_no_host_callbacks():
