@@ -64,6 +64,9 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   # RTRRL's RFLO agent sends the heads' error to the core through fixed
   # random matrices; auto: on for rflo only (true | false to force).
   config.feedback_alignment = "auto"
+  # The core reads [observation, previous action, previous reward] (RTRRL's
+  # Meta-RL input); false: the observation alone.
+  config.meta_rl = True
 
   # Core: RTRRL's CT-RNN with time constants U(tau_min, tau_max) (fixed;
   # RTRRL also learns them), or any cell of rtrl.cells.make; a sparse

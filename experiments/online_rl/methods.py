@@ -136,6 +136,7 @@ def online_method(config, env) -> Method:
       entropy_rate=config.entropy_rate,
       actor_trace_scale=config.actor_trace_scale,
       feedback_alignment=uses_feedback_alignment(config),
+      meta_rl=config.meta_rl,
     )
 
   agent_steps = config.chunk_steps // config.num_envs
@@ -160,9 +161,10 @@ def ppo_method(config, env) -> Method:
   """PPO with the same network trained by BPTT over rollouts
   (`rtrl.rl.ppo.recurrent_ppo`, the `ppo_*` fields), `chunk_steps //
   (ppo_num_envs * ppo_rollout_steps)` updates per `train` call."""
+  cell = make_cell(config)
   ppo = rl_ppo.recurrent_ppo(
     env,
-    make_cell(config),
+    cell,
     num_envs=config.ppo_num_envs,
     rollout_steps=config.ppo_rollout_steps,
     num_minibatches=config.ppo_num_minibatches,
@@ -174,6 +176,7 @@ def ppo_method(config, env) -> Method:
     entropy_coef=config.ppo_entropy_coef,
     max_grad_norm=config.ppo_max_grad_norm or None,
     learning_rate=config.learning_rate,
+    network=rl.actor_critic_network(env, cell, meta_rl=config.meta_rl),
   )
   steps_per_update = ppo.config.steps_per_update
   if config.chunk_steps % steps_per_update:

@@ -356,6 +356,7 @@ def online_actor_critic(
   entropy_rate: float = 1e-5,
   actor_trace_scale: float = 1.0,
   feedback_alignment: bool = False,
+  meta_rl: bool = True,
 ) -> OnlineAgent:
   """RTRRL's online actor-critic (Lemmel & Grosu, AAAI 2025) with the core
   trained by `estimator`; see the module docstring for the algorithm.
@@ -377,6 +378,8 @@ def online_actor_critic(
     actor_trace_scale: `η_A`, the weight of `log π` in the core's trace.
     feedback_alignment: the heads send the error to the core through fixed
       random matrices (`rtrl.readout.feedback_alignment`).
+    meta_rl: the core reads `[o_t, a_{t-1}, r_t]` (RTRRL's default);
+      False: `o_t` alone.
 
   Returns:
     The `OnlineAgent`.
@@ -389,7 +392,7 @@ def online_actor_critic(
   _check_agent_args(cell, estimator, gamma, entropy_rate, actor_trace_scale)
   decay = traces_lib.check_decay(TraceDecay(*trace_decay))
   network = actor_critic_network(
-    env, cell, feedback_alignment=feedback_alignment
+    env, cell, feedback_alignment=feedback_alignment, meta_rl=meta_rl
   )
   optimizer = optim.keep_recurrent_mask(
     rtrrl_optimizer() if optimizer is None else optimizer, cell

@@ -40,7 +40,8 @@ class Network(NamedTuple):
     cell: the recurrent core (any cell of `rtrl.cells`), or None.
     policy: the action distribution (`rtrl.rl.policies`).
     input_size: the length of the core's input `x`
-      (`observation_size + policy.action_input_size + 1`).
+      (`observation_size + policy.action_input_size + 1`; the observation's
+      alone without the Meta-RL input).
     feature_size: the length of the heads' input (`cell.output`'s, or
       `input_size` without a cell).
     init: `key -> params`.
@@ -73,7 +74,11 @@ def _feature_size(cell, input_size: int) -> int:
 
 
 def actor_critic_network(
-  env: Environment, cell: Any = None, *, feedback_alignment: bool = False
+  env: Environment,
+  cell: Any = None,
+  *,
+  feedback_alignment: bool = False,
+  meta_rl: bool = True,
 ) -> Network:
   """The network for `env`'s observations and actions.
 
@@ -85,12 +90,19 @@ def actor_critic_network(
     feedback_alignment: the heads send the error to the core through
       fixed random matrices (`rtrl.readout.feedback_alignment`), RTRRL's
       RFLO agent; False: exact backpropagation through the heads.
+    meta_rl: the core also reads the previous action and reward (RTRRL's
+      Meta-RL input, its default); False: the observation alone (RTRRL's
+      `meta_rl=False` ablation). Note that an agent that sees its own
+      previous action can carry information through its actions even
+      without a cell.
 
   Returns:
     The `Network`.
   """
   policy = policies.for_actions(env.actions)
-  input_size = env.observation_size + policy.action_input_size + 1
+  input_size = env.observation_size + (
+    policy.action_input_size + 1 if meta_rl else 0
+  )
   feature_size = _feature_size(cell, input_size)
   head = (
     readout_lib.feedback_alignment()
@@ -110,6 +122,8 @@ def actor_critic_network(
 
   def core_input(obs, previous_action, previous_reward):
     dtype = jnp.asarray(0.0).dtype
+    if not meta_rl:
+      return jnp.reshape(obs, (-1,)).astype(dtype)
     return jnp.concatenate(
       [
         jnp.reshape(obs, (-1,)).astype(dtype),
