@@ -40,7 +40,7 @@ environment step and environment steps per second (wall and process CPU),
 and ours / theirs.
 
   bash scripts/peers/setup_rtrrl.sh                      # their venv, once
-  .venv/bin/python -m scripts.bench_rl                   # ~10 min, 2 cores
+  .venv/bin/python -m scripts.bench_rl   # 20 min at load ~15 (6 min CPU)
   .venv/bin/python -m scripts.bench_rl --parts side_by_side --repeats 7
   .venv/bin/python -m scripts.bench_rl --parts estimators \
       --methods RTRL,RFLO,4-OK --json /tmp/bench_rl.json
