@@ -50,7 +50,7 @@ class Pair(NamedTuple):
   """One algorithm on one cell, ours against a peer's."""
 
   algorithm: str  # row label, e.g. 'exact', 'snap1'
-  ours: str  # rtrl.estimators name
+  ours: Any  # rtrl.estimators name (or, in checks, a named factory)
   cell: str  # rtrl.cells name
   theirs: str  # what runs on their side, for the report
   check: Callable[[Any], dict]  # args -> {'ok': bool, ...}
@@ -107,7 +107,9 @@ def check_setting(pair: Pair, n: int, batch_size: int, steps: int, vocab):
   inputs, targets = data(
     jax.random.PRNGKey(1), steps, batch_size, vocab, jnp.float64
   )
-  estimator = estimators.make(pair.ours, cell, **pair.hparams)
+  make = pair.ours if callable(pair.ours) else estimators.make
+  name = () if callable(pair.ours) else (pair.ours,)
+  estimator = make(*name, cell, **pair.hparams)
   ours = jax.jit(our_step_grads, static_argnums=(0, 1))(
     cell, estimator, params, inputs, targets, jax.random.PRNGKey(2)
   )
