@@ -42,7 +42,8 @@ Ours is timed only through the public API (`rtrl.estimators.make`,
 Options: --peers (all or a comma list), --sizes, --batches, --steps
 (per timed chunk), --exact_steps (exact RTRL's chunk), --repeats,
 --max_seconds (skip a configuration whose predicted cost exceeds it),
---skip_checks, --skip_cases, --json, --peer_root.
+--skip_checks, --skip_cases, --json, --peer_root, --report (print the
+report of a saved --json).
 """
 
 from __future__ import annotations
@@ -100,6 +101,9 @@ def parse_args(argv):
   )
   parser.add_argument("--json", default=None)
   parser.add_argument("--peer_root", default="/work/peers")
+  parser.add_argument(
+    "--report", default=None, help="only print the report of a saved --json"
+  )
   args = parser.parse_args(argv)
   if args.peers == ["all"]:
     args.peers = list(PEERS)
@@ -213,6 +217,11 @@ def print_report(reports: list, args) -> None:
 def main(argv=None) -> int:
   argv = sys.argv[1:] if argv is None else list(argv)
   args = parse_args(argv)
+  if args.report:
+    with open(args.report) as f:
+      saved = json.load(f)
+    print_report(saved["reports"], argparse.Namespace(**saved["args"]))
+    return 0
   start = time.perf_counter()
   own = [p for p in args.peers if importable(p)]
   if len(args.peers) == 1 and own:
