@@ -149,17 +149,19 @@ def our_program(args):
   return program.train_chunk, state
 
 
-def run_ours(args, program) -> float:
+def run_ours(args, program) -> tuple[float, tuple]:
   """ms per step of our preset over `--steps` less one warm-up chunk,
-  metrics fetched as the run loop does."""
+  metrics fetched as the run loop does; and the program with its new
+  state (a chunk donates its input state)."""
   # pylint: disable=g-import-not-at-top
   from scripts.benchlib.programs import run_chunks
 
   train_chunk, state = program
   num_chunks = max(1, args.steps // args.every - 1)
   start = time.perf_counter()
-  run_chunks(train_chunk, state, num_chunks)
-  return 1e3 * (time.perf_counter() - start) / (num_chunks * args.every)
+  state = run_chunks(train_chunk, state, num_chunks)
+  seconds = time.perf_counter() - start
+  return 1e3 * seconds / (num_chunks * args.every), (train_chunk, state)
 
 
 def main(argv=None) -> int:
@@ -192,7 +194,7 @@ def main(argv=None) -> int:
   ratios = []
   for i in range(args.rounds):
     official = run_official(args)
-    ours = run_ours(args, program)
+    ours, program = run_ours(args, program)
     ratios.append(official / ours)
     print(
       f"round {i + 1}: official {official:.1f} ms/step, ours "
