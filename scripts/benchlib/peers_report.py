@@ -95,6 +95,45 @@ def timing_table(report: dict) -> list:
   return lines
 
 
+def summary_table(reports: list) -> list:
+  """One row per peer, algorithm and cell: theirs / ours (median) per
+  batch and size, `n = a / b / c`; below 1 in italics (theirs faster)."""
+  rows: dict = {}
+  sizes: set = set()
+  batches: set = set()
+  for report in reports:
+    for r in fastest_theirs(report.get("results", [])):
+      key = (report["peer"], r["algorithm"], r["cell"])
+      rows.setdefault(key, {})[(r["batch"], r["n"])] = r["ratio_median"]
+      sizes.add(r["n"])
+      batches.add(r["batch"])
+  sizes_s, batches_s = sorted(sizes), sorted(batches)
+  n_label = " / ".join(str(n) for n in sizes_s)
+  lines = [
+    "| peer | algorithm | cell | "
+    + " | ".join(f"B = {b}, n = {n_label}" for b in batches_s)
+    + " |",
+    "|---|---|---|" + "---|" * len(batches_s),
+  ]
+  for (peer, algorithm, cell), ratios in rows.items():
+    cells = []
+    for b in batches_s:
+      values = []
+      for n in sizes_s:
+        ratio = ratios.get((b, n))
+        if ratio is None:
+          values.append("-")
+        elif ratio < 1:
+          values.append(f"*{ratio:.2f}*")
+        else:
+          values.append(f"{ratio:.2f}")
+      cells.append(" / ".join(values))
+    lines.append(
+      f"| {peer} | {algorithm} | {cell} | " + " | ".join(cells) + " |"
+    )
+  return lines
+
+
 def report_markdown(reports: list, args) -> str:
   """Date, machine, versions, then per peer its checks and its timings."""
   load = os.getloadavg() if hasattr(os, "getloadavg") else (0, 0, 0)
@@ -104,6 +143,10 @@ def report_markdown(reports: list, args) -> str:
     f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f}); float32, one-hot inputs "
     f"over {args.vocab} symbols, linear readout, cross-entropy, Adam, one "
     f"update per step; median of {args.repeats} interleaved rounds.",
+    "",
+    "Theirs / ours, median ms per step (above 1: ours faster):",
+    "",
+    *summary_table(reports),
   ]
   for report in reports:
     lines += ["", f"### {report['peer']}", ""]
