@@ -92,6 +92,12 @@ def parse_args(argv):
     "rounds) exceeds this",
   )
   parser.add_argument("--check_n", type=int, default=12)
+  parser.add_argument(
+    "--torch_threads",
+    type=numbers,
+    default=[1, 2],
+    help="sketched-rtrl: torch thread counts, each timed, the faster kept",
+  )
   parser.add_argument("--trajectory_tolerance", type=float, default=1e-3)
   parser.add_argument("--skip_checks", action="store_true")
   parser.add_argument(

@@ -262,17 +262,16 @@ def versions() -> dict:
 
 
 def pairs(args) -> list:
-  """Each pair twice: torch on 1 and on 2 threads (eager PyTorch's small
-  ops lose to thread hand-offs on a loaded 2-core machine, its large GEMMs
-  gain); the faster is reported."""
-  del args
+  """Each pair once per `--torch_threads` (default 1 and 2: eager
+  PyTorch's small ops lose to thread hand-offs on a loaded 2-core machine,
+  its large GEMMs gain); the faster is reported."""
   return [
     pair._replace(
       theirs=f"{pair.theirs}, {threads} thread{'s' if threads > 1 else ''}",
       build=functools.partial(pair.build, threads),
     )
     for pair in _pairs()
-    for threads in (1, 2)
+    for threads in getattr(args, "torch_threads", (1, 2))
   ]
 
 
