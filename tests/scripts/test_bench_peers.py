@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import argparse
 
+from jax.experimental import sparse
 import numpy as np
 import pytest
-from jax.experimental import sparse
 
 from scripts import bench_peers
 from scripts.benchlib import peers_cases
