@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from experiments.loop import checkpoints
 from experiments.loop import run_axes
 from experiments.loop import workdir as workdir_lib
 from experiments.loop.config_files import load_config
@@ -66,6 +67,40 @@ class Result:
   table: list[dict]
 
 
+@dataclasses.dataclass
+class Program:
+  """One program of a target: one compiled run that a launcher can start on
+  its own (a curve: all its seeds and learning rates in one program; one
+  gradient-cosine run; one (task, method) of the suite). Every launcher, the
+  plan and `--status` see the same list (`programs.py`).
+
+  Attributes:
+    label: the target's name for it (a curve's label).
+    experiment: `experiments.<experiment>` runs it.
+    config: its full config (an `ml_collections.ConfigDict`).
+    path: the folder it writes (its workdir), or its one result file.
+    done: it had finished when the target went through it.
+  """
+
+  label: str
+  experiment: str
+  config: Any
+  path: str
+  done: bool
+
+  @property
+  def reads(self) -> str:
+    """The workdir of another program this one starts from (a trained
+    network's checkpoint), or ''."""
+    return str(self.config.get("checkpoint_dir", "") or "")
+
+
+# What a program does when its target goes through it (`visit`).
+TRAIN = "train"  # train it if not finished, then read it
+READ = "read"  # read what it wrote so far; never train
+SKIP = "skip"  # nothing: its results are empty, as in plan mode
+
+
 class Mode(NamedTuple):
   """How a target runs: an argument of every target, passed down to each of
   its curves.
@@ -80,15 +115,28 @@ class Mode(NamedTuple):
       these strings (`scripts/reproduce.py --only mnist`); every other
       curve is read from its workdir as far as it ran, or left empty as in
       plan mode, so a target's figures and tables show what exists.
+    programs: when a list, every program the target goes through is
+      appended to it (`Program`), whatever the mode.
+    listing: go through the programs without training any (but `train`)
+      and write no figure or table, as in plan mode (the launchers).
+    train: with `listing`, the path of the one program to train
+      (`scripts/reproduce.py --program KEY`, what a job runs).
+    collect: train nothing; build the figures and tables from what the
+      programs wrote (`scripts/reproduce.py --collect`).
   """
 
   overrides: Mapping[str, Any] = types.MappingProxyType({})
   plans: list[plan.ProgramPlan] | None = None
   only: tuple[str, ...] = ()
+  programs: list[Program] | None = None
+  listing: bool = False
+  train: str = ""
+  collect: bool = False
 
   @property
   def planning(self) -> bool:
-    return self.plans is not None
+    """Nothing is trained for the target's figures: it writes none."""
+    return self.plans is not None or self.listing
 
 
 RUN = Mode()  # Train every curve, no overrides.
@@ -96,7 +144,44 @@ RUN = Mode()  # Train every curve, no overrides.
 
 def planning(overrides: Mapping[str, Any] | None = None) -> Mode:
   """A fresh plan mode (an empty `plans` list), with `overrides`."""
-  return Mode(types.MappingProxyType(dict(overrides or {})), [])
+  return Mode(types.MappingProxyType(dict(overrides or {})), [], programs=[])
+
+
+def listing(
+  overrides: Mapping[str, Any] | None = None, train: str = ""
+) -> Mode:
+  """Goes through the programs (into `programs`), training only the one at
+  path `train` (none if '')."""
+  return Mode(
+    types.MappingProxyType(dict(overrides or {})),
+    programs=[],
+    listing=True,
+    train=os.path.abspath(train) if train else "",
+  )
+
+
+def collecting(overrides: Mapping[str, Any] | None = None) -> Mode:
+  """Builds the figures from what exists; `programs` says what is missing."""
+  return Mode(
+    types.MappingProxyType(dict(overrides or {})), programs=[], collect=True
+  )
+
+
+def visit(mode: Mode, program: Program) -> str:
+  """Every program of every target passes here once, before it runs; says
+  what its caller does with it: `TRAIN`, `READ` or `SKIP`. In plan mode the
+  program is measured here (`plan.measure`)."""
+  if mode.programs is not None:
+    mode.programs.append(program)
+  if mode.plans is not None:
+    mode.plans.append(
+      plan.measure(program.label, program.experiment, program.config)
+    )
+    return SKIP
+  if mode.listing:
+    chosen = os.path.abspath(program.path) == mode.train
+    return TRAIN if mode.train and chosen else SKIP
+  return READ if mode.collect else TRAIN
 
 
 def make_config(curve: Curve, mode: Mode = RUN):
@@ -113,17 +198,26 @@ def make_config(curve: Curve, mode: Mode = RUN):
   return config
 
 
-def _finished(config, curve_dir: str) -> bool:
+# Experiments whose run writes no `summary.json` (their `Experiment` has no
+# `finish`): finished once their newest checkpoint is at `num_steps`.
+NO_SUMMARY = frozenset({"copy_task"})
+
+
+def _finished(config, curve_dir: str, experiment: str = "") -> bool:
   """The curve ran to its end with this very config and wrote its summary
-  (the run loop writes it last): a rerun only reads it (the run loop would
-  redo the experiment's `finish`, e.g. PTB's test-set evaluation of every
-  run). Step-counted configs also check the last record reached
-  `num_steps`; epoch-counted ones (the classifiers) have none."""
+  (the run loop writes it last; an experiment in `NO_SUMMARY` its last
+  checkpoint): a rerun only reads it (the run loop would redo the
+  experiment's `finish`, e.g. PTB's test-set evaluation of every run).
+  Step-counted configs also check the last record reached `num_steps`;
+  epoch-counted ones (the classifiers) have none."""
   config_path = os.path.join(curve_dir, workdir_lib.CONFIG_FILE)
-  if not (
-    os.path.exists(config_path)
-    and os.path.exists(os.path.join(curve_dir, workdir_lib.SUMMARY_FILE))
-  ):
+  if not os.path.exists(config_path):
+    return False
+  if experiment in NO_SUMMARY:
+    last = checkpoints.latest_checkpoint_step(curve_dir)
+    if last is None or last < config.num_steps:
+      return False
+  elif not os.path.exists(os.path.join(curve_dir, workdir_lib.SUMMARY_FILE)):
     return False
   records = workdir_lib.read_metrics(curve_dir)
   if not records:
@@ -148,21 +242,29 @@ def run_curve(
 ) -> tuple[list[dict], dict, list]:
   """Trains (or resumes) one curve; returns its records, summary and runs.
   A finished curve (same config) is read, not rerun. In plan mode it only
-  measures the curve's program: no records, no summary."""
+  measures the curve's program, and in listing mode it trains only the
+  chosen program (`Mode`): no records, no summary otherwise."""
   config = make_config(curve, mode)
   grid = run_axes.run_grid(
     config, tuple(name for name in plan.SWEPT if name in config)
   )
-  if mode.planning:
-    mode.plans.append(plan.measure(curve.label, curve.experiment, config))
-    return [], {}, grid
   curve_dir = os.path.join(workdir, curve.dirname)
-  if mode.only and not any(part in curve.label for part in mode.only):
+  finished = mode.plans is None and _finished(
+    config, curve_dir, curve.experiment
+  )
+  todo = visit(
+    mode, Program(curve.label, curve.experiment, config, curve_dir, finished)
+  )
+  selected = not mode.only or any(part in curve.label for part in mode.only)
+  if todo == SKIP:
+    return [], {}, grid
+  if todo == READ or not selected:
     if not os.path.exists(os.path.join(curve_dir, workdir_lib.CONFIG_FILE)):
-      print(f"=== {curve.label}: not selected, not run", flush=True)
+      print(f"=== {curve.label}: not run", flush=True)
       return [], {}, grid
-    print(f"=== {curve.label}: not selected, read as it is", flush=True)
-  elif _finished(config, curve_dir):
+    if not finished:
+      print(f"=== {curve.label}: not finished, read as it is", flush=True)
+  elif finished:
     print(f"=== {curve.label}: finished in {curve_dir}", flush=True)
   else:
     print(f"=== {curve.label} -> {curve_dir}", flush=True)
