@@ -333,21 +333,19 @@ def table(
     f"| {duration(sum(seconds))}{more} |"
   )
   reads = reads if reads is not None else [[] for _ in plans]
-  counts = sorted({max(1, len(plans)), *devices})
+  counts = sorted({n for n in (len(plans), *devices) if n > 1})
+  header = [f"wall time on one {device}"] + [
+    f"on {n} {device}s" for n in counts
+  ]
+  times = [sum(seconds)] + [wall_time(seconds, reads, n) for n in counts]
   lines += [
     "",
-    f"| wall time on one {device} | "
-    + " | ".join(f"on {n} {device}s" for n in counts)
-    + " |",
-    "|---" * (1 + len(counts)) + "|",
-    f"| {duration(sum(seconds))}{more} | "
-    + " | ".join(duration(wall_time(seconds, reads, n)) + more for n in counts)
-    + " |",
+    "| " + " | ".join(header) + " |",
+    "|---" * len(header) + "|",
+    "| " + " | ".join(duration(t) + more for t in times) + " |",
     "",
-    f"On N {device}s: one program per {device} at a time, each after the "
-    f"programs it reads (`--launcher local --devices`, `--launcher slurm`"
-    f" with `--gpus-per-node 1`); {max(1, len(plans))} is one per "
-    "program.",
+    f"On N {device}s: one program per {device}, each after the programs it "
+    f"reads; {len(plans)} is one per program.",
   ]
   return "\n".join(lines)
 
