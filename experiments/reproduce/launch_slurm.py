@@ -76,6 +76,21 @@ def _reap(pid: int) -> None:
     os.waitpid(pid, 0)
 
 
+def _still_running() -> bool:
+  """This job is RUNNING for SLURM (not cancelled, preempted or timed
+  out)."""
+  job = os.environ.get("SLURM_JOB_ID", "")
+  state = subprocess.run(
+    ["squeue", "-h", "-j", job, "-o", "%T"],
+    capture_output=True,
+    text=True,
+    timeout=60,
+    check=False,
+  ).stdout.strip()
+  print(f"SLURM's state of job {job}: {state or 'unknown'}", flush=True)
+  return bool(job) and state == "RUNNING"
+
+
 class ProgramJob:
   """What a job runs: `command` in a child process; raises if it fails.
 
@@ -113,10 +128,12 @@ class ProgramJob:
     self._pid = process.pid
     code = process.wait()
     self._pid = None
-    if code and self._terms:
-      # SIGTERM stopped the program at a checkpoint: requeue as submitit
-      # does on its own signal (its handler calls `checkpoint`, requeues
-      # the job and exits).
+    if code and self._terms and _still_running():
+      # SIGTERM alone (`scancel --signal=TERM`) stopped the program at a
+      # checkpoint: requeue as submitit does on its own signal (its handler
+      # calls `checkpoint`, requeues the job and exits). A job cancelled,
+      # preempted or at its time limit is not RUNNING any more: SLURM
+      # decides what follows.
       print("Stopped by SIGTERM: requeueing the job.", flush=True)
       os.kill(os.getpid(), preempt_signal())
       time.sleep(30)
