@@ -2,8 +2,10 @@
 best-learning-rate selection, figures and result tables.
 
 A target is a small function `(scale, workdir, mode=RUN) -> Result` (see
-`ok_paper.py`); `mode` (a `Mode`) says whether to train or only plan, and
-which fields to override in every curve, and is passed down to every curve. It describes each curve of a figure as a `Curve`: an
+`ok_paper.py`); `mode` (a `Mode`, `modes.py`) says whether to train, plan,
+list its programs for a launcher or collect, and which fields to override
+in every curve, and is passed down to every curve. It describes each curve
+of a figure as a `Curve`: an
 experiment (`copy_task`, `ptb`, ...), its config preset and overrides. Each
 curve runs as ONE program over all its seeds and learning rates (the run
 loop's run axis, `experiments/loop/run_axes.py`), in its own sub-workdir, so a
@@ -13,13 +15,12 @@ ones.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 import dataclasses
 import importlib
 import json
 import os
-import types
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -27,9 +28,19 @@ from experiments.loop import checkpoints
 from experiments.loop import run_axes
 from experiments.loop import workdir as workdir_lib
 from experiments.loop.config_files import load_config
+from experiments.reproduce import modes
 from experiments.reproduce import plan
 
 SCALES = ("small", "paper")
+
+# How a target runs and the gate of its programs (`modes.py`), named here
+# as the targets and launchers name them.
+Mode = modes.Mode
+RUN = modes.RUN
+Program = modes.Program
+TRAIN, READ, SKIP = modes.TRAIN, modes.READ, modes.SKIP
+planning, listing, collecting = modes.planning, modes.listing, modes.collecting
+visit = modes.visit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,123 +76,6 @@ class Result:
   name: str
   files: list[str]
   table: list[dict]
-
-
-@dataclasses.dataclass
-class Program:
-  """One program of a target: one compiled run that a launcher can start on
-  its own (a curve: all its seeds and learning rates in one program; one
-  gradient-cosine run; one (task, method) of the suite). Every launcher, the
-  plan and `--status` see the same list (`programs.py`).
-
-  Attributes:
-    label: the target's name for it (a curve's label).
-    experiment: `experiments.<experiment>` runs it.
-    config: its full config (an `ml_collections.ConfigDict`).
-    path: the folder it writes (its workdir), or its one result file.
-    done: it had finished when the target went through it.
-  """
-
-  label: str
-  experiment: str
-  config: Any
-  path: str
-  done: bool
-
-  @property
-  def reads(self) -> str:
-    """The workdir of another program this one starts from (a trained
-    network's checkpoint), or ''."""
-    return str(self.config.get("checkpoint_dir", "") or "")
-
-
-# What a program does when its target goes through it (`visit`).
-TRAIN = "train"  # train it if not finished, then read it
-READ = "read"  # read what it wrote so far; never train
-SKIP = "skip"  # nothing: its results are empty, as in plan mode
-
-
-class Mode(NamedTuple):
-  """How a target runs: an argument of every target, passed down to each of
-  its curves.
-
-  Attributes:
-    overrides: fields set in every curve's config that has them
-      (`scripts/reproduce.py --set FIELD=VALUE`; tests shrink targets).
-    plans: None to train. A list to plan (`scripts/reproduce.py --plan`):
-      each program is timed by a short run instead of trained, and its
-      `plan.ProgramPlan` appended here.
-    only: when not empty, train only the curves whose label contains one of
-      these strings (`scripts/reproduce.py --only mnist`); every other
-      curve is read from its workdir as far as it ran, or left empty as in
-      plan mode, so a target's figures and tables show what exists.
-    programs: when a list, every program the target goes through is
-      appended to it (`Program`), whatever the mode.
-    listing: go through the programs without training any (but `train`)
-      and write no figure or table, as in plan mode (the launchers).
-    train: with `listing`, the path of the one program to train
-      (`scripts/reproduce.py --program KEY`, what a job runs).
-    collect: train nothing; build the figures and tables from what the
-      programs wrote (`scripts/reproduce.py --collect`).
-  """
-
-  overrides: Mapping[str, Any] = types.MappingProxyType({})
-  plans: list[plan.ProgramPlan] | None = None
-  only: tuple[str, ...] = ()
-  programs: list[Program] | None = None
-  listing: bool = False
-  train: str = ""
-  collect: bool = False
-
-  @property
-  def planning(self) -> bool:
-    """Nothing is trained for the target's figures: it writes none."""
-    return self.plans is not None or self.listing
-
-
-RUN = Mode()  # Train every curve, no overrides.
-
-
-def planning(overrides: Mapping[str, Any] | None = None) -> Mode:
-  """A fresh plan mode (an empty `plans` list), with `overrides`."""
-  return Mode(types.MappingProxyType(dict(overrides or {})), [], programs=[])
-
-
-def listing(
-  overrides: Mapping[str, Any] | None = None, train: str = ""
-) -> Mode:
-  """Goes through the programs (into `programs`), training only the one at
-  path `train` (none if '')."""
-  return Mode(
-    types.MappingProxyType(dict(overrides or {})),
-    programs=[],
-    listing=True,
-    train=os.path.abspath(train) if train else "",
-  )
-
-
-def collecting(overrides: Mapping[str, Any] | None = None) -> Mode:
-  """Builds the figures from what exists; `programs` says what is missing."""
-  return Mode(
-    types.MappingProxyType(dict(overrides or {})), programs=[], collect=True
-  )
-
-
-def visit(mode: Mode, program: Program) -> str:
-  """Every program of every target passes here once, before it runs; says
-  what its caller does with it: `TRAIN`, `READ` or `SKIP`. In plan mode the
-  program is measured here (`plan.measure`)."""
-  if mode.programs is not None:
-    mode.programs.append(program)
-  if mode.plans is not None:
-    mode.plans.append(
-      plan.measure(program.label, program.experiment, program.config)
-    )
-    return SKIP
-  if mode.listing:
-    chosen = os.path.abspath(program.path) == mode.train
-    return TRAIN if mode.train and chosen else SKIP
-  return READ if mode.collect else TRAIN
 
 
 def make_config(curve: Curve, mode: Mode = RUN):

@@ -60,6 +60,13 @@ class Options:
   workdir_is_shared: bool = False
 
 
+# What a job whose program SIGTERM stopped at a checkpoint raises (and
+# `--status` reads in submitit's result file).
+STOPPED = (
+  "stopped by SIGTERM at a checkpoint (cancelled, preempted or timed out)"
+)
+
+
 def preempt_signal() -> signal.Signals:
   """The signal submitit handles (USR2 unless SUBMITIT_PREEMPT_SIGNAL)."""
   return getattr(
@@ -137,6 +144,8 @@ class ProgramJob:
       print("Stopped by SIGTERM: requeueing the job.", flush=True)
       os.kill(os.getpid(), preempt_signal())
       time.sleep(30)
+    if code and self._terms:
+      raise RuntimeError(f"{status.STOPPED}: {' '.join(self.command)}")
     if code:
       raise RuntimeError(
         f"the program exited with code {code}: {' '.join(self.command)}"

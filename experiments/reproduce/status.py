@@ -28,6 +28,11 @@ from experiments.reproduce import plan
 from experiments.reproduce import programs as programs_lib
 from experiments.reproduce import records
 
+# What a SLURM job raises when SIGTERM stopped its program at a checkpoint
+# and it was not requeued (`launch_slurm.ProgramJob`).
+STOPPED = (
+  "stopped by SIGTERM at a checkpoint (cancelled, preempted or timed out)"
+)
 # The record key of the job that runs `--collect` after the programs.
 COLLECT_KEY = "(collect)"
 ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED")
@@ -46,7 +51,9 @@ class Row:
 
   @property
   def failed(self) -> bool:
-    return self.state.startswith(("FAILED", "ENDED", "CANCELLED", "TIMEOUT"))
+    return self.state.startswith(
+      ("FAILED", "ENDED", "CANCELLED", "TIMEOUT", "STOPPED")
+    )
 
 
 def _command(argv: list[str]) -> list[str]:
@@ -91,18 +98,19 @@ def accounting_states(job_ids: Sequence[str]) -> dict[str, str]:
   )
 
 
-def submitit_outcome(record: dict) -> str:
-  """`success` or `error` from the result file submitit writes when the
-  job's function returns or raises; '' when there is none (the job was
-  killed, cancelled, or is not over)."""
+def submitit_outcome(record: dict) -> tuple[str, str]:
+  """`('success', value)` or `('error', traceback)` from the result file
+  submitit writes when the job's function returns or raises; `('', '')`
+  when there is none (the job was killed, cancelled, or is not over)."""
   path = record.get("result", "")
   if not path or not os.path.exists(path):
-    return ""
+    return "", ""
   try:
     with open(path, "rb") as f:
-      return str(pickle.load(f)[0])
-  except (OSError, EOFError, pickle.UnpicklingError, IndexError):
-    return ""
+      outcome, value = pickle.load(f)
+  except (OSError, EOFError, pickle.UnpicklingError, ValueError):
+    return "", ""
+  return str(outcome), str(value)
 
 
 def _alive(pid: str) -> bool:
@@ -129,7 +137,11 @@ def job_state(record: dict, queued: dict, accounted: dict) -> str:
   if job in accounted and accounted[job] not in ACTIVE:
     state = accounted[job]
     return state if state != "COMPLETED" else "ENDED without its output"
-  outcome = submitit_outcome(record)
+  outcome, text = submitit_outcome(record)
+  if outcome == "error" and STOPPED in text:
+    return (
+      "STOPPED at a checkpoint (SIGTERM: cancelled, preempted or timed out)"
+    )
   if outcome == "error":
     return "FAILED"
   if outcome == "success":
