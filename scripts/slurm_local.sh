@@ -13,9 +13,10 @@
 # It runs in a container: no systemd, no cgroups (ProctrackType=
 # proctrack/linuxproc, TaskPlugin=task/none), no accounting database (so
 # `sacct` has nothing; the launcher reads job states from `squeue` and the
-# job's own result files). `start` is idempotent; `stop` stops only what
-# `start` started (pid files under $RTRL_SLURM_DIR) and refuses to touch a
-# slurm.conf it did not write.
+# job's own result files). `start` is idempotent (a running cluster is left
+# as it is; a controller it starts forgets earlier jobs); `stop` stops only
+# what `start` started (pid files under $RTRL_SLURM_DIR) and refuses to
+# touch a slurm.conf it did not write.
 set -euo pipefail
 
 STATE="${RTRL_SLURM_DIR:-/var/tmp/rtrl-slurm}"
@@ -79,7 +80,8 @@ write_conf() {
   cat >"$CONF" <<EOF
 $MARK ($(date -u +%FT%TZ)); stop removes it.
 ClusterName=rtrl-local
-SlurmctldHost=$host
+# Addresses on the loopback: the host name need not resolve.
+SlurmctldHost=$host(127.0.0.1)
 SlurmUser=root
 AuthType=auth/munge
 # A requeued job may start again after this many seconds (default 120).
@@ -91,6 +93,9 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 SchedulerType=sched/backfill
+# Pending jobs (a requeued one, a dependency met) start within seconds.
+SchedulerParameters=sched_interval=5,bf_interval=5
+MailProg=/bin/true
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 ReturnToService=2
@@ -105,7 +110,7 @@ SlurmdTimeout=60
 # Ended jobs stay visible to squeue/scontrol for 5 minutes.
 MinJobAge=300
 KillWait=30
-NodeName=$host CPUs=$cpus RealMemory=$memory State=UNKNOWN
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory State=UNKNOWN
 PartitionName=$PARTITION Nodes=$host Default=YES MaxTime=INFINITE State=UP DefMemPerCPU=$(( memory / cpus ))
 EOF
 }
@@ -120,7 +125,8 @@ start() {
     return
   fi
   write_conf
-  alive "$STATE/slurmctld.pid" || slurmctld
+  # A fresh controller forgets earlier sessions' jobs (-c: clear state).
+  alive "$STATE/slurmctld.pid" || slurmctld -c
   alive "$STATE/slurmd.pid" || slurmd
   for _ in $(seq 60); do
     if answers && [ "$(sinfo -h -n "$(hostname -s)" -o %t)" = idle ]; then

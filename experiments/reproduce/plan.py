@@ -333,7 +333,7 @@ def table(
     f"| {duration(sum(seconds))}{more} |"
   )
   reads = reads if reads is not None else [[] for _ in plans]
-  counts = sorted({n for n in (len(plans), *devices) if n > 1})
+  counts = sorted({min(n, len(plans)) for n in (len(plans), *devices)} - {0, 1})
   header = [f"wall time on one {device}"] + [
     f"on {n} {device}s" for n in counts
   ]
