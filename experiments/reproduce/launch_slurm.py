@@ -276,20 +276,23 @@ def submit(target, programs, options: Options, part) -> list[dict]:
     commands = [target.command(keys[i]) for i in todo]
     with executor.batch():
       jobs = [executor.submit(ProgramJob(c)) for c in commands]
+    wave_records = []
     for i, job, command in zip(todo, jobs, commands):
       job_of[i] = job.job_id
-      submitted.append(
+      wave_records.append(
         _record(keys[i], programs[i].label, job, command, part.name)
       )
+    records.append(target.folder, wave_records)  # Kept if a later one fails.
+    submitted += wave_records
   everything = sorted(set(job_of.values()))
   executor.update_parameters(
     dependency="afterany:" + ":".join(everything) if everything else None
   )
   command = target.command("", "--collect")
   job = executor.submit(ProgramJob(command))
-  submitted.append(_record(status.COLLECT_KEY, "", job, command, part.name))
-  records.append(target.folder, submitted)
-  return submitted
+  collect = _record(status.COLLECT_KEY, "", job, command, part.name)
+  records.append(target.folder, [collect])
+  return submitted + [collect]
 
 
 def wait(target: programs_lib.Target, poll_seconds: float = 5) -> bool:

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 import dataclasses
+import math
 import os
 import pickle
 import shlex
 import socket
 import subprocess
+import time
 
 from experiments.loop import workdir as workdir_lib
 from experiments.reproduce import common
@@ -65,21 +67,32 @@ def _command(argv: list[str]) -> list[str]:
   return done.stdout.splitlines() if done.returncode == 0 else []
 
 
-def queue_states(job_ids: Sequence[str]) -> dict[str, str]:
+def _squeue(job_ids: Sequence[str]) -> dict[str, tuple[str, float]]:
   """`squeue`'s state of each queued or running job (array tasks one by
-  one, `123_4`), with the reason of a pending one: `PENDING (Dependency)`."""
+  one, `123_4`), with the reason of a pending one (`PENDING
+  (Dependency)`), and when it started (seconds since the epoch; nan if
+  it has not)."""
   bases = sorted({j.split("_")[0] for j in job_ids})
   if not bases:
     return {}
   lines = _command(
-    ["squeue", "-h", "-r", "-o", "%i|%T|%r", "-j", ",".join(bases)]
+    ["squeue", "-h", "-r", "-o", "%i|%T|%r|%S", "-j", ",".join(bases)]
   )
-  states = {}
+  found = {}
   for line in lines:
-    job, state, reason = (line.split("|") + ["", ""])[:3]
+    job, state, reason, start = (line.split("|") + ["", "", ""])[:4]
     wait = f" ({reason})" if state == "PENDING" and reason != "None" else ""
-    states[job.strip()] = state.strip() + wait
-  return states
+    try:
+      started = time.mktime(time.strptime(start.strip(), "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+      started = math.nan
+    found[job.strip()] = (state.strip() + wait, started)
+  return found
+
+
+def queue_states(job_ids: Sequence[str]) -> dict[str, str]:
+  """`squeue`'s state of each queued or running job (`_squeue`)."""
+  return {job: state for job, (state, _) in _squeue(job_ids).items()}
 
 
 def accounting_states(job_ids: Sequence[str]) -> dict[str, str]:
@@ -163,6 +176,18 @@ def progress(program: common.Program) -> tuple[int | None, int, float]:
   return int(last.get("step", 0)), total, float(rate or "nan")
 
 
+def _eta(left: int, rate: float, reached: int, started: float) -> str:
+  """The time `left` steps take at the program's last steps per second, or
+  (`~`, rough: compilation and a resumed run's earlier steps included) at
+  the mean rate since its job or process started."""
+  if rate > 0:
+    return plan.duration(max(0, left) / rate)
+  elapsed = time.time() - (started or math.nan)
+  if reached > 0 and elapsed > 0:
+    return "~" + plan.duration(max(0, left) * elapsed / reached)
+  return "-"
+
+
 def rows(
   target: programs_lib.Target, programs: Sequence[common.Program]
 ) -> list[Row]:
@@ -171,7 +196,8 @@ def rows(
   slurm_ids = [
     r["job_id"] for r in launched.values() if r.get("launcher") == "slurm"
   ]
-  queued = queue_states(slurm_ids)
+  in_queue = _squeue(slurm_ids)
+  queued = {job: state for job, (state, _) in in_queue.items()}
   accounted = accounting_states(slurm_ids) if slurm_ids else {}
   out = []
   for program in programs:
@@ -183,10 +209,13 @@ def rows(
     elif record:
       state = job_state(record, queued, accounted)
     else:
-      state = "NOT STARTED" if reached is None else "STOPPED"
+      state = (
+        "NOT STARTED" if reached is None else "UNFINISHED (no job recorded)"
+      )
     eta = "-"
-    if state == "RUNNING" and reached is not None and rate > 0:
-      eta = plan.duration(max(0, total - reached) / rate)
+    if state == "RUNNING" and reached is not None:
+      since = in_queue.get(record.get("job_id", ""), ("", record.get("time")))
+      eta = _eta(total - reached, rate, reached, since[1])
     steps = f"{reached if reached is not None else 0:,}/{total:,}"
     job = record.get("job_id", "-")
     out.append(Row(key, program.label, job, state, steps, eta, record))
