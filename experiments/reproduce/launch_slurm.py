@@ -17,11 +17,13 @@ preemption where the cluster sets `preempt_send_user_signal`); it then
 calls `ProgramJob.checkpoint`, which stops the program as SIGTERM does
 (the run loop finishes its chunk, checkpoints and exits) and requeues the
 job (`scontrol requeue`: the same job id, so the requeued program may take
-over its own workdir). A SIGTERM that reaches the program first
-(preemption without the user signal, `scancel --signal=TERM`) stops it the
-same way, and the job then requeues itself. Requeued, the same command
-resumes from the checkpoint: the numbers equal an uninterrupted run's.
-Time-limit requeues are capped at `--max-num-timeout`; preemptions are not.
+over its own workdir). A SIGTERM that reaches the program first stops
+it the same way; the job then requeues itself if SLURM still has it
+RUNNING (`scancel --signal=TERM`), and leaves a job cancelled, preempted
+(SLURM requeues it where PreemptMode=REQUEUE) or timed out to SLURM.
+Requeued, the same command resumes from the checkpoint: the numbers equal
+an uninterrupted run's. Time-limit requeues are capped at
+`--max-num-timeout`; preemptions are not.
 """
 
 from __future__ import annotations
@@ -58,13 +60,6 @@ class Options:
   max_num_timeout: int = 20
   sbatch: tuple[tuple[str, str | bool], ...] = ()  # more sbatch flags
   workdir_is_shared: bool = False
-
-
-# What a job whose program SIGTERM stopped at a checkpoint raises (and
-# `--status` reads in submitit's result file).
-STOPPED = (
-  "stopped by SIGTERM at a checkpoint (cancelled, preempted or timed out)"
-)
 
 
 def preempt_signal() -> signal.Signals:
