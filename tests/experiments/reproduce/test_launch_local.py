@@ -6,8 +6,10 @@ same workdirs, a missing program marked."""
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import shutil
+import socket
 
 from launched_runs import TARGET
 from launched_runs import assert_same_outputs
@@ -103,3 +105,35 @@ def test_program_runs_one_program_and_names_unknown_ones(tmp_path, capsys):
   capsys.readouterr()
   assert cli.main([TARGET, *SETS, *workdir, "--program", key]) == 0
   assert "finished" in capsys.readouterr().out
+
+
+def test_status_of_a_running_program_has_steps_and_eta(tmp_path, capsys):
+  """A program whose process runs (here: this test's own, as a local
+  launcher records it) shows its steps reached and the ETA at its last
+  steps per second; one with records and no launch record is UNFINISHED."""
+  workdir = ["--workdir", str(tmp_path)]
+  trained = tmp_path / TARGET / "trained-RHN-32"
+  trained.mkdir(parents=True)
+  records_ = [{"step": 50 * i, "steps_per_second": 10.0} for i in (1, 2)]
+  (trained / "metrics.jsonl").write_text(
+    "".join(json.dumps(r) + "\n" for r in records_)
+  )
+  (tmp_path / TARGET / "RHN-32").mkdir()
+  (tmp_path / TARGET / "RHN-32" / "metrics.jsonl").write_text('{"step": 5}\n')
+  record = {
+    "key": f"{TARGET}/trained-RHN-32",
+    "launcher": "local",
+    "job_id": str(os.getpid()),
+    "host": socket.gethostname(),
+    "log": "-",
+    "command": ["x"],
+  }
+  records.append(str(tmp_path / TARGET), [record])
+  assert cli.main([TARGET, *SETS, *workdir, "--status"]) == 0
+  text = capsys.readouterr().out
+  running = f"| {TARGET}/trained-RHN-32 | {os.getpid()} | RUNNING | 100/200 |"
+  assert f"{running} 0.2 min |" in text  # 100 steps left at 10 steps/s
+  assert (
+    f"| {TARGET}/RHN-32 | - | UNFINISHED (no job recorded) | 5/200 |" in text
+  )
+  assert f"| {TARGET}/RHN-64 | - | NOT STARTED | 0/200 | - |" in text

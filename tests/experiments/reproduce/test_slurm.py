@@ -189,7 +189,7 @@ def test_slurm_jobs_equal_the_local_launcher_through_requeues(tmp_path):
       f"{TARGET}/trained-RHN-32": "TERM",
       f"{TARGET}/trained-RHN-64": "USR2",
     }
-    signalled, running_status = {}, ""
+    signalled = {}
     deadline = time.time() + 1500
     while _queued(folder, failing) and time.time() < deadline:
       for key, signal in signals.items():
@@ -197,8 +197,7 @@ def test_slurm_jobs_equal_the_local_launcher_through_requeues(tmp_path):
           folder, key, signal, 1000
         ):
           signalled[key] = signal
-          running_status = running_status or _status(workdir, TARGET, *SETS)
-      time.sleep(0.5)
+      time.sleep(0.2)
     assert local.wait(timeout=900) == 0
     assert not _queued(folder, failing), "the jobs did not end in 25 min"
   finally:
@@ -215,11 +214,6 @@ def test_slurm_jobs_equal_the_local_launcher_through_requeues(tmp_path):
     log = log_text(_record(folder, key))
     assert "checkpoint written" in log and "Requeued job" in log, key
     assert "Resumed from step" in log and "resuming at" in log, key
-  # While running, --status showed steps reached and an ETA.
-  running = [
-    line for line in running_status.splitlines() if "| RUNNING |" in line
-  ]
-  assert any(not line.endswith("| - |") for line in running), running_status
 
   # The figure, tables and every program's files equal the local run's.
   table = _status(workdir, TARGET, *SETS)
