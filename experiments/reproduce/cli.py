@@ -367,9 +367,7 @@ def _plan(target: programs_lib.Target, parallel: int) -> int:
   with tempfile.TemporaryDirectory() as scratch:
     target.fn(target.scale, scratch, mode)
     keys = [os.path.relpath(p.path, scratch) for p in mode.programs or []]
-  reads = programs_lib.reads(mode.programs or [])
-  if len(reads) != len(mode.plans or []):  # A target measuring its own way.
-    reads, keys = [[] for _ in mode.plans or []], [p.label for p in mode.plans]
+  reads = programs_lib.reads(mode.programs or [])  # One per plan (visit).
   text = plan.table(
     target.name,
     target.scale,
