@@ -34,7 +34,7 @@ answers() { timeout 10 sinfo -h -o %P >/dev/null 2>&1; }
 alive() {
   [ -f "$1" ] || return 1
   local state
-  state="$(awk '{print $3}' "/proc/$(cat "$1")/stat" 2>/dev/null)" || return 1
+  state="$(awk '{print $3}' "/proc/$(cat "$1" 2>/dev/null)/stat" 2>/dev/null)" || return 1
   [ -n "$state" ] && [ "$state" != Z ]
 }
 
@@ -144,12 +144,12 @@ start() {
 stop_daemon() {
   local pidfile="$STATE/$1.pid"
   if alive "$pidfile"; then
-    kill "$(cat "$pidfile")"
+    kill "$(cat "$pidfile")" 2>/dev/null || true
     for _ in $(seq 100); do
       alive "$pidfile" || break
       sleep 0.1
     done
-    if alive "$pidfile"; then kill -9 "$(cat "$pidfile")"; fi
+    if alive "$pidfile"; then kill -9 "$(cat "$pidfile")" 2>/dev/null || true; fi
   fi
   rm -f "$pidfile"
 }
