@@ -21,10 +21,11 @@ blockdiag(T_jᵀ)` `(S n, S n)` and `Q = blockdiag(Q_j)` orthonormal. One
 step of the sketch:
 
   1. pre-projection: `N ≈ N_c V_cᵀ` with `N_c = N V_c`, `V_c` `(S n, c)`
-     an approximate top-`c` right singular basis (the paper: an SVD; here
-     `subspace_iterations` steps of subspace iteration warm-started from
-     the previous step's `V_c`), `τ_c = |N - N_c V_cᵀ|_F` computed
-     directly, so exact for any `V_c`;
+     the top-`c` right singular basis of `N` (`preprojection='svd'`: the
+     paper's exact SVD) or an approximation of it
+     (`'subspace_iteration'`: `subspace_iterations` steps of subspace
+     iteration warm-started from the previous step's `V_c`), `τ_c = |N -
+     N_c V_cᵀ|_F` computed directly, so exact for any `V_c`;
   2. the `r + c` right vectors `X = [R, Q V_c] = Z Θ + Δ` by CholeskyQR2
      on their `(r + c)^2` Gram matrix (`Z` orthonormal to working
      precision; the paper: a Householder QR), so the residual is
@@ -62,7 +63,7 @@ of the paper). Between,
 `min(S n, max(4, ⌈r / 4⌉))`.
 
 This file holds the estimator (its tangent, hyper-parameters and step);
-`sk_rtrl_sketch.py` the linear algebra of steps 1-3 and of `ρ̄`.
+`_sk_rtrl_sketch.py` the linear algebra of steps 1-3 and of `ρ̄`.
 
 References:
   "Certified Low-Rank Real-Time Recurrent Learning for Dense Recurrent
@@ -75,7 +76,7 @@ References:
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -84,18 +85,19 @@ from rtrl import linalg
 from rtrl import routing as routing_lib
 from rtrl import tangents
 from rtrl.cells import Cell
-from rtrl.estimators import base
-from rtrl.estimators.sk_rtrl_sketch import exact_sketch_update
-from rtrl.estimators.sk_rtrl_sketch import fixed_start
-from rtrl.estimators.sk_rtrl_sketch import merge_right_factors
-from rtrl.estimators.sk_rtrl_sketch import mix_columns
-from rtrl.estimators.sk_rtrl_sketch import off_diagonal_mass
-from rtrl.estimators.sk_rtrl_sketch import preproject
-from rtrl.estimators.sk_rtrl_sketch import sketch_update
-from rtrl.estimators.sk_rtrl_sketch import spectral_norm_bound
-from rtrl.estimators.sk_rtrl_sketch import truncate_core
-from rtrl.estimators.snap1_rflo import snap1_unit_jacobian
-from rtrl.estimators.snap1_rflo import unit_blocks_update
+from rtrl.estimators import _base as base
+from rtrl.estimators._sk_rtrl_sketch import exact_sketch_update
+from rtrl.estimators._sk_rtrl_sketch import fixed_start
+from rtrl.estimators._sk_rtrl_sketch import off_diagonal_mass
+from rtrl.estimators._sk_rtrl_sketch import sketch_update
+from rtrl.estimators._sk_rtrl_sketch import spectral_norm_bound
+from rtrl.estimators._snap1_rflo import snap1_unit_jacobian
+from rtrl.estimators._snap1_rflo import unit_blocks_update
+from rtrl.estimators._spec import Cost
+from rtrl.estimators._spec import EstimatorSpec
+from rtrl.estimators._spec import dims
+
+PREPROJECTIONS = ("subspace_iteration", "svd")
 
 
 class SketchedInfluence(NamedTuple):
@@ -103,14 +105,15 @@ class SketchedInfluence(NamedTuple):
 
   Attributes:
     blocks: SnAp-1's per-unit influence, a tuple of `S` arrays `(P, K, n)`
-      (`rtrl.estimators.snap1_rflo`'s layout).
+      (`rtrl.estimators.snap1`'s layout).
     left: `(S n, r)`, the sketch's state factor `L` (rows `s n + i`).
     right: `(P, K, n, r)`, the sketch's orthonormal parameter factor `R`
       (`W`'s layout, `W[p, k n + j]`, then the rank).
     certificate: `()`, `e >= |J - Ĵ|_F`.
     preprojection: `(S n, c)`, the last step's pre-projection basis `V_c`,
       the next step's subspace-iteration start (zeros: a fixed random
-      start); `(S n, 0)` at full rank, where nothing is pre-projected.
+      start); `(S n, 0)` where nothing is pre-projected (rank 0 or `S n`,
+      or `c = S n`).
   """
 
   blocks: tuple
@@ -118,6 +121,20 @@ class SketchedInfluence(NamedTuple):
   right: jax.Array
   certificate: jax.Array
   preprojection: jax.Array
+
+
+class Sketch(NamedTuple):
+  """SK-RTRL's checked hyper-parameters for one cell: `rank` `r`,
+  `append` `c`, the pre-projection (`'subspace_iteration'` with
+  `iterations` steps, or `'svd'`), and whether one runs at all
+  (`preprojects`: `0 < r < S n` and `c < S n`)."""
+
+  rank: int
+  append: int
+  preprojection: str
+  iterations: int
+  preprojects: bool
+  state_size: int
 
 
 def check_sketch_rank(cell: Cell, rank) -> int:
@@ -178,11 +195,100 @@ def check_subspace_iterations(iterations) -> int:
   return iterations
 
 
+def check_sketch(
+  cell: Cell, rank, preprojection_rank, preprojection, subspace_iterations
+) -> Sketch:
+  """The `Sketch` of `sk_rtrl`'s arguments, each checked (a ValueError
+  naming the argument and what it should be)."""
+  rank = check_sketch_rank(cell, rank)
+  iterations = check_subspace_iterations(subspace_iterations)
+  if preprojection not in PREPROJECTIONS:
+    raise ValueError(
+      f"preprojection of estimator 'sk_rtrl' must be one of "
+      f"{PREPROJECTIONS}, got {preprojection!r}"
+    )
+  state_size = cell.num_state_rows * cell.hidden_size
+  append = append_width(cell, rank, preprojection_rank)
+  preprojects = 0 < rank < state_size and append < state_size
+  return Sketch(
+    rank, append, preprojection, iterations, preprojects, state_size
+  )
+
+
+def _residual_update(sketch: Sketch, start, routing):
+  """`(tangent, h, mass, basis) -> (left, right, dropped, projection)`:
+  the sketch's step at its rank (none at 0, exact at `S n`)."""
+
+  def update(tangent: SketchedInfluence, h, mass, basis):
+    projection = tangent.preprojection
+    if sketch.rank == 0:  # SnAp-1: all of `N Qᵀ` dropped.
+      dropped = jnp.sqrt(jnp.sum(mass * mass))
+      return tangent.left, tangent.right, dropped, projection
+    if sketch.rank == sketch.state_size:
+      left, right = exact_sketch_update(
+        tangent.left, tangent.right, h, mass, basis
+      )
+      return left, right, jnp.zeros((), h.dtype), projection
+    if sketch.preprojects and sketch.preprojection == "subspace_iteration":
+      # A fresh (or reset: all zero) tangent starts from the fixed basis.
+      fresh = jnp.all(projection == 0)
+      projection = jnp.where(fresh, start.astype(h.dtype), projection)
+    left, right, dropped, new_projection = sketch_update(
+      tangent.left,
+      tangent.right,
+      h,
+      mass,
+      basis,
+      sketch.rank,
+      projection if sketch.preprojects else None,
+      sketch.iterations,
+      routing,
+      exact_preprojection=sketch.preprojection == "svd",
+    )
+    return (
+      left,
+      right,
+      dropped,
+      (projection if new_projection is None else new_projection),
+    )
+
+  return update
+
+
+def _update(cell: Cell, sketch: Sketch, routing: routing_lib.Routing):
+  """SK-RTRL's tangent step `(tangent, jac, key) -> tangent`."""
+  num_rows, n = cell.num_state_rows, cell.hidden_size
+  start = fixed_start(
+    sketch.state_size, sketch.append if sketch.preprojects else 0
+  )
+  residual = _residual_update(sketch, start, routing)
+  # Per-unit diagonal blocks of the (S n, S n) H, rows and columns s n + j.
+  unit_diagonal = jnp.kron(jnp.ones((num_rows, num_rows)), jnp.eye(n)) > 0
+
+  def update(tangent: SketchedInfluence, jac, key):
+    del key  # deterministic
+    h = tangents.recurrent_jacobian_t(jac, cell.hidden_row).T
+    mass, basis = off_diagonal_mass(
+      tangent.blocks, jnp.where(unit_diagonal, 0.0, h)
+    )
+    blocks = unit_blocks_update(
+      tangent.blocks, snap1_unit_jacobian(jac, cell.hidden_row), jac
+    )
+    left, right, dropped, projection = residual(tangent, h, mass, basis)
+    # A zero H forgets the old error exactly, even an overflowed (inf) bound.
+    rho = spectral_norm_bound(h)
+    carried = jnp.where(rho > 0, rho * tangent.certificate, 0.0)
+    return SketchedInfluence(blocks, left, right, carried + dropped, projection)
+
+  return update
+
+
 def sk_rtrl(
   cell: Cell,
   *,
   rank: int,
   preprojection_rank: int | None = None,
+  preprojection: Literal["subspace_iteration", "svd"] = "subspace_iteration",
   subspace_iterations: int = 2,
   routing: routing_lib.Routing | None = None,
 ) -> base.Estimator:
@@ -196,32 +302,40 @@ def sk_rtrl(
   Deterministic and biased for `0 <= rank < S n`; its gradient error at a
   step is at most `|dL/dstate|_2 e` (`metrics(tstate)['certificate']` is
   `e`; it compounds by a bound on `|H|_2` and is informative only on
-  contractive dynamics). `rank=0` is `snap1`, `rank = S n` (`n` for RNN/RHN/GRU, `2 n` for
-  the LSTM) exact RTRL with `e = 0`. Its unbiased counterpart at a rank is
-  r-OK (`ok`, an optimal unbiased Kronecker sum), its biased one r-B-OK.
+  contractive dynamics). `rank=0` is `snap1`, `rank = S n` (`n` for
+  RNN/RHN/GRU, `2 n` for the LSTM) exact RTRL with `e = 0`. Its unbiased
+  counterpart at a rank is r-OK (`ok`, an optimal unbiased Kronecker sum),
+  its biased one r-B-OK.
 
   Cost per example and step (`P = input_size + n + 1`, `K` gates, `S`
   state rows, `c` the pre-projection rank, `max(4, ⌈r / 4⌉)` by
   default): memory `S P K n + P K n r + S n r + S n c
   ~ (S + r) K n^2`; time `S^2 P K n + P K n (r + c)^2 + (S n)^2 c
   ~ K n^2 (r + c)^2` (SnAp-1's step, the Gram passes over the right
-  factor, the subspace iteration; small `(r + c)^2` factorisations); at
-  `rank = S n`, `~ n^4`, exact RTRL's order. Measured on a loaded CPU at
-  RHN-64, batch 8: 0.2-0.5x exact RTRL's step at `r <= 4`, 0.6-1x at
-  `r = 16`, 3-6x r-OK's at the same rank (docs/benchmarks/sk_rtrl.md).
+  factor, the subspace iteration; small `(r + c)^2` factorisations), and
+  `(S n)^3` more with `preprojection='svd'`; at `rank = S n`, `~ n^4`,
+  exact RTRL's order. Measured (docs/benchmarks/sk_rtrl.md): at RHN-64,
+  batch 8, 0.2-0.5x exact RTRL's step at `r <= 4`, 0.6-1x at `r = 16`,
+  3-6x r-OK's at the same rank.
 
   Args:
     cell: a Lemma-1 `rtrl.cells.Cell` (dense or with a `recurrent_mask`).
     rank: an int in `[0, S n]`, `S n` the cell's state size.
     preprojection_rank: `c`, how many directions of each step's new
-      residual (rank up to `S n`) enter the truncation; None: the paper's
-      `max(4, ⌈r / 4⌉)`. Larger is closer to exact RTRL at a cost
-      `~ (r + c)^2` (docs/benchmarks/sk_rtrl.md: at `r = 16`, `c = 16`
-      aligns far better than the default 4). Ignored at `rank = S n`.
-    subspace_iterations: steps of subspace iteration per step for the
-      pre-projection's top-`c` subspace, warm-started from the previous
-      step's. Any number keeps the certificate valid (the dropped mass is
-      measured, not assumed); more is tighter, at `~ (S n)^2 c` each.
+      residual (rank up to `S n`) enter the truncation, None or an int in
+      `[1, S n]`; None: the paper's `max(4, ⌈r / 4⌉)`. Larger is closer
+      to exact RTRL at a cost `~ (r + c)^2` (docs/benchmarks/sk_rtrl.md: at
+      `r = 16`, `c = 16` aligns far better than the default 4). Ignored at
+      `rank = S n`.
+    preprojection: `'subspace_iteration'` or `'svd'`. How the top-`c`
+      directions are found: `'svd'` is the paper's step, an exact SVD of
+      each step's `(S n, S n)` new residual; `'subspace_iteration'` runs
+      `subspace_iterations` steps warm-started from the previous step's
+      basis (docs/benchmarks/sk_rtrl.md measures both).
+    subspace_iterations: steps of subspace iteration per step with
+      `preprojection='subspace_iteration'`, an int >= 0. Any number keeps
+      the certificate valid (the dropped mass is measured, not assumed);
+      more is tighter, at `~ (S n)^2 c` each.
     routing: speed choices (`rtrl.routing.Routing`: `jacobians_once`, the
       small SVDs); None: `Routing.auto()`.
 
@@ -230,78 +344,30 @@ def sk_rtrl(
     {'certificate': e}` per example.
 
   Raises:
-    ValueError: a cell not in the Lemma-1 form, `rank` not an int in
-      `[0, S n]`, `preprojection_rank` not None or an int in `[1, S n]`,
-      or `subspace_iterations` not an int `>= 0`.
+    ValueError: a cell not in the Lemma-1 form, or an argument out of its
+      range (named).
   """
   base.require_lemma1_cell(cell, "sk_rtrl")
-  rank = check_sketch_rank(cell, rank)
-  iterations = check_subspace_iterations(subspace_iterations)
+  sketch = check_sketch(
+    cell, rank, preprojection_rank, preprojection, subspace_iterations
+  )
   routing = routing_lib.resolve(routing)
-  num_rows, n = cell.num_state_rows, cell.hidden_size
-  state_size = num_rows * n
-  append = append_width(cell, rank, preprojection_rank)
-  # Pre-projected: below full rank with c < S n (else V_c = I, exact).
-  preprojects = 0 < rank < state_size and append < state_size
-  start = fixed_start(state_size, append if preprojects else 0)
-  # Per-unit diagonal blocks of the (S n, S n) H, rows and columns s n + j.
-  unit_diagonal = jnp.kron(jnp.ones((num_rows, num_rows)), jnp.eye(n)) > 0
+  kept_basis = sketch.append if sketch.preprojects else 0
 
   def zeros(params):
     p, k, s, n = base.sizes(cell, params)
     dtype = params["W"].dtype
     return SketchedInfluence(
       blocks=tuple(jnp.zeros((p, k, n), dtype) for _ in range(s)),
-      left=jnp.zeros((s * n, rank), dtype),
-      right=jnp.zeros((p, k, n, rank), dtype),
+      left=jnp.zeros((s * n, sketch.rank), dtype),
+      right=jnp.zeros((p, k, n, sketch.rank), dtype),
       certificate=jnp.zeros((), dtype),
-      preprojection=jnp.zeros(start.shape, dtype),
+      preprojection=jnp.zeros((s * n, kept_basis), dtype),
     )
-
-  def update(tangent: SketchedInfluence, jac, key):
-    del key  # deterministic
-    h = tangents.recurrent_jacobian_t(jac, cell.hidden_row).T
-    h_off = jnp.where(unit_diagonal, 0.0, h)
-    mass, basis = off_diagonal_mass(tangent.blocks, h_off)
-    blocks = unit_blocks_update(
-      tangent.blocks, snap1_unit_jacobian(jac, cell.hidden_row), jac
-    )
-    projection = tangent.preprojection
-    if rank == 0:
-      left, right = tangent.left, tangent.right
-      dropped = jnp.sqrt(jnp.sum(mass * mass))  # |N Qᵀ|_F, all of it
-    elif rank == state_size:
-      left, right = exact_sketch_update(
-        tangent.left, tangent.right, h, mass, basis
-      )
-      dropped = jnp.zeros((), h.dtype)
-    else:
-      if preprojects:
-        # A fresh (or reset: all zero) tangent starts from the fixed basis.
-        fresh = jnp.all(projection == 0)
-        projection = jnp.where(fresh, start.astype(h.dtype), projection)
-      left, right, dropped, new_projection = sketch_update(
-        tangent.left,
-        tangent.right,
-        h,
-        mass,
-        basis,
-        rank,
-        projection if preprojects else None,
-        iterations,
-        routing,
-      )
-      if new_projection is not None:
-        projection = new_projection
-    # A zero H forgets the old error exactly, even an overflowed (inf) bound.
-    rho = spectral_norm_bound(h)
-    carried = jnp.where(rho > 0, rho * tangent.certificate, 0.0)
-    certificate = carried + dropped
-    return SketchedInfluence(blocks, left, right, certificate, projection)
 
   def readout(tangent: SketchedInfluence, g):
-    per_unit = sum(g[s] * tangent.blocks[s] for s in range(num_rows))
-    if rank > 0:
+    per_unit = sum(g[s] * tangent.blocks[s] for s in range(len(g)))
+    if sketch.rank > 0:
       coefficients = linalg.matmul(g.reshape(-1), tangent.left)  # (r,)
       per_unit = per_unit + linalg.matmul(tangent.right, coefficients)
     return per_unit.reshape(per_unit.shape[0], -1)
@@ -311,36 +377,54 @@ def sk_rtrl(
     (tangent,) = base.zeroed_where_reset(keep, tangent)
     return tangent
 
-  def metrics(tangent: SketchedInfluence):
-    return {"certificate": tangent.certificate}
-
   return base.build(
     "sk_rtrl",
     cell,
     zeros,
-    update,
+    _update(cell, sketch, routing),
     readout,
     implementation="sk_rtrl",
     routing=routing,
     jacobians_once=True,
     forget=forget,
-    metrics=metrics,
+    metrics=lambda tangent: {"certificate": tangent.certificate},
   )
 
 
+def _tangent_floats(cell, input_size, *, rank, preprojection_rank=None, **_):
+  """SnAp-1's blocks, `L`, `R`, `V_c` and the certificate."""
+  p, k, s, n = dims(cell, input_size)
+  sketch = check_sketch(cell, rank, preprojection_rank, PREPROJECTIONS[0], 0)
+  kept = sketch.append if sketch.preprojects else 0
+  return s * p * k * n + (p * k * n + s * n) * rank + s * n * kept + 1
+
+
+def _gemm_flops(cell, input_size, *, rank, preprojection_rank=None, **_):
+  """`H L`, and `R`'s recompression by the truncation's right vectors (the
+  QR and the SVDs are LAPACK, left out)."""
+  p, k, s, n = dims(cell, input_size)
+  c = check_sketch(cell, rank, preprojection_rank, PREPROJECTIONS[0], 0).append
+  return rank * 2 * (s * n) ** 2 + 2 * p * k * n * (rank + c) * rank
+
+
+SK_RTRL = EstimatorSpec(
+  "sk_rtrl",
+  "{rank}-SK-RTRL",
+  sk_rtrl,
+  # Not in the OK paper's Table 1: the (S n)^3 factorisation of each
+  # step's new residual, n^2 r^2 for the sketch; memory (S + r) K n^2.
+  Cost("n^3 + r^2 n^2", "r n^2", (3, 2), _tangent_floats, _gemm_flops),
+)
+
+
 __all__ = [
+  "PREPROJECTIONS",
+  "SK_RTRL",
+  "Sketch",
   "SketchedInfluence",
   "append_width",
+  "check_sketch",
   "check_sketch_rank",
   "check_subspace_iterations",
-  "exact_sketch_update",
-  "fixed_start",
-  "merge_right_factors",
-  "mix_columns",
-  "off_diagonal_mass",
-  "preproject",
   "sk_rtrl",
-  "sketch_update",
-  "spectral_norm_bound",
-  "truncate_core",
 ]

@@ -28,11 +28,14 @@ from rtrl import routing as routing_lib
 from rtrl import tangents
 from rtrl import validation
 from rtrl.cells import Cell
-from rtrl.estimators import base
-from rtrl.estimators.low_rank_d import dense_low_rank_D
-from rtrl.estimators.low_rank_d import low_rank_D_factors
-from rtrl.estimators.low_rank_d import low_rank_D_norm
-from rtrl.estimators.low_rank_d import unbiased_low_rank_D
+from rtrl.estimators import _base as base
+from rtrl.estimators._low_rank_d import dense_low_rank_D
+from rtrl.estimators._low_rank_d import low_rank_D_factors
+from rtrl.estimators._low_rank_d import low_rank_D_norm
+from rtrl.estimators._low_rank_d import unbiased_low_rank_D
+from rtrl.estimators._spec import Cost
+from rtrl.estimators._spec import EstimatorSpec
+from rtrl.estimators._spec import dims
 
 
 def check_rank(rank, name: str) -> int:
@@ -251,11 +254,27 @@ def kf_avg(
   )
 
 
+def check_kronecker_rank(cell: Cell, rank, name: str) -> int:
+  """`rank` if it is an int in `[1, K S n^2 - 1]`, the bound a Kronecker
+  sum `Σ u_i ⊗ A_i` with `A_i` `(S n, K n)` has before the input size is
+  known (`min(P, K S n^2) - 1` is checked at `init`); else a ValueError
+  naming the estimator."""
+  rank = check_rank(rank, name)
+  k, s, n = cell.num_gates, cell.num_state_rows, cell.hidden_size
+  if rank > k * s * n * n - 1:
+    raise ValueError(
+      f"rank of estimator {name!r} must be at most {k * s * n * n - 1} "
+      f"(one less than K*S*n^2 = {k * s * n * n}, the size of each "
+      f"Kronecker factor A_i of {cell!r}), got {rank}"
+    )
+  return rank
+
+
 def _ok(
   cell: Cell, rank: int, biased: bool, name: str, routing
 ) -> base.Estimator:
   _lemma1(cell, name)
-  rank = check_rank(rank, name)
+  rank = check_kronecker_rank(cell, rank, name)
   routing = routing_lib.resolve(routing)
 
   def zeros(params):
@@ -301,8 +320,8 @@ def ok(
 
   Args:
     cell: a Lemma-1 `rtrl.cells.Cell`.
-    rank: an int, `1 <= rank <= min(P, K S n^2) - 1` (checked at `init`,
-      where `P` is known).
+    rank: an int, `1 <= rank <= min(P, K S n^2) - 1` (`K S n^2 - 1` checked
+      here, `P - 1` at `init`, where the input size is known).
     routing: speed choices (`rtrl.routing.Routing`: the Gram matrix, the
       mixing and the small SVDs of the reduction); None: `Routing.auto()`.
 
@@ -310,7 +329,7 @@ def ok(
     The `Estimator` (`name='ok'`).
 
   Raises:
-    ValueError: a cell not in the Lemma-1 form, or `rank` not an int >= 1.
+    ValueError: a cell not in the Lemma-1 form, or `rank` out of range.
   """
   return _ok(cell, rank, biased=False, name="ok", routing=routing)
 
@@ -325,19 +344,78 @@ def ok_biased(
 
   Args:
     cell: a Lemma-1 `rtrl.cells.Cell`.
-    rank: an int, `1 <= rank <= min(P, K S n^2) - 1` (checked at `init`).
+    rank: an int, `1 <= rank <= min(P, K S n^2) - 1` (`K S n^2 - 1` checked
+      here, `P - 1` at `init`).
     routing: speed choices (`rtrl.routing.Routing`); None: `Routing.auto()`.
 
   Returns:
     The `Estimator` (`name='ok_biased'`).
 
   Raises:
-    ValueError: a cell not in the Lemma-1 form, or `rank` not an int >= 1.
+    ValueError: a cell not in the Lemma-1 form, or `rank` out of range.
   """
   return _ok(cell, rank, biased=True, name="ok_biased", routing=routing)
 
 
+def _single_floats(cell, input_size) -> int:
+  p, k, s, n = dims(cell, input_size)
+  return p + k * n * s * n
+
+
+def _single_flops(cell, input_size) -> float:
+  """`H A`: one `(S n, S n)` by `(S n, K n)` product."""
+  _, k, s, n = dims(cell, input_size)
+  return k * n * 2 * (s * n) ** 2
+
+
+def _sum_floats(cell, input_size, *, rank) -> int:
+  return rank * _single_floats(cell, input_size)
+
+
+def _sum_flops(cell, input_size, *, rank, reduced=True) -> float:
+  """`H A_i` for every `i`, and for OK and B-OK the reduction's Gram matrix
+  and combination, `2 (2r+1) (r+1) K S n^2`."""
+  _, k, s, n = dims(cell, input_size)
+  flops = rank * _single_flops(cell, input_size)
+  if reduced:
+    flops += 2 * (2 * rank + 1) * (rank + 1) * k * s * n * n
+  return flops
+
+
+def _averaged_flops(cell, input_size, *, rank) -> float:
+  return _sum_flops(cell, input_size, rank=rank, reduced=False)
+
+
+_SINGLE = Cost("n^3", "n^2", (3, 2), _single_floats, _single_flops)
+_SUM = Cost("r n^3", "r n^2", (3, 2), _sum_floats, _sum_flops)
+
+KF = EstimatorSpec("kf", "KF-RTRL", kf, _SINGLE)
+KF_AVG = EstimatorSpec(
+  "kf_avg", "{rank}-KF-AVG", kf_avg, _SUM._replace(gemm_flops=_averaged_flops)
+)
+KF_APPROX = EstimatorSpec(
+  "kf_approx",
+  "{rank}-KF-APPROX",
+  kf_approx,
+  # KF-RTRL's cost: D' is formed from D's block SVD.
+  _SINGLE._replace(
+    tangent_floats=lambda cell, input_size, rank: _single_floats(
+      cell, input_size
+    ),
+    gemm_flops=lambda cell, input_size, rank: _single_flops(cell, input_size),
+  ),
+)
+OK = EstimatorSpec("ok", "{rank}-OK", ok, _SUM)
+OK_BIASED = EstimatorSpec("ok_biased", "{rank}-B-OK", ok_biased, _SUM)
+
+
 __all__ = [
+  "KF",
+  "KF_APPROX",
+  "KF_AVG",
+  "OK",
+  "OK_BIASED",
+  "check_kronecker_rank",
   "check_rank",
   "kf",
   "kf_approx",
