@@ -231,9 +231,9 @@ def rls(
   shrunk only along the minibatch means it has seen, so for many steps the
   direction is close to the raw gradient and plain RLS behaves like SGD at
   learning rate ``η = 1``: a 6-64-2 MLP (tanh or ReLU, batch 32) reaches
-  NaN within 6-31 steps without it, in every form and at ``ratio=0.01``
+  NaN within 5-27 steps without it, in every form and at ``ratio=0.01``
   too, and trains with it (docs/concepts/rls_as_optax.md, "Safe
-  defaults", measured by ``python -m experiments.rls_default_stability``).
+  defaults"; ``python -m experiments.studies.rls_default_stability``).
   With ``λ = 1`` and ``P_0 = I``, ``P ⪯ I``, so the clip bounds every step
   of the direction by ``η · clip_norm`` (a ``λ < 1`` lets ``P`` grow along
   directions the inputs do not excite, which no gradient clip bounds).

@@ -9,7 +9,7 @@ each problem and setting it prints how many seeds reached a non-finite loss
 losses over the first minibatch's loss. The numbers of
 docs/concepts/rls_as_optax.md ("Safe defaults") come from
 
-    python -m experiments.rls_default_stability --steps 1000 --seeds 5
+    python -m experiments.studies.rls_default_stability --steps 1000 --seeds 5
 
 and `tests/rls/test_rls_defaults.py` trains `rls.rls()` on the same
 problems (fewer steps). Every run is one `lax.scan` over steps, vmapped over
