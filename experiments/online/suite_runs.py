@@ -105,7 +105,9 @@ def _init_params(cell, task, key):
   cell_key, readout_key = jax.random.split(key)
   return {
     "cell": cell.init(cell_key, task.input_size),
-    "readout": readouts.init(readout_key, cell.hidden_size, task.output_size),
+    "readout": readouts.linear().init(
+      readout_key, cell.hidden_size, task.output_size
+    ),
   }
 
 
