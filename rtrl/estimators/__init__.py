@@ -31,10 +31,10 @@ from rtrl.estimators._exact import exact_rtrl as exact_rtrl
 from rtrl.estimators._kronecker_sum import kf as kf
 from rtrl.estimators._kronecker_sum import kf_approx as kf_approx
 from rtrl.estimators._kronecker_sum import kf_avg as kf_avg
-from rtrl.estimators._kronecker_sum import ok as ok
-from rtrl.estimators._kronecker_sum import ok_biased as ok_biased
 from rtrl.estimators._ktp import ktp as ktp
 from rtrl.estimators._lru_exact import diagonal_rtrl as diagonal_rtrl
+from rtrl.estimators._ok import ok as ok
+from rtrl.estimators._ok import ok_biased as ok_biased
 from rtrl.estimators._registry import FACTORIES
 from rtrl.estimators._registry import SPECS
 from rtrl.estimators._registry import hyperparameters

@@ -14,6 +14,7 @@ B-OK): right factors state-major with the copies last (see `rtrl.tangents`).
   `r` by the minimum-variance unbiased Kronecker-sum approximation
   (Algorithm 4/5, Theorem 1).
 * `ok_biased` — r-B-OK: the same reduction by Eckart–Young (Algorithm 6).
+  (`ok` and `ok_biased` live in `_ok.py`, over the pieces here.)
 
 Per example: memory `r (P + K S n^2) ~ r n^2`, time `~ r n^3` (the `H A_i`).
 """
@@ -48,7 +49,7 @@ def max_rank_of_D(cell: Cell) -> int:
   return cell.hidden_size * min(cell.num_state_rows, cell.num_gates)
 
 
-def _kronecker_zeros(cell: Cell, params, copies: int | None):
+def kronecker_zeros(cell: Cell, params, copies: int | None):
   p, k, s, n = base.sizes(cell, params)
   dtype = params["W"].dtype
   if copies is None:
@@ -59,7 +60,7 @@ def _kronecker_zeros(cell: Cell, params, copies: int | None):
   )
 
 
-def _kronecker_readout(tangent, g):
+def kronecker_readout(tangent, g):
   """`dL/dW = Σ_i u_i ⊗ (g · A_i)` for single or stacked factors."""
   u, factor = tangent
   right = tangents.contract_factors(factor, g)  # (K, n[, r])
@@ -68,7 +69,7 @@ def _kronecker_readout(tangent, g):
   return jnp.einsum("ra,cr->ac", u, right.reshape(-1, u.shape[0]))
 
 
-def _forget_u(tangent, keep):
+def forget_u(tangent, keep):
   """A Kronecker sum with zero `u` and `H A = 0` (`jac.history` 0) is the
   zero tangent: the large `A` need not be touched at a reset."""
   u, factor = tangent
@@ -164,12 +165,12 @@ def kf(
   return base.build(
     "kf",
     cell,
-    lambda p: _kronecker_zeros(cell, p, None),
+    lambda p: kronecker_zeros(cell, p, None),
     _kf_update(cell),
-    _kronecker_readout,
+    kronecker_readout,
     implementation="kf",
     routing=routing_lib.resolve(routing),
-    forget=_forget_u,
+    forget=forget_u,
   )
 
 
@@ -206,12 +207,12 @@ def kf_approx(
   return base.build(
     "kf_approx",
     cell,
-    lambda p: _kronecker_zeros(cell, p, None),
+    lambda p: kronecker_zeros(cell, p, None),
     _kf_update(cell, approximate_D_rank=rank, routing=routing),
-    _kronecker_readout,
+    kronecker_readout,
     implementation="kf_approx",
     routing=routing,
-    forget=_forget_u,
+    forget=forget_u,
   )
 
 
@@ -240,121 +241,18 @@ def kf_avg(
   update = _kf_update(cell, copies=rank)
 
   def readout(tangent, g):
-    return _kronecker_readout(tangent, g) / rank
+    return kronecker_readout(tangent, g) / rank
 
   return base.build(
     "kf_avg",
     cell,
-    lambda p: _kronecker_zeros(cell, p, rank),
+    lambda p: kronecker_zeros(cell, p, rank),
     update,
     readout,
     implementation="kf_avg",
     routing=routing_lib.resolve(routing),
-    forget=_forget_u,
+    forget=forget_u,
   )
-
-
-def check_kronecker_rank(cell: Cell, rank, name: str) -> int:
-  """`rank` if it is an int in `[1, K S n^2 - 1]`, the bound a Kronecker
-  sum `Σ u_i ⊗ A_i` with `A_i` `(S n, K n)` has before the input size is
-  known (`min(P, K S n^2) - 1` is checked at `init`); else a ValueError
-  naming the estimator."""
-  rank = check_rank(rank, name)
-  k, s, n = cell.num_gates, cell.num_state_rows, cell.hidden_size
-  if rank > k * s * n * n - 1:
-    raise ValueError(
-      f"rank of estimator {name!r} must be at most {k * s * n * n - 1} "
-      f"(one less than K*S*n^2 = {k * s * n * n}, the size of each "
-      f"Kronecker factor A_i of {cell!r}), got {rank}"
-    )
-  return rank
-
-
-def _ok(
-  cell: Cell, rank: int, biased: bool, name: str, routing
-) -> base.Estimator:
-  _lemma1(cell, name)
-  rank = check_kronecker_rank(cell, rank, name)
-  routing = routing_lib.resolve(routing)
-
-  def zeros(params):
-    p, k, s, n = base.sizes(cell, params)
-    limit = min(p, k * s * n * n) - 1
-    if rank > limit:
-      raise ValueError(
-        f"rank must be at most {limit} (one less than the "
-        f"Kronecker dimensions min(P={p}, K*S*n^2={k * s * n * n}))"
-        f" for estimator {name!r}, got {rank}"
-      )
-    return _kronecker_zeros(cell, params, rank)
-
-  def update(tangent, jac, key):
-    u, factor = tangent
-    propagated = tangents.propagate_factors(jac, cell.hidden_row, factor)
-    us = jnp.concatenate([u, jac.hhat[None]], axis=0)
-    rows = tangents.factors_and_D_rows(propagated, jac, routing=routing)
-    return kronecker.reduce_rows(us, rows, key, biased=biased, routing=routing)
-
-  return base.build(
-    name,
-    cell,
-    zeros,
-    update,
-    _kronecker_readout,
-    implementation=name,
-    routing=routing,
-    forget=_forget_u,
-  )
-
-
-def ok(
-  cell: Cell, rank: int, *, routing: routing_lib.Routing | None = None
-) -> base.Estimator:
-  """r-OK, the optimal unbiased Kronecker-sum approximation of RTRL
-  (Benzing, Gauy, Mujika, Martinsson & Steger, ICML 2019, Algorithms 4-5).
-
-  `G ≈ Σ_{i<=r} u_i ⊗ A_i`; each step the `r + 1` summands `u_i ⊗ H A_i`
-  and `hhat ⊗ D` are reduced to `r` by the minimum-variance unbiased
-  Kronecker-sum approximation (Theorem 1). Cost per example and step:
-  memory `r (P + K S n^2) ~ r n^2`, time `~ r n^3` (the `H A_i`).
-
-  Args:
-    cell: a Lemma-1 `rtrl.cells.Cell`.
-    rank: an int, `1 <= rank <= min(P, K S n^2) - 1` (`K S n^2 - 1` checked
-      here, `P - 1` at `init`, where the input size is known).
-    routing: speed choices (`rtrl.routing.Routing`: the Gram matrix, the
-      mixing and the small SVDs of the reduction); None: `Routing.auto()`.
-
-  Returns:
-    The `Estimator` (`name='ok'`).
-
-  Raises:
-    ValueError: a cell not in the Lemma-1 form, or `rank` out of range.
-  """
-  return _ok(cell, rank, biased=False, name="ok", routing=routing)
-
-
-def ok_biased(
-  cell: Cell, rank: int, *, routing: routing_lib.Routing | None = None
-) -> base.Estimator:
-  """r-B-OK (Benzing et al. 2019, appendix Algorithm 6): r-OK's reduction
-  by the Eckart-Young truncation instead of the unbiased mixing (biased,
-  the closest `r`-Kronecker-sum). Cost as `ok`: `~ r n^2` memory and
-  `~ r n^3` time per example and step.
-
-  Args:
-    cell: a Lemma-1 `rtrl.cells.Cell`.
-    rank: an int, `1 <= rank <= min(P, K S n^2) - 1` (`K S n^2 - 1` checked
-      here, `P - 1` at `init`).
-    routing: speed choices (`rtrl.routing.Routing`); None: `Routing.auto()`.
-
-  Returns:
-    The `Estimator` (`name='ok_biased'`).
-
-  Raises:
-    ValueError: a cell not in the Lemma-1 form, or `rank` out of range.
-  """
-  return _ok(cell, rank, biased=True, name="ok_biased", routing=routing)
 
 
 def _single_floats(cell, input_size) -> int:
@@ -368,11 +266,12 @@ def _single_flops(cell, input_size) -> float:
   return k * n * 2 * (s * n) ** 2
 
 
-def _sum_floats(cell, input_size, *, rank) -> int:
+def sum_floats(cell, input_size, *, rank) -> int:
+  """`rank` Kronecker products' floats (KF-AVG, OK, B-OK)."""
   return rank * _single_floats(cell, input_size)
 
 
-def _sum_flops(cell, input_size, *, rank, reduced=True) -> float:
+def sum_flops(cell, input_size, *, rank, reduced=True) -> float:
   """`H A_i` for every `i`, and for OK and B-OK the reduction's Gram matrix
   and combination, `2 (2r+1) (r+1) K S n^2`."""
   _, k, s, n = dims(cell, input_size)
@@ -382,16 +281,17 @@ def _sum_flops(cell, input_size, *, rank, reduced=True) -> float:
   return flops
 
 
-def _averaged_flops(cell, input_size, *, rank) -> float:
-  return _sum_flops(cell, input_size, rank=rank, reduced=False)
+def averaged_flops(cell, input_size, *, rank) -> float:
+  return sum_flops(cell, input_size, rank=rank, reduced=False)
 
 
 _SINGLE = Cost("n^3", "n^2", (3, 2), _single_floats, _single_flops)
-_SUM = Cost("r n^3", "r n^2", (3, 2), _sum_floats, _sum_flops)
-
 KF = EstimatorSpec("kf", "KF-RTRL", kf, _SINGLE)
 KF_AVG = EstimatorSpec(
-  "kf_avg", "{rank}-KF-AVG", kf_avg, _SUM._replace(gemm_flops=_averaged_flops)
+  "kf_avg",
+  "{rank}-KF-AVG",
+  kf_avg,
+  Cost("r n^3", "r n^2", (3, 2), sum_floats, averaged_flops),
 )
 KF_APPROX = EstimatorSpec(
   "kf_approx",
@@ -405,24 +305,23 @@ KF_APPROX = EstimatorSpec(
     gemm_flops=lambda cell, input_size, rank: _single_flops(cell, input_size),
   ),
 )
-OK = EstimatorSpec("ok", "{rank}-OK", ok, _SUM)
-OK_BIASED = EstimatorSpec("ok_biased", "{rank}-B-OK", ok_biased, _SUM)
 
 
 __all__ = [
   "KF",
   "KF_APPROX",
   "KF_AVG",
-  "OK",
-  "OK_BIASED",
-  "check_kronecker_rank",
+  "averaged_flops",
   "check_rank",
+  "kronecker_readout",
+  "kronecker_zeros",
+  "forget_u",
+  "sum_floats",
+  "sum_flops",
   "kf",
   "kf_approx",
   "kf_avg",
   "low_rank_D_factors",
   "max_rank_of_D",
-  "ok",
-  "ok_biased",
   "unbiased_low_rank_D",
 ]

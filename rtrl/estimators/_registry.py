@@ -20,9 +20,9 @@ from rtrl.estimators._exact import RTRL
 from rtrl.estimators._kronecker_sum import KF
 from rtrl.estimators._kronecker_sum import KF_APPROX
 from rtrl.estimators._kronecker_sum import KF_AVG
-from rtrl.estimators._kronecker_sum import OK
-from rtrl.estimators._kronecker_sum import OK_BIASED
 from rtrl.estimators._ktp import KTP
+from rtrl.estimators._ok import OK
+from rtrl.estimators._ok import OK_BIASED
 from rtrl.estimators._sk_rtrl import SK_RTRL
 from rtrl.estimators._snap1_rflo import RFLO
 from rtrl.estimators._snap1_rflo import SNAP1

@@ -62,8 +62,9 @@ of the paper). Between,
 `c` is `preprojection_rank`, by default the paper's
 `min(S n, max(4, ⌈r / 4⌉))`.
 
-This file holds the estimator (its tangent, hyper-parameters and step);
-`_sk_rtrl_sketch.py` the linear algebra of steps 1-3 and of `ρ̄`.
+This file holds the estimator (its tangent and step);
+`_sk_rtrl_options.py` its checked hyper-parameters, `_sk_rtrl_sketch.py`
+the linear algebra of steps 1-3 and of `ρ̄`.
 
 References:
   "Certified Low-Rank Real-Time Recurrent Learning for Dense Recurrent
@@ -75,7 +76,6 @@ References:
 
 from __future__ import annotations
 
-import math
 from typing import Literal, NamedTuple
 
 import jax
@@ -86,6 +86,12 @@ from rtrl import routing as routing_lib
 from rtrl import tangents
 from rtrl.cells import Cell
 from rtrl.estimators import _base as base
+from rtrl.estimators._sk_rtrl_options import PREPROJECTIONS
+from rtrl.estimators._sk_rtrl_options import Sketch
+from rtrl.estimators._sk_rtrl_options import append_width
+from rtrl.estimators._sk_rtrl_options import check_sketch
+from rtrl.estimators._sk_rtrl_options import check_sketch_rank
+from rtrl.estimators._sk_rtrl_options import check_subspace_iterations
 from rtrl.estimators._sk_rtrl_sketch import exact_sketch_update
 from rtrl.estimators._sk_rtrl_sketch import fixed_start
 from rtrl.estimators._sk_rtrl_sketch import off_diagonal_mass
@@ -96,8 +102,6 @@ from rtrl.estimators._snap1_rflo import unit_blocks_update
 from rtrl.estimators._spec import Cost
 from rtrl.estimators._spec import EstimatorSpec
 from rtrl.estimators._spec import dims
-
-PREPROJECTIONS = ("subspace_iteration", "svd")
 
 
 class SketchedInfluence(NamedTuple):
@@ -121,98 +125,6 @@ class SketchedInfluence(NamedTuple):
   right: jax.Array
   certificate: jax.Array
   preprojection: jax.Array
-
-
-class Sketch(NamedTuple):
-  """SK-RTRL's checked hyper-parameters for one cell: `rank` `r`,
-  `append` `c`, the pre-projection (`'subspace_iteration'` with
-  `iterations` steps, or `'svd'`), and whether one runs at all
-  (`preprojects`: `0 < r < S n` and `c < S n`)."""
-
-  rank: int
-  append: int
-  preprojection: str
-  iterations: int
-  preprojects: bool
-  state_size: int
-
-
-def check_sketch_rank(cell: Cell, rank) -> int:
-  """`rank` if it is an int in `[0, S n]` (`S n` the cell's state size),
-  else a ValueError naming `rank`."""
-  state_size = cell.num_state_rows * cell.hidden_size
-  if (
-    isinstance(rank, bool)
-    or not isinstance(rank, int)
-    or not 0 <= rank <= state_size
-  ):
-    raise ValueError(
-      f"rank of estimator 'sk_rtrl' must be an int in [0, {state_size}] "
-      f"(0: SnAp-1; {state_size} = the state size S n of {cell!r}: exact "
-      f"RTRL), got {rank!r}"
-    )
-  return rank
-
-
-def append_width(cell: Cell, rank: int, preprojection_rank) -> int:
-  """`c`, the columns of each step's new residual the pre-projection keeps:
-  all `S n` at full rank (exact); else `preprojection_rank`, or where None
-  the paper's `max(4, ⌈r / 4⌉)` (at most `S n`).
-
-  Raises:
-    ValueError: `preprojection_rank` not None or an int in `[1, S n]`.
-  """
-  state_size = cell.num_state_rows * cell.hidden_size
-  if preprojection_rank is not None and (
-    isinstance(preprojection_rank, bool)
-    or not isinstance(preprojection_rank, int)
-    or not 1 <= preprojection_rank <= state_size
-  ):
-    raise ValueError(
-      f"preprojection_rank of estimator 'sk_rtrl' must be None or an int "
-      f"in [1, {state_size}] (the state size S n of {cell!r}), got "
-      f"{preprojection_rank!r}"
-    )
-  if rank == state_size:
-    return state_size
-  if preprojection_rank is None:
-    return min(state_size, max(4, math.ceil(rank / 4)))
-  return preprojection_rank
-
-
-def check_subspace_iterations(iterations) -> int:
-  """`iterations` if it is an int `>= 0`, else a ValueError naming
-  `subspace_iterations`."""
-  if (
-    isinstance(iterations, bool)
-    or not isinstance(iterations, int)
-    or iterations < 0
-  ):
-    raise ValueError(
-      f"subspace_iterations of estimator 'sk_rtrl' must be an int >= 0, "
-      f"got {iterations!r}"
-    )
-  return iterations
-
-
-def check_sketch(
-  cell: Cell, rank, preprojection_rank, preprojection, subspace_iterations
-) -> Sketch:
-  """The `Sketch` of `sk_rtrl`'s arguments, each checked (a ValueError
-  naming the argument and what it should be)."""
-  rank = check_sketch_rank(cell, rank)
-  iterations = check_subspace_iterations(subspace_iterations)
-  if preprojection not in PREPROJECTIONS:
-    raise ValueError(
-      f"preprojection of estimator 'sk_rtrl' must be one of "
-      f"{PREPROJECTIONS}, got {preprojection!r}"
-    )
-  state_size = cell.num_state_rows * cell.hidden_size
-  append = append_width(cell, rank, preprojection_rank)
-  preprojects = 0 < rank < state_size and append < state_size
-  return Sketch(
-    rank, append, preprojection, iterations, preprojects, state_size
-  )
 
 
 def _residual_update(sketch: Sketch, start, routing):

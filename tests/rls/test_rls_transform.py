@@ -348,8 +348,9 @@ def test_parameters_without_layer_input_are_named():
     ValueError, match=r"'Embed_0/embedding'.*'LayerNorm_0/scale'"
   ):
     rls.rls().init(params)
-  # Explicit opt-in: raw gradients pass through (times -learning_rate).
-  tx = rls.rls(learning_rate=0.1, passthrough=True)
+  # Explicit opt-in: raw gradients pass through (times -learning_rate;
+  # unclipped, to read them back).
+  tx = rls.rls(learning_rate=0.1, passthrough=True, clip_norm=None)
   grads = jax.tree.map(jnp.ones_like, params)
   updates, _ = tx.update(
     grads, tx.init(params), params, layer_inputs={"Dense_0": jnp.ones(4)}
