@@ -20,7 +20,7 @@ from rtrl import cells
 from rtrl import estimators
 from rtrl import online
 from rtrl.cells import recurrent_mask
-from rtrl.estimators import snap_n
+from rtrl.estimators import _snap_n as snap_n
 
 N, INPUT, OUTPUTS, B, T = 5, 3, 4, 2, 8
 RESETS = [(0, None), (5, 1)]

@@ -51,7 +51,12 @@ import jax.numpy as jnp
 from rtrl import routing as routing_lib
 from rtrl.cells import Cell
 from rtrl.cells import StepJacobians
-from rtrl.estimators import base
+from rtrl.estimators import _base as base
+from rtrl.estimators._autodiff import autodiff_snap1
+from rtrl.estimators._lru_exact import diagonal_rtrl
+from rtrl.estimators._spec import Cost
+from rtrl.estimators._spec import EstimatorSpec
+from rtrl.estimators._spec import dims
 
 
 def snap1_unit_jacobian(jac: StepJacobians, hidden_row: int) -> jax.Array:
@@ -216,7 +221,33 @@ def rflo(
   return _unit_diagonal("rflo", cell, rflo_unit_jacobian, routing)
 
 
+def _tangent_floats(cell, input_size) -> int:
+  p, k, s, n = dims(cell, input_size)
+  return s * p * k * n
+
+
+def _gemm_flops(cell, input_size) -> float:
+  """No GEMM: the step's own `[x, h, 1] @ W` (a GEMV) and the element-wise
+  propagation `A_j J_j + hhat ⊗ D_j`, memory-bound, so a ratio to a GEMM
+  roofline overstates how far it is from its own floor."""
+  p, k, s, n = dims(cell, input_size)
+  return 2 * p * k * n + 2 * (s * s + s) * p * k * n
+
+
+_UNIT_BLOCKS = Cost("n^2", "n^2", (2, 2), _tangent_floats, _gemm_flops)
+SNAP1 = EstimatorSpec(
+  "snap1",
+  "SnAp-1",
+  snap1,
+  _UNIT_BLOCKS,
+  lru=diagonal_rtrl,
+  custom=autodiff_snap1,
+)
+RFLO = EstimatorSpec("rflo", "RFLO", rflo, _UNIT_BLOCKS)
+
 __all__ = [
+  "RFLO",
+  "SNAP1",
   "rflo",
   "rflo_unit_jacobian",
   "snap1",

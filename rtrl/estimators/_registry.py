@@ -1,102 +1,76 @@
 """`make(name, cell, **hparams)`: the estimator factories by name, for configs.
 
-Each name is DECLARED here once, as an `EstimatorSpec`: its hyper-parameters
-(with their valid values, for the error messages) and the factory that
-serves each kind of cell (a Lemma-1 `rtrl.cells.Cell`, an `rtrl.cells.LRU`,
-a `rtrl.cells.CustomCell`). The table is read-only.
+`SPECS` lists every registry name's `EstimatorSpec`, each declared once
+beside its factory (its hyper-parameters read from the factory's
+signature); `FACTORIES`, `rtrl.estimators.__all__`, `make`'s checks and
+`hyperparameters(name)` are derived from it. The table is read-only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 import types
-from typing import NamedTuple, NoReturn
+from typing import NoReturn
 
 from rtrl.cells import LRU
 from rtrl.cells import Cell
 from rtrl.cells import CustomCell
-from rtrl.estimators.autodiff import autodiff_rtrl
-from rtrl.estimators.autodiff import autodiff_snap1
-from rtrl.estimators.autodiff import autodiff_uoro
-from rtrl.estimators.base import Estimator
-from rtrl.estimators.exact import exact_rtrl
-from rtrl.estimators.kronecker_sum import kf
-from rtrl.estimators.kronecker_sum import kf_approx
-from rtrl.estimators.kronecker_sum import kf_avg
-from rtrl.estimators.kronecker_sum import ok
-from rtrl.estimators.kronecker_sum import ok_biased
-from rtrl.estimators.ktp import ktp
-from rtrl.estimators.lru_exact import diagonal_rtrl
-from rtrl.estimators.sk_rtrl import sk_rtrl
-from rtrl.estimators.snap1_rflo import rflo
-from rtrl.estimators.snap1_rflo import snap1
-from rtrl.estimators.snap_n import snap
-from rtrl.estimators.uoro import uoro
+from rtrl.estimators._base import Estimator
+from rtrl.estimators._exact import RTRL
+from rtrl.estimators._kronecker_sum import KF
+from rtrl.estimators._kronecker_sum import KF_APPROX
+from rtrl.estimators._kronecker_sum import KF_AVG
+from rtrl.estimators._ktp import KTP
+from rtrl.estimators._ok import OK
+from rtrl.estimators._ok import OK_BIASED
+from rtrl.estimators._sk_rtrl import SK_RTRL
+from rtrl.estimators._snap1_rflo import RFLO
+from rtrl.estimators._snap1_rflo import SNAP1
+from rtrl.estimators._snap_n import SNAP
+from rtrl.estimators._spec import EstimatorSpec
+from rtrl.estimators._spec import Hyperparameter
+from rtrl.estimators._uoro import UORO
 from rtrl.routing import Routing
 
-
-class Hyperparameter(NamedTuple):
-  """A hyper-parameter of an estimator: its keyword, what values it takes
-  (for messages), and whether it must be given."""
-
-  name: str
-  valid: str
-  required: bool = True
-
-
-class EstimatorSpec(NamedTuple):
-  """One registry name.
-
-  Attributes:
-    name: the registry name (`Estimator.name`).
-    lemma1: `factory(cell, *, routing, **hparams)` for a Lemma-1 `Cell`.
-    hyperparameters: what `lemma1` takes (and `hyperparameters(name)`
-      lists).
-    lru: `factory(cell)` for an `LRU`, None where none serves it.
-    custom: `factory(cell, **custom_hyperparameters)` for a `CustomCell`.
-    custom_hyperparameters: what `custom` takes.
-  """
-
-  name: str
-  lemma1: Callable[..., Estimator]
-  hyperparameters: tuple[Hyperparameter, ...] = ()
-  lru: Callable[..., Estimator] | None = None
-  custom: Callable[..., Estimator] | None = None
-  custom_hyperparameters: tuple[Hyperparameter, ...] = ()
-
-
-_RANK = (Hyperparameter("rank", "an int >= 1"),)
-
-_SPECS = (
-  EstimatorSpec("rtrl", exact_rtrl, lru=diagonal_rtrl, custom=autodiff_rtrl),
-  EstimatorSpec("uoro", uoro, lru=autodiff_uoro, custom=autodiff_uoro),
-  EstimatorSpec("kf", kf),
-  EstimatorSpec("kf_avg", kf_avg, _RANK),
-  EstimatorSpec("kf_approx", kf_approx, _RANK),
-  EstimatorSpec("ok", ok, _RANK),
-  EstimatorSpec("ok_biased", ok_biased, _RANK),
-  EstimatorSpec("ktp", ktp, _RANK),
-  EstimatorSpec(
-    "snap1",
-    snap1,
-    lru=diagonal_rtrl,
-    custom=autodiff_snap1,
-    custom_hyperparameters=(
-      Hyperparameter("pattern", "None or a (d, p) bool array", required=False),
-    ),
-  ),
-  EstimatorSpec("rflo", rflo),
-  EstimatorSpec("snap", snap, (Hyperparameter("order", "an int >= 1"),)),
-  EstimatorSpec(
-    "sk_rtrl",
-    sk_rtrl,
-    (Hyperparameter("rank", "an int in [0, S n]: 0 SnAp-1, S n exact"),),
-  ),
+# Every registry name, in the order of the paper's Table 1 and then the
+# later estimators: the one list a new estimator joins.
+SPECS: tuple[EstimatorSpec, ...] = (
+  RTRL,
+  UORO,
+  KF,
+  KF_AVG,
+  KF_APPROX,
+  OK,
+  OK_BIASED,
+  KTP,
+  SNAP1,
+  RFLO,
+  SNAP,
+  SK_RTRL,
 )
 
 REGISTRY: types.MappingProxyType[str, EstimatorSpec] = types.MappingProxyType(
-  {spec.name: spec for spec in _SPECS}
+  {spec.name: spec for spec in SPECS}
 )
+
+
+# Every factory's name, once, in the order of `SPECS` (each spec's Lemma-1,
+# LRU and CustomCell factories).
+FACTORIES: tuple[str, ...] = tuple(
+  dict.fromkeys(f.__name__ for s in SPECS for f in s.factories)
+)
+
+
+def factory(name: str) -> Callable[..., Estimator]:
+  """The factory function called `name` (one of `FACTORIES`).
+
+  Raises:
+    ValueError: an unknown name, listing the known ones.
+  """
+  found = {f.__name__: f for s in SPECS for f in s.factories}
+  if name not in found:
+    raise ValueError(f"factory must be one of {FACTORIES}, got {name!r}")
+  return found[name]
 
 
 def names() -> list[str]:
@@ -116,9 +90,11 @@ def spec(name: str) -> EstimatorSpec:
 
 
 def hyperparameters(name: str) -> tuple[str, ...]:
-  """The hyper-parameters estimator `name` takes for a Lemma-1 cell (e.g.
-  `('rank',)`), as declared in the registry:
-  `make(name, cell, **{h: ... for h in these})`.
+  """The hyper-parameters estimator `name` takes for a Lemma-1 cell, its
+  factory's keyword parameters (e.g. `('rank',)`; SK-RTRL's optional ones
+  included): `make(name, cell, **{h: ... for h in these})`.
+  `spec(name).hyperparameters` says which are required and their
+  defaults.
 
   Raises:
     ValueError: an unknown name.
@@ -143,7 +119,7 @@ def _check_hyperparameters(
 
 
 def _refuse_custom(name: str, cell: CustomCell) -> NoReturn:
-  served = [s.name for s in _SPECS if s.custom is not None]
+  served = [s.name for s in SPECS if s.custom is not None]
   if name not in REGISTRY:
     raise ValueError(
       f"estimator must be one of {sorted(served)} for a CustomCell, "
@@ -220,9 +196,12 @@ def make(
 
 
 __all__ = [
+  "FACTORIES",
   "REGISTRY",
+  "SPECS",
   "EstimatorSpec",
   "Hyperparameter",
+  "factory",
   "hyperparameters",
   "make",
   "names",

@@ -13,7 +13,7 @@ A real parameter `p` with complex sensitivity `s = dh/dp` gets `dL/dp =
 Re(conj(g) s)`, `g = dL/dRe h + i dL/dIm h` (the readout's error on the
 state pair); the logs chain through `dλ/dν_log = -exp(ν_log) λ`, `dλ/dθ_log
 = i exp(θ_log) λ` and `dγ/dγ_log = γ`. Nothing is approximated: the gradient
-equals BPTT's (`tests/rtrl/test_lru.py`, float64). SnAp-1 is this same
+equals BPTT's (`tests/rtrl/cells/test_lru.py`, float64). SnAp-1 is this same
 estimator here (a diagonal recurrence drops nothing), so 'snap1' builds it
 too; UORO comes from the autodiff path (`autodiff_uoro`).
 
@@ -31,8 +31,8 @@ import jax.numpy as jnp
 
 from rtrl import linalg
 from rtrl.cells.lru import LRU
-from rtrl.estimators.base import Estimator
-from rtrl.estimators.base import TangentState
+from rtrl.estimators._base import Estimator
+from rtrl.estimators._base import assemble
 
 
 class LRUInfluence(NamedTuple):
@@ -78,97 +78,88 @@ def diagonal_rtrl(cell: LRU) -> Estimator:
       f"for a Lemma-1 cell or autodiff_rtrl for any other"
     )
 
-  def init(params, state, key):
+  def zeros(params, state):
     cell.check_params(params)
     cell.check_state(state)
     cell.check_stable(params)
     dtype = _complex_dtype(params["B_re"].dtype)
     m, input_size = params["B_re"].shape
-    zeros = jnp.zeros((m,), dtype)
-    return TangentState(
-      tangent=LRUInfluence(zeros, zeros, jnp.zeros((m, input_size), dtype)),
-      key=key,
-    )
+    empty = jnp.zeros((m,), dtype)
+    return LRUInfluence(empty, empty, jnp.zeros((m, input_size), dtype))
 
-  def step(params):
+  def advance(params):
     lam, gamma = cell.coefficients(params)
 
-    def step_fn(tstate: TangentState, state, x):
-      drive = cell.drive(params, x)
+    def advance_fn(influence: LRUInfluence, state, x, key):
+      del key  # exact: no randomness
       h = state[0] + 1j * state[1]
-      influence = tstate.tangent
       dtype = influence.lam.dtype
+      x_real = x.astype(params["B_re"].dtype)
       new_influence = LRUInfluence(
         lam=(lam * influence.lam + h).astype(dtype),
-        gamma=(lam * influence.gamma + drive).astype(dtype),
+        gamma=(lam * influence.gamma + cell.drive(params, x)).astype(dtype),
         B=(
-          lam[:, None] * influence.B
-          + gamma[:, None] * x.astype(params["B_re"].dtype)[None, :]
+          lam[:, None] * influence.B + gamma[:, None] * x_real[None, :]
         ).astype(dtype),
       )
-      return (
-        TangentState(tangent=new_influence, key=tstate.key),
-        cell.step(params, state, x),
-      )
+      return new_influence, cell.step(params, state, x)
 
-    return step_fn
+    return advance_fn
 
-  def from_contractions(params, through_lam, through_gamma, through_B):
-    """The real parameters' gradients from `conj(g) e` of λ, γ and B (one
-    example's, or their sums over a batch: everything below is linear in
-    them)."""
-    lam, gamma = cell.coefficients(params)
-    through_lam = through_lam * lam
-    real = params["B_re"].dtype
-    return {
-      "nu_log": (-jnp.exp(params["nu_log"]) * through_lam.real).astype(real),
-      "theta_log": (
-        jnp.exp(params["theta_log"]) * (1j * through_lam).real
-      ).astype(real),
-      "gamma_log": (gamma * through_gamma.real).astype(real),
-      # Re(i z) = -Im(z).
-      "B_re": through_B.real.astype(real),
-      "B_im": (-through_B.imag).astype(real),
-    }
-
-  def gradient(params, tstate: TangentState, dloss_dstate):
+  def gradient(params, influence: LRUInfluence, dloss_dstate):
     g_conj = dloss_dstate[0] - 1j * dloss_dstate[1]
-    influence = tstate.tangent
-    return from_contractions(
+    return _from_contractions(
+      cell,
       params,
       g_conj * influence.lam,
       g_conj * influence.gamma,
       g_conj[:, None] * influence.B,
     )
 
-  def batch_gradient(params, tstates: TangentState, dloss_dstates):
+  def batch_gradient(params, influence: LRUInfluence, dloss_dstates):
     """`gradient` summed over the batch: `Σ_b conj(g_b) e_B,b` is summed
     before the real and imaginary parts are taken, so one complex array of
     products is formed where the per-example path forms two real ones."""
     g_conj = dloss_dstates[0] - 1j * dloss_dstates[1]  # (batch, m)
-    influence = tstates.tangent
     g_conj = g_conj.astype(influence.lam.dtype)
-    return from_contractions(
+    return _from_contractions(
+      cell,
       params,
       jnp.sum(g_conj * influence.lam, axis=0),
       jnp.sum(g_conj * influence.gamma, axis=0),
       linalg.sum_over_batch(g_conj[:, :, None] * influence.B),
     )
 
-  def reset(tstate: TangentState) -> TangentState:
-    return tstate._replace(
-      tangent=jax.tree_util.tree_map(jnp.zeros_like, tstate.tangent)
-    )
-
-  return Estimator(
-    init=init,
-    step=step,
-    gradient=gradient,
-    reset=reset,
-    name="rtrl",
-    batch_gradient=batch_gradient,
-    implementation="diagonal_rtrl",
+  return assemble(
+    "rtrl",
+    "diagonal_rtrl",
+    zeros=zeros,
+    advance=advance,
+    readout=gradient,
+    batch_readout=batch_gradient,
+    splits_key=False,
   )
+
+
+def _from_contractions(
+  cell: LRU, params, through_lam, through_gamma, through_B
+):
+  """The real parameters' gradients from `conj(g) e` of λ, γ and B (one
+  example's, or their sums over a batch: everything here is linear in
+  them)."""
+  lam, gamma = cell.coefficients(params)
+  through_lam = through_lam * lam
+  real = params["B_re"].dtype
+  return {
+    "nu_log": (-jnp.exp(params["nu_log"]) * through_lam.real).astype(real),
+    "theta_log": (
+      jnp.exp(params["theta_log"]) * (1j * through_lam).real
+    ).astype(real),
+    "gamma_log": (gamma * through_gamma.real).astype(real),
+    # Re(i z) = -Im(z).
+    "B_re": through_B.real.astype(real),
+    "B_im": (-through_B.imag).astype(real),
+  }
 
 
 __all__ = ["LRUInfluence", "diagonal_rtrl"]

@@ -77,6 +77,21 @@ def preproject(
   for _ in range(iterations):
     product = linalg.matmul(mass.T, linalg.matmul(mass, projection))
     projection, _ = jnp.linalg.qr(product)
+  return _projected(mass, projection)
+
+
+def exact_preproject(
+  mass: jax.Array, append: int
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """`N ≈ N_c V_cᵀ` with `V_c` the top-`append` right singular vectors of
+  `N` by an SVD (the paper's pre-projection): `(N_c, V_c, τ_c)`, `τ_c`
+  computed directly as in `preproject`."""
+  _, _, vt = jnp.linalg.svd(mass, full_matrices=False)
+  return _projected(mass, vt[:append].T)
+
+
+def _projected(mass, projection):
+  """`(N V, V, |N - N V Vᵀ|_F)`."""
   kept = linalg.matmul(mass, projection)
   rest = mass - linalg.matmul(kept, projection.T)
   return kept, projection, jnp.sqrt(jnp.sum(rest * rest))
@@ -142,6 +157,7 @@ def sketch_update(
   start: jax.Array | None,
   iterations: int,
   routing: routing_lib.Routing,
+  exact_preprojection: bool = False,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array | None]:
   """`L' R'ᵀ ≈ H L Rᵀ + N Qᵀ`, rank `rank` `< S n`: returns `(L', R', η,
   V_c)`, `η` a bound on the Frobenius norm of what was dropped
@@ -149,14 +165,19 @@ def sketch_update(
 
   Shapes: `left (S n, r)`, `right (P, K, n, r)`, `h (S n, S n)`, `mass
   (S n, S n)`, `basis (P, K, n, S)`, `start (S n, c)` or None (no
-  pre-projection: `c = S n`, `V_c = I`)."""
+  pre-projection: `c = S n`, `V_c = I`). With `exact_preprojection`, `V_c`
+  is `N`'s top-`c` right singular basis (`exact_preproject`; `start` only
+  gives `c`), else `iterations` steps of subspace iteration from `start`."""
   p, k, n, num_rows = basis.shape
   if start is None:
     kept, projection = mass, None
     dropped_c = jnp.zeros((), mass.dtype)
     new_right = jnp.einsum("pkjt,jJ->pkjtJ", basis, jnp.eye(n, dtype=h.dtype))
+  elif exact_preprojection:
+    kept, projection, dropped_c = exact_preproject(mass, start.shape[1])
   else:
     kept, projection, dropped_c = preproject(mass, start, iterations)
+  if projection is not None:
     per_unit = projection.reshape(num_rows, n, -1)  # [t, j, c]
     new_right = jnp.einsum("pkjt,tjc->pkjc", basis, per_unit)
   columns = jnp.concatenate(

@@ -18,7 +18,7 @@ import pytest
 
 from rtrl import cells
 from rtrl import estimators
-from rtrl.estimators import kronecker_sum
+from rtrl.estimators import _kronecker_sum as kronecker_sum
 from rtrl.routing import Routing
 
 REDUCTIONS = frozenset(

@@ -14,6 +14,7 @@ B-OK): right factors state-major with the copies last (see `rtrl.tangents`).
   `r` by the minimum-variance unbiased Kronecker-sum approximation
   (Algorithm 4/5, Theorem 1).
 * `ok_biased` — r-B-OK: the same reduction by Eckart–Young (Algorithm 6).
+  (`ok` and `ok_biased` live in `_ok.py`, over the pieces here.)
 
 Per example: memory `r (P + K S n^2) ~ r n^2`, time `~ r n^3` (the `H A_i`).
 """
@@ -28,11 +29,14 @@ from rtrl import routing as routing_lib
 from rtrl import tangents
 from rtrl import validation
 from rtrl.cells import Cell
-from rtrl.estimators import base
-from rtrl.estimators.low_rank_d import dense_low_rank_D
-from rtrl.estimators.low_rank_d import low_rank_D_factors
-from rtrl.estimators.low_rank_d import low_rank_D_norm
-from rtrl.estimators.low_rank_d import unbiased_low_rank_D
+from rtrl.estimators import _base as base
+from rtrl.estimators._low_rank_d import dense_low_rank_D
+from rtrl.estimators._low_rank_d import low_rank_D_factors
+from rtrl.estimators._low_rank_d import low_rank_D_norm
+from rtrl.estimators._low_rank_d import unbiased_low_rank_D
+from rtrl.estimators._spec import Cost
+from rtrl.estimators._spec import EstimatorSpec
+from rtrl.estimators._spec import dims
 
 
 def check_rank(rank, name: str) -> int:
@@ -45,7 +49,7 @@ def max_rank_of_D(cell: Cell) -> int:
   return cell.hidden_size * min(cell.num_state_rows, cell.num_gates)
 
 
-def _kronecker_zeros(cell: Cell, params, copies: int | None):
+def kronecker_zeros(cell: Cell, params, copies: int | None):
   p, k, s, n = base.sizes(cell, params)
   dtype = params["W"].dtype
   if copies is None:
@@ -56,7 +60,7 @@ def _kronecker_zeros(cell: Cell, params, copies: int | None):
   )
 
 
-def _kronecker_readout(tangent, g):
+def kronecker_readout(tangent, g):
   """`dL/dW = Σ_i u_i ⊗ (g · A_i)` for single or stacked factors."""
   u, factor = tangent
   right = tangents.contract_factors(factor, g)  # (K, n[, r])
@@ -65,7 +69,7 @@ def _kronecker_readout(tangent, g):
   return jnp.einsum("ra,cr->ac", u, right.reshape(-1, u.shape[0]))
 
 
-def _forget_u(tangent, keep):
+def forget_u(tangent, keep):
   """A Kronecker sum with zero `u` and `H A = 0` (`jac.history` 0) is the
   zero tangent: the large `A` need not be touched at a reset."""
   u, factor = tangent
@@ -161,12 +165,12 @@ def kf(
   return base.build(
     "kf",
     cell,
-    lambda p: _kronecker_zeros(cell, p, None),
+    lambda p: kronecker_zeros(cell, p, None),
     _kf_update(cell),
-    _kronecker_readout,
+    kronecker_readout,
     implementation="kf",
     routing=routing_lib.resolve(routing),
-    forget=_forget_u,
+    forget=forget_u,
   )
 
 
@@ -203,12 +207,12 @@ def kf_approx(
   return base.build(
     "kf_approx",
     cell,
-    lambda p: _kronecker_zeros(cell, p, None),
+    lambda p: kronecker_zeros(cell, p, None),
     _kf_update(cell, approximate_D_rank=rank, routing=routing),
-    _kronecker_readout,
+    kronecker_readout,
     implementation="kf_approx",
     routing=routing,
-    forget=_forget_u,
+    forget=forget_u,
   )
 
 
@@ -237,114 +241,87 @@ def kf_avg(
   update = _kf_update(cell, copies=rank)
 
   def readout(tangent, g):
-    return _kronecker_readout(tangent, g) / rank
+    return kronecker_readout(tangent, g) / rank
 
   return base.build(
     "kf_avg",
     cell,
-    lambda p: _kronecker_zeros(cell, p, rank),
+    lambda p: kronecker_zeros(cell, p, rank),
     update,
     readout,
     implementation="kf_avg",
     routing=routing_lib.resolve(routing),
-    forget=_forget_u,
+    forget=forget_u,
   )
 
 
-def _ok(
-  cell: Cell, rank: int, biased: bool, name: str, routing
-) -> base.Estimator:
-  _lemma1(cell, name)
-  rank = check_rank(rank, name)
-  routing = routing_lib.resolve(routing)
-
-  def zeros(params):
-    p, k, s, n = base.sizes(cell, params)
-    limit = min(p, k * s * n * n) - 1
-    if rank > limit:
-      raise ValueError(
-        f"rank must be at most {limit} (one less than the "
-        f"Kronecker dimensions min(P={p}, K*S*n^2={k * s * n * n}))"
-        f" for estimator {name!r}, got {rank}"
-      )
-    return _kronecker_zeros(cell, params, rank)
-
-  def update(tangent, jac, key):
-    u, factor = tangent
-    propagated = tangents.propagate_factors(jac, cell.hidden_row, factor)
-    us = jnp.concatenate([u, jac.hhat[None]], axis=0)
-    rows = tangents.factors_and_D_rows(propagated, jac, routing=routing)
-    return kronecker.reduce_rows(us, rows, key, biased=biased, routing=routing)
-
-  return base.build(
-    name,
-    cell,
-    zeros,
-    update,
-    _kronecker_readout,
-    implementation=name,
-    routing=routing,
-    forget=_forget_u,
-  )
+def _single_floats(cell, input_size) -> int:
+  p, k, s, n = dims(cell, input_size)
+  return p + k * n * s * n
 
 
-def ok(
-  cell: Cell, rank: int, *, routing: routing_lib.Routing | None = None
-) -> base.Estimator:
-  """r-OK, the optimal unbiased Kronecker-sum approximation of RTRL
-  (Benzing, Gauy, Mujika, Martinsson & Steger, ICML 2019, Algorithms 4-5).
-
-  `G ≈ Σ_{i<=r} u_i ⊗ A_i`; each step the `r + 1` summands `u_i ⊗ H A_i`
-  and `hhat ⊗ D` are reduced to `r` by the minimum-variance unbiased
-  Kronecker-sum approximation (Theorem 1). Cost per example and step:
-  memory `r (P + K S n^2) ~ r n^2`, time `~ r n^3` (the `H A_i`).
-
-  Args:
-    cell: a Lemma-1 `rtrl.cells.Cell`.
-    rank: an int, `1 <= rank <= min(P, K S n^2) - 1` (checked at `init`,
-      where `P` is known).
-    routing: speed choices (`rtrl.routing.Routing`: the Gram matrix, the
-      mixing and the small SVDs of the reduction); None: `Routing.auto()`.
-
-  Returns:
-    The `Estimator` (`name='ok'`).
-
-  Raises:
-    ValueError: a cell not in the Lemma-1 form, or `rank` not an int >= 1.
-  """
-  return _ok(cell, rank, biased=False, name="ok", routing=routing)
+def _single_flops(cell, input_size) -> float:
+  """`H A`: one `(S n, S n)` by `(S n, K n)` product."""
+  _, k, s, n = dims(cell, input_size)
+  return k * n * 2 * (s * n) ** 2
 
 
-def ok_biased(
-  cell: Cell, rank: int, *, routing: routing_lib.Routing | None = None
-) -> base.Estimator:
-  """r-B-OK (Benzing et al. 2019, appendix Algorithm 6): r-OK's reduction
-  by the Eckart-Young truncation instead of the unbiased mixing (biased,
-  the closest `r`-Kronecker-sum). Cost as `ok`: `~ r n^2` memory and
-  `~ r n^3` time per example and step.
+def sum_floats(cell, input_size, *, rank) -> int:
+  """`rank` Kronecker products' floats (KF-AVG, OK, B-OK)."""
+  return rank * _single_floats(cell, input_size)
 
-  Args:
-    cell: a Lemma-1 `rtrl.cells.Cell`.
-    rank: an int, `1 <= rank <= min(P, K S n^2) - 1` (checked at `init`).
-    routing: speed choices (`rtrl.routing.Routing`); None: `Routing.auto()`.
 
-  Returns:
-    The `Estimator` (`name='ok_biased'`).
+def sum_flops(cell, input_size, *, rank, reduced=True) -> float:
+  """`H A_i` for every `i`, and for OK and B-OK the reduction's Gram matrix
+  and combination, `2 (2r+1) (r+1) K S n^2`."""
+  _, k, s, n = dims(cell, input_size)
+  flops = rank * _single_flops(cell, input_size)
+  if reduced:
+    flops += 2 * (2 * rank + 1) * (rank + 1) * k * s * n * n
+  return flops
 
-  Raises:
-    ValueError: a cell not in the Lemma-1 form, or `rank` not an int >= 1.
-  """
-  return _ok(cell, rank, biased=True, name="ok_biased", routing=routing)
+
+def averaged_flops(cell, input_size, *, rank) -> float:
+  return sum_flops(cell, input_size, rank=rank, reduced=False)
+
+
+_SINGLE = Cost("n^3", "n^2", (3, 2), _single_floats, _single_flops)
+KF = EstimatorSpec("kf", "KF-RTRL", kf, _SINGLE)
+KF_AVG = EstimatorSpec(
+  "kf_avg",
+  "{rank}-KF-AVG",
+  kf_avg,
+  Cost("r n^3", "r n^2", (3, 2), sum_floats, averaged_flops),
+)
+KF_APPROX = EstimatorSpec(
+  "kf_approx",
+  "{rank}-KF-APPROX",
+  kf_approx,
+  # KF-RTRL's cost: D' is formed from D's block SVD.
+  _SINGLE._replace(
+    tangent_floats=lambda cell, input_size, rank: _single_floats(
+      cell, input_size
+    ),
+    gemm_flops=lambda cell, input_size, rank: _single_flops(cell, input_size),
+  ),
+)
 
 
 __all__ = [
+  "KF",
+  "KF_APPROX",
+  "KF_AVG",
+  "averaged_flops",
   "check_rank",
+  "kronecker_readout",
+  "kronecker_zeros",
+  "forget_u",
+  "sum_floats",
+  "sum_flops",
   "kf",
   "kf_approx",
   "kf_avg",
   "low_rank_D_factors",
   "max_rank_of_D",
-  "ok",
-  "ok_biased",
   "unbiased_low_rank_D",
 ]

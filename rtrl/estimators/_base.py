@@ -69,10 +69,106 @@ class TangentState(NamedTuple):
   key: jax.Array
 
 
+def _zeros_like(tree: Any) -> Any:
+  return jax.tree_util.tree_map(jnp.zeros_like, tree)
+
+
+def assemble(
+  name: str,
+  implementation: str,
+  *,
+  zeros: Callable[[Any, Any], Any],
+  advance: Callable[[Any], Callable[..., tuple[Any, Any]]],
+  readout: Callable[[Any, Any, Any], Any],
+  batch_readout: Callable[[Any, Any, Any], Any] | None = None,
+  routing: Routing | None = None,
+  folds_reset: bool = False,
+  metrics: Callable[[Any], dict[str, Any]] | None = None,
+  splits_key: bool = True,
+) -> Estimator:
+  """The `Estimator` contract around an estimator's tangent pieces: the one
+  assembly every factory's estimator goes through (`build` for Lemma-1
+  cells, the autodiff estimators', the LRU's).
+
+  Args:
+    name: registry name (`Estimator.name`).
+    implementation: the factory's name (`Estimator.implementation`).
+    zeros: `(params, state) -> tangent` at a sequence start (checking
+      `params` and `state`).
+    advance: `params -> fn(tangent, state, x, key[, reset]) -> (tangent,
+      new_state)`, one step of the cell and its tangent (`reset` only where
+      `folds_reset`); work that depends on `params` only goes before `fn`.
+    readout: `(params, tangent, dloss_dstate) -> grads`, the cell params'
+      gradient estimate.
+    batch_readout: optional `(params, tangents, dloss_dstates) -> grads`,
+      `readout` summed over a leading batch axis in fewer products
+      (`Estimator.batch_gradient`).
+    routing: the resolved speed choices (`Estimator.routing`), or None.
+    folds_reset: `advance` takes the reset flag (`Estimator.folds_reset`).
+    metrics: optional `tangent -> dict[str, scalar]` (`Estimator.metrics`).
+    splits_key: split the tangent state's key at every step and give
+      `advance` the new half; False (a deterministic estimator) keeps it.
+  """
+
+  def init(params, state, key):
+    return TangentState(tangent=zeros(params, state), key=key)
+
+  def step(params):
+    advance_fn = advance(params)
+
+    def step_fn(tstate: TangentState, state, x, reset=None):
+      key, subkey = (
+        jax.random.split(tstate.key) if splits_key else (tstate.key,) * 2
+      )
+      folded = () if reset is None else (reset,)
+      tangent, new_state = advance_fn(tstate.tangent, state, x, subkey, *folded)
+      return TangentState(tangent=tangent, key=key), new_state
+
+    return step_fn
+
+  def gradient(params, tstate: TangentState, dloss_dstate):
+    return readout(params, tstate.tangent, dloss_dstate)
+
+  def batch_gradient(params, tstates: TangentState, dloss_dstates):
+    assert batch_readout is not None  # only returned when given
+    return batch_readout(params, tstates.tangent, dloss_dstates)
+
+  def reset(tstate: TangentState) -> TangentState:
+    return tstate._replace(tangent=_zeros_like(tstate.tangent))
+
+  def metrics_fn(tstate: TangentState) -> dict[str, Any]:
+    assert metrics is not None  # only returned when given
+    return metrics(tstate.tangent)
+
+  return Estimator(
+    init=init,
+    step=step,
+    gradient=gradient,
+    reset=reset,
+    name=name,
+    folds_reset=folds_reset,
+    batch_gradient=batch_gradient if batch_readout is not None else None,
+    implementation=implementation,
+    routing=routing,
+    metrics=metrics_fn if metrics is not None else None,
+  )
+
+
 # update(tangent, jac, key) -> tangent; all shapes per example.
 TangentUpdate = Callable[[Any, StepJacobians, jax.Array], Any]
 # readout(tangent, g (S, n)) -> dL/dW (P, K n)
 TangentReadout = Callable[[Any, jax.Array], jax.Array]
+
+
+def _drop_history(tangent, jac: StepJacobians, reset, forget):
+  """`(tangent, jac)` at a folded reset: the tangent zeroed by a pass over
+  it (no `forget`), or `H` (`jac.history`) and what `forget` names."""
+  if forget is None:  # A pass over the tangent, as `reset` makes.
+    return jax.tree_util.tree_map(
+      lambda t: jnp.where(reset, jnp.zeros_like(t), t), tangent
+    ), jac
+  keep = jnp.logical_not(reset).astype(jac.D.dtype)
+  return forget(tangent, keep), jac._replace(history=keep)
 
 
 def build(
@@ -89,7 +185,8 @@ def build(
   batch_readout: Callable[[Any, jax.Array], jax.Array] | None = None,
   metrics: Callable[[Any], dict[str, Any]] | None = None,
 ) -> Estimator:
-  """Wraps the three per-estimator pieces into the `Estimator` contract.
+  """A Lemma-1 estimator from its three per-estimator pieces (`assemble`
+  with the cell's linearised step and `W`'s gradient layout).
 
   Args:
     name: registry name.
@@ -124,67 +221,47 @@ def build(
       takes the whole `TangentState`); None: nothing.
   """
   routing = routing_lib.resolve(routing)
-  implementation = name if implementation is None else implementation
+  once = jacobians_once and routing.jacobians_once
 
-  def init(params, state, key):
+  def init_tangent(params, state):
     del state  # tangents start at zero whatever the state
     cell.check_params(params)
-    return TangentState(tangent=zeros(params), key=key)
+    return zeros(params)
 
-  def step(params):
-    def step_fn(tstate: TangentState, state, x, reset=None):
+  def advance(params):
+    def advance_fn(tangent, state, x, key, reset=None):
       new_state, jac = cell.linearized_step(params, state, x)
-      if jacobians_once and routing.jacobians_once:
+      if once:
         jac = jac._replace(
           D=linalg.computed_once(jac.D), dfds=linalg.computed_once(jac.dfds)
         )
-      tangent = tstate.tangent
       if reset is not None:
-        if forget is None:  # A pass over the tangent, as `reset` makes.
-          tangent = jax.tree_util.tree_map(
-            lambda t: jnp.where(reset, jnp.zeros_like(t), t), tangent
-          )
-        else:
-          keep = jnp.logical_not(reset).astype(jac.D.dtype)
-          jac = jac._replace(history=keep)
-          tangent = forget(tangent, keep)
-      key, subkey = jax.random.split(tstate.key)
-      tangent = update(tangent, jac, subkey)
-      return TangentState(tangent=tangent, key=key), new_state
+        tangent, jac = _drop_history(tangent, jac, reset, forget)
+      return update(tangent, jac, key), new_state
 
-    return step_fn
+    return advance_fn
 
-  def gradient(params, tstate: TangentState, dloss_dstate):
+  def gradient(params, tangent, dloss_dstate):
     del params
     rows = cell.state_to_rows(dloss_dstate)
-    return {"W": cell.mask_gradient(readout(tstate.tangent, rows))}
+    return {"W": cell.mask_gradient(readout(tangent, rows))}
 
-  def batch_gradient(params, tstates: TangentState, dloss_dstates):
+  def batch_gradient(params, tangents, dloss_dstates):
     del params
-    assert batch_readout is not None  # only returned when given
+    assert batch_readout is not None  # only used when given
     rows = jax.vmap(cell.state_to_rows)(dloss_dstates)
-    return {"W": cell.mask_gradient(batch_readout(tstates.tangent, rows))}
+    return {"W": cell.mask_gradient(batch_readout(tangents, rows))}
 
-  def reset_fn(tstate: TangentState) -> TangentState:
-    return tstate._replace(
-      tangent=jax.tree_util.tree_map(jnp.zeros_like, tstate.tangent)
-    )
-
-  def metrics_fn(tstate: TangentState) -> dict[str, Any]:
-    assert metrics is not None  # only returned when given
-    return metrics(tstate.tangent)
-
-  return Estimator(
-    init=init,
-    step=step,
-    gradient=gradient,
-    reset=reset_fn,
-    name=name,
-    folds_reset=forget is not None,
-    batch_gradient=(batch_gradient if batch_readout else None),
-    implementation=implementation,
+  return assemble(
+    name,
+    name if implementation is None else implementation,
+    zeros=init_tangent,
+    advance=advance,
+    readout=gradient,
+    batch_readout=batch_gradient if batch_readout is not None else None,
     routing=routing,
-    metrics=(metrics_fn if metrics is not None else None),
+    folds_reset=forget is not None,
+    metrics=metrics,
   )
 
 
@@ -261,6 +338,7 @@ __all__ = [
   "TangentReadout",
   "TangentState",
   "TangentUpdate",
+  "assemble",
   "build",
   "forget_nothing",
   "require_lemma1_cell",

@@ -8,8 +8,8 @@ Statistical tolerances are derived from the sample size: an entry passes if
 for a family-wise failure probability of 1e-4 split over all entries checked
 (Bonferroni). Seeds are fixed, so the tests are deterministic.
 
-The kronecker-module tests live in tests/rtrl/test_kronecker.py, the online
-stability runs in tests/rtrl/test_estimator_stability.py.
+The kronecker-module tests live in tests/rtrl/kronecker/test_kronecker.py, the online
+stability runs in tests/rtrl/estimators/test_estimator_stability.py.
 """
 
 import functools
@@ -25,7 +25,7 @@ from rtrl import cells
 from rtrl import estimators
 from rtrl import online
 from rtrl import readout
-from rtrl.estimators import kronecker_sum
+from rtrl.estimators import _kronecker_sum as kronecker_sum
 
 N_HIDDEN, INPUT, STEPS = 4, 3, 6
 NUM_STREAMS = 8000
@@ -44,14 +44,12 @@ UNBIASED = {
   "ktp": {"rank": 2},
   "kf_approx": {"rank": 2},
 }
-ALL_APPROXIMATIONS = dict(
-  UNBIASED,
-  ok_biased={"rank": 2},
-  snap1={},
-  rflo={},
-  snap={"order": 2},
-  sk_rtrl={"rank": 2},
-)
+# Every registered approximation, its required hyper-parameters at 2.
+ALL_APPROXIMATIONS = {
+  s.name: {h.name: 2 for h in s.hyperparameters if h.required}
+  for s in estimators.SPECS
+  if s.name != "rtrl"
+}
 
 
 def z_critical(num_entries: int, alpha: float = FAMILY_WISE_FAILURE) -> float:
@@ -570,15 +568,26 @@ def test_misspelled_hparam_raises():
     estimators.make("ok", cell, ranks=2)
 
 
+def _required(name):
+  return tuple(
+    h.name for h in estimators.spec(name).hyperparameters if h.required
+  )
+
+
 def test_registry_knows_which_estimators_take_rank():
-  """`hyperparameters` reads the registry: exactly RANKED and
-  RANKED_FROM_ZERO take `rank`."""
+  """`hyperparameters` reads the factories' signatures: exactly RANKED and
+  RANKED_FROM_ZERO need `rank`, snap `order`, and SK-RTRL alone has
+  optional ones."""
   assert {
-    name
-    for name in estimators.names()
-    if estimators.hyperparameters(name) == ("rank",)
+    name for name in estimators.names() if _required(name) == ("rank",)
   } == set(RANKED) | set(RANKED_FROM_ZERO)
-  assert estimators.hyperparameters("snap") == ("order",)
+  assert _required("snap") == ("order",)
+  assert estimators.hyperparameters("sk_rtrl") == (
+    "rank",
+    "preprojection_rank",
+    "preprojection",
+    "subspace_iterations",
+  )
   assert all(
     estimators.hyperparameters(name) == ()
     for name in estimators.names()
@@ -586,6 +595,25 @@ def test_registry_knows_which_estimators_take_rank():
   )
   with pytest.raises(ValueError, match="estimator must be one of"):
     estimators.hyperparameters("bogus")
+
+
+@pytest.mark.parametrize(
+  "name", [n for n in RANKED + RANKED_FROM_ZERO if n != "kf_avg"]
+)
+@pytest.mark.parametrize("cell_name", ["rnn", "lstm"])
+def test_a_rank_no_cell_can_take_is_refused_when_built(name, cell_name):
+  """Every rank-taking factory but KF-AVG (whose rank counts independent
+  copies, any number) bounds the rank by the cell's sizes when it is
+  built, not at `init`: `ok(rnn, rank=100)` on an 8-unit RNN (`K S n^2 -
+  1 = 63`) included."""
+  cell = CELLS[cell_name](hidden_size=8)
+  with pytest.raises(ValueError, match=rf"rank.*'{name}'"):
+    estimators.make(name, cell, rank=1000)
+  with pytest.raises(ValueError, match="rank"):
+    getattr(estimators, name)(cell, rank=1000)
+  if cell_name == "rnn" and name in ("ok", "ok_biased"):
+    with pytest.raises(ValueError, match=r"at most 63 \(one less than"):
+      getattr(estimators, name)(cell, rank=100)
 
 
 def test_every_registered_name_is_covered():

@@ -19,7 +19,12 @@ import jax.numpy as jnp
 from rtrl import routing as routing_lib
 from rtrl import tangents
 from rtrl.cells import Cell
-from rtrl.estimators import base
+from rtrl.estimators import _base as base
+from rtrl.estimators._autodiff import autodiff_rtrl
+from rtrl.estimators._lru_exact import diagonal_rtrl
+from rtrl.estimators._spec import Cost
+from rtrl.estimators._spec import EstimatorSpec
+from rtrl.estimators._spec import dims
 
 
 def exact_rtrl(
@@ -81,4 +86,24 @@ def exact_rtrl(
   )
 
 
-__all__ = ["exact_rtrl"]
+def _tangent_floats(cell, input_size) -> int:
+  p, k, s, n = dims(cell, input_size)
+  return p * k * n * s * n
+
+
+def _gemm_flops(cell, input_size) -> float:
+  """`H G`: one `(S n, S n)` by `(S n, P K n)` product."""
+  p, k, s, n = dims(cell, input_size)
+  return p * k * n * 2 * (s * n) ** 2
+
+
+RTRL = EstimatorSpec(
+  "rtrl",
+  "RTRL",
+  exact_rtrl,
+  Cost("n^4", "n^3", (4, 3), _tangent_floats, _gemm_flops),
+  lru=diagonal_rtrl,
+  custom=autodiff_rtrl,
+)
+
+__all__ = ["RTRL", "exact_rtrl"]

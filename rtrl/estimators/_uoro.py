@@ -19,7 +19,11 @@ from rtrl import linalg
 from rtrl import routing as routing_lib
 from rtrl import tangents
 from rtrl.cells import Cell
-from rtrl.estimators import base
+from rtrl.estimators import _base as base
+from rtrl.estimators._autodiff import autodiff_uoro
+from rtrl.estimators._spec import Cost
+from rtrl.estimators._spec import EstimatorSpec
+from rtrl.estimators._spec import dims
 
 
 def uoro(
@@ -121,4 +125,24 @@ def uoro(
   )
 
 
-__all__ = ["uoro"]
+def _tangent_floats(cell, input_size) -> int:
+  p, k, s, n = dims(cell, input_size)
+  return s * n + p * k * n
+
+
+def _gemm_flops(cell, input_size) -> float:
+  """`H u` and `νᵀ F` (matrix-vector products)."""
+  p, k, _, n = dims(cell, input_size)
+  return 2 * n * k * n + 2 * p * k * n
+
+
+UORO = EstimatorSpec(
+  "uoro",
+  "UORO",
+  uoro,
+  Cost("n^2", "n^2", (2, 2), _tangent_floats, _gemm_flops),
+  lru=autodiff_uoro,
+  custom=autodiff_uoro,
+)
+
+__all__ = ["UORO", "uoro"]

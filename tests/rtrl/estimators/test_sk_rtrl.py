@@ -95,6 +95,7 @@ def _run_both(
   preprojection_rank=None,
   subspace_iterations=2,
   start=None,
+  preprojection="subspace_iteration",
 ):
   """Per step: `(|J - Ĵ|_F, e, |ĝ - g|_2, |dL/dstate|_2)` for one example,
   exact RTRL and SK-RTRL run side by side on the same states (`start`: the
@@ -104,6 +105,7 @@ def _run_both(
     rank=rank,
     preprojection_rank=preprojection_rank,
     subspace_iterations=subspace_iterations,
+    preprojection=preprojection,
   )
   exact = estimators.exact_rtrl(cell)
   state0 = cell.initial_state()
@@ -211,6 +213,61 @@ def test_certificate_bounds_the_error_with_a_poor_preprojection(
   # Subspace iteration from the same start tightens it.
   _, iterated, _, _ = run(2, start)
   assert iterated[-1] < certificate[-1]
+
+
+@pytest.mark.parametrize("cell_name", ["rnn", "lstm"])
+def test_the_svd_preprojection_is_the_converged_subspace_iteration(
+  cell_name, x64
+):
+  """`preprojection='svd'` (the paper's step) keeps its certificate, and
+  subspace iteration converges to it: with enough iterations the per-step
+  gradients agree."""
+  cell = cells.make(cell_name, N)
+  steps = 10
+  params, chunk = rtrl_problems.make_problem(
+    cell,
+    input_size=INPUT,
+    num_outputs=OUTPUTS,
+    batch=B,
+    steps=steps,
+    resets=RESETS,
+    seed=3,
+  )
+  hparams = dict(rank=2, preprojection_rank=1)
+  svd = _per_step(
+    cell,
+    estimators.sk_rtrl(cell, preprojection="svd", **hparams),
+    params,
+    chunk,
+  )
+  iterated = _per_step(
+    cell,
+    estimators.sk_rtrl(cell, subspace_iterations=300, **hparams),
+    params,
+    chunk,
+  )
+  assert rtrl_problems.rel_err(iterated, svd) < 1e-6
+  example, xs, gs = rtrl_problems.make_example_problem(cell, INPUT, steps)
+  error, certificate, grad_error, g_norm = jax.device_get(
+    _run_both(
+      cell,
+      2,
+      example,
+      xs,
+      gs,
+      jnp.zeros((steps,), bool).at[0].set(True),
+      preprojection_rank=1,
+      preprojection="svd",
+    )
+  )
+  slack = 1e-10 * (1 + certificate)
+  assert np.all(error <= certificate + slack) and error.max() > 1e-6
+  assert np.all(grad_error <= g_norm * certificate + slack)
+
+
+def test_preprojection_must_be_svd_or_subspace_iteration():
+  with pytest.raises(ValueError, match="preprojection of estimator 'sk_rtrl'"):
+    estimators.sk_rtrl(cells.RNN(N), rank=1, preprojection="exact")
 
 
 def test_subspace_iterations_must_be_a_non_negative_int():

@@ -31,9 +31,9 @@ from rtrl import kronecker
 from rtrl import linalg
 from rtrl.cells.custom import CustomCell
 from rtrl.cells.custom import as_custom
-from rtrl.estimators import sparsity
-from rtrl.estimators.base import Estimator
-from rtrl.estimators.base import TangentState
+from rtrl.estimators import _sparsity as sparsity
+from rtrl.estimators._base import Estimator
+from rtrl.estimators._base import assemble
 
 
 def _flat_step(cell: CustomCell, unravel_params, unravel_state, x):
@@ -68,7 +68,7 @@ def _build(
   readout: Callable,
   layout: Callable = lambda params, state: None,
 ):
-  """The `Estimator` contract around three flat pieces (cf. `base.build`).
+  """The `Estimator` contract around three flat pieces (`base.assemble`).
 
   Args:
     zeros: `(layout, theta, s) -> tangent`, the tangent at a sequence start.
@@ -76,47 +76,37 @@ def _build(
     readout: `(layout, tangent, g (d,)) -> dL/dθ (p,)`.
     layout: `(params, state) -> static data` the three share, from shapes.
   """
-  implementation = f"autodiff_{name}"
 
-  def init(params, state, key):
+  def init_tangent(params, state):
     cell.check_params(params)
     cell.check_state(state)
     theta, s = ravel_pytree(params)[0], ravel_pytree(state)[0]
-    return TangentState(tangent=zeros(layout(params, state), theta, s), key=key)
+    return zeros(layout(params, state), theta, s)
 
-  def step(params):
+  def advance(params):
     theta, unravel_params = ravel_pytree(params)
 
-    def step_fn(tstate: TangentState, state, x):
+    def advance_fn(tangent, state, x, key):
       s, unravel_state = ravel_pytree(state)
       flat_step = _flat_step(cell, unravel_params, unravel_state, x)
-      key, subkey = jax.random.split(tstate.key)
       tangent, new_s = update(
-        layout(params, state), tstate.tangent, flat_step, theta, s, subkey
+        layout(params, state), tangent, flat_step, theta, s, key
       )
-      return TangentState(tangent=tangent, key=key), unravel_state(new_s)
+      return tangent, unravel_state(new_s)
 
-    return step_fn
+    return advance_fn
 
-  def gradient(params, tstate: TangentState, dloss_dstate):
+  def gradient(params, tangent, dloss_dstate):
     unravel_params = ravel_pytree(params)[1]
     g = ravel_pytree(dloss_dstate)[0]
-    return unravel_params(
-      readout(layout(params, dloss_dstate), tstate.tangent, g)
-    )
+    return unravel_params(readout(layout(params, dloss_dstate), tangent, g))
 
-  def reset(tstate: TangentState) -> TangentState:
-    return tstate._replace(
-      tangent=jax.tree_util.tree_map(jnp.zeros_like, tstate.tangent)
-    )
-
-  return Estimator(
-    init=init,
-    step=step,
-    gradient=gradient,
-    reset=reset,
-    name=name,
-    implementation=implementation,
+  return assemble(
+    name,
+    f"autodiff_{name}",
+    zeros=init_tangent,
+    advance=advance,
+    readout=gradient,
   )
 
 

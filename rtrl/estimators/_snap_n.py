@@ -58,9 +58,12 @@ from rtrl import routing as routing_lib
 from rtrl.cells import Cell
 from rtrl.cells import StepJacobians
 from rtrl.cells import recurrent_mask as recurrent_mask_lib
-from rtrl.estimators import base
-from rtrl.estimators.exact import exact_rtrl
-from rtrl.estimators.snap1_rflo import snap1
+from rtrl.estimators import _base as base
+from rtrl.estimators._exact import exact_rtrl
+from rtrl.estimators._snap1_rflo import snap1
+from rtrl.estimators._spec import Cost
+from rtrl.estimators._spec import EstimatorSpec
+from rtrl.estimators._spec import dims
 
 
 class SnapPattern(NamedTuple):
@@ -322,4 +325,33 @@ def snap(
   return _sparse_snap(cell, pattern, routing)
 
 
-__all__ = ["SnapPattern", "check_order", "snap", "snap_pattern"]
+def _tangent_floats(cell, input_size, *, order) -> int:
+  """`S P K E`, `E` the kept pairs of the cell's pattern."""
+  p, k, s, n = dims(cell, input_size)
+  pattern = snap_pattern(cell.recurrent_mask, n, order)
+  return s * p * k * pattern.num_pairs
+
+
+def _gemm_flops(cell, input_size, *, order) -> float:
+  """`2 (S^2 E + S edges) P K`, the propagation's multiply-adds."""
+  p, k, s, n = dims(cell, input_size)
+  pattern = snap_pattern(cell.recurrent_mask, n, order)
+  return 2 * (s * s * pattern.num_pairs + s * pattern.num_edges) * p * k
+
+
+SNAP = EstimatorSpec(
+  "snap",
+  "SnAp-{order}",
+  snap,
+  # Order >= 2 on a dense recurrence: E = n^2 pairs, n^3 edges (exact
+  # RTRL's cost); order 1 is SnAp-1's n^2 / n^2.
+  Cost(
+    "(S^2 E + S edges) P K",
+    "S P K E",
+    (4, 3),
+    _tangent_floats,
+    _gemm_flops,
+  ),
+)
+
+__all__ = ["SNAP", "SnapPattern", "check_order", "snap", "snap_pattern"]

@@ -1,5 +1,5 @@
 """Hypothesis strategies and NumPy references for the `rtrl.kronecker`
-property tests (tests/rtrl/test_properties_kronecker.py).
+property tests (tests/rtrl/kronecker/test_properties_kronecker.py).
 
 Every strategy takes `fast`: the default suite draws shapes from small pools
 (each new shape or rank costs a JAX compilation), the slow set every shape.

@@ -1,4 +1,4 @@
-"""`CustomCell` and the generic estimators (`rtrl.estimators.autodiff`).
+"""`CustomCell` and the generic estimators (`rtrl.estimators.autodiff_rtrl`, `autodiff_uoro`, `autodiff_snap1`).
 
 User cells that are not Lemma-1: the original GRU of Cho et al. (reset gate
 before the recurrent product) and a peephole LSTM with a tuple state. On
@@ -36,7 +36,7 @@ from rtrl import estimators
 from rtrl import online
 from rtrl import readout
 from rtrl.cells import CustomCell
-from rtrl.estimators import sparsity
+from rtrl.estimators import _sparsity as sparsity
 
 INPUT, OUTPUTS, B, T = 2, 3, 2, 8
 RESETS = [(0, None), (3, 0), (5, 1)]

@@ -17,7 +17,7 @@ from rtrl import cells
 from rtrl import estimators
 from rtrl import online
 from rtrl import tangents
-from rtrl.estimators import snap1_rflo as snap
+from rtrl.estimators import _snap1_rflo as snap
 
 N, INPUT, OUTPUTS, B, T = 5, 3, 4, 2, 8
 CELL_NAMES = ["rnn", "rhn", "lstm", "gru"]

@@ -20,10 +20,13 @@ import jax.numpy as jnp
 from rtrl import routing as routing_lib
 from rtrl import tangents
 from rtrl.cells import Cell
-from rtrl.estimators import base
-from rtrl.estimators.kronecker_sum import check_rank
-from rtrl.estimators.kronecker_sum import low_rank_D_factors
-from rtrl.estimators.kronecker_sum import max_rank_of_D
+from rtrl.estimators import _base as base
+from rtrl.estimators._kronecker_sum import check_rank
+from rtrl.estimators._kronecker_sum import low_rank_D_factors
+from rtrl.estimators._kronecker_sum import max_rank_of_D
+from rtrl.estimators._spec import Cost
+from rtrl.estimators._spec import EstimatorSpec
+from rtrl.estimators._spec import dims
 
 
 def _norm(x):
@@ -120,4 +123,22 @@ def ktp(
   )
 
 
-__all__ = ["ktp"]
+def _tangent_floats(cell, input_size, *, rank) -> int:
+  p, k, s, n = dims(cell, input_size)
+  return rank * (p + s * n + k * n)
+
+
+def _gemm_flops(cell, input_size, *, rank) -> float:
+  """`H b_i` for every `i` (Jacobian-vector products)."""
+  _, _, s, n = dims(cell, input_size)
+  return rank * 2 * (s * n) ** 2
+
+
+KTP = EstimatorSpec(
+  "ktp",
+  "{rank}-KTP",
+  ktp,
+  Cost("r n^2", "r n", (2, 1), _tangent_floats, _gemm_flops),
+)
+
+__all__ = ["KTP", "ktp"]
