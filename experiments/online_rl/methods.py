@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from experiments.online import setup as online_setup
 from rtrl import cells
 from rtrl import rl
-from rtrl.estimators.truncated_bptt import truncated_bptt
+from rtrl.estimators import truncated_bptt
 from rtrl.rl import actor_critic
 from rtrl.rl import ppo as rl_ppo
 

@@ -12,4 +12,7 @@ as `python -m experiments.studies.NAME` (benchmarks and tools stay in
 - `precision_bands`: the `official` presets' runs at `tensorfloat32`
   against `highest`, judged by the official OK code's logs
   (docs/benchmarks/gpu.md).
+- `rls_default_stability`: `rls.rls()`'s defaults on standard small
+  problems, with and without the built-in clip
+  (docs/concepts/rls_as_optax.md, "Safe defaults").
 """

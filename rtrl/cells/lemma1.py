@@ -54,7 +54,7 @@ class StepJacobians(NamedTuple):
     history: () the factor on the previous state's influence, 1; 0 at an
       example's sequence start (the estimators' reset folded into the step:
       every application of `H` is then zero, so no pass over the tangent
-      is needed to drop its history; `rtrl.estimators.base.build`).
+      is needed to drop its history; `rtrl/estimators/_base.py`, `build`).
   """
 
   hhat: jax.Array
