@@ -115,6 +115,69 @@ def _nan_mean(values, mask):
   return jnp.where(count > 0, total / jnp.maximum(count, 1), jnp.nan)
 
 
+def _init_fn(env, network, config: PPOConfig, optimizer):
+  """`init(key, learning_rate=None) -> PPOState` of `recurrent_ppo`."""
+
+  def init(key, learning_rate=None):
+    rate = config.learning_rate if learning_rate is None else learning_rate
+    check_learning_rate("learning_rate", rate)
+    params_key, env_key, key = jax.random.split(key, 3)
+    params = network.init(params_key)
+    return PPOState(
+      params=params,
+      opt_state=optimizer.init(params),
+      runner=initial_runner(network, env, env_key, config.num_envs),
+      key=key,
+      learning_rate=jnp.asarray(rate, jnp.asarray(0.0).dtype),
+      updates=jnp.zeros((), jnp.int32),
+      env_steps=jnp.zeros((), jnp.int32),
+    )
+
+  return init
+
+
+def _update_fn(env, network, config: PPOConfig, optimizer):
+  """`update(state) -> (state, PPOMetrics)` of `recurrent_ppo`: one rollout,
+  GAE, then the epochs of minibatch updates."""
+
+  def update(state: PPOState):
+    key, rollout_key, epochs_key = jax.random.split(state.key, 3)
+    params = state.params
+    runner, batch, episodes = rollout(
+      network, env, params, state.runner, rollout_key, config.rollout_steps
+    )
+    advantages, targets = gae(
+      batch.rewards,
+      batch.values,
+      batch.dones,
+      bootstrap_value(network, params, runner),
+      config.gamma,
+      config.gae_lambda,
+    )
+    minibatch = Minibatch(state.runner.core_state, batch, advantages, targets)
+    lr = annealed(config, state.learning_rate, state.updates)
+    params, opt_state, loss, grad_norm = run_epochs(
+      network, config, optimizer, params, state.opt_state, minibatch,
+      epochs_key, lr,
+    )  # fmt: skip
+    env_steps = state.env_steps + config.steps_per_update
+    state = PPOState(
+      params, opt_state, runner, key, state.learning_rate,
+      state.updates + 1, env_steps,
+    )  # fmt: skip
+    metrics = PPOMetrics(
+      episodes=episodes,
+      episode_return=_nan_mean(episodes.returns, episodes.ended),
+      loss=loss,
+      grad_norm=grad_norm,
+      learning_rate=lr,
+      env_steps=env_steps,
+    )
+    return state, metrics
+
+  return update
+
+
 def recurrent_ppo(
   env: Environment,
   cell: Any = None,
@@ -220,55 +283,8 @@ def recurrent_ppo(
     network = actor_critic_network(env, cell)
   optimizer = make_optimizer(config, network.cell)
 
-  def init(key, learning_rate=None):
-    rate = config.learning_rate if learning_rate is None else learning_rate
-    check_learning_rate("learning_rate", rate)
-    params_key, env_key, key = jax.random.split(key, 3)
-    params = network.init(params_key)
-    return PPOState(
-      params=params,
-      opt_state=optimizer.init(params),
-      runner=initial_runner(network, env, env_key, config.num_envs),
-      key=key,
-      learning_rate=jnp.asarray(rate, jnp.asarray(0.0).dtype),
-      updates=jnp.zeros((), jnp.int32),
-      env_steps=jnp.zeros((), jnp.int32),
-    )
-
-  def update(state: PPOState):
-    key, rollout_key, epochs_key = jax.random.split(state.key, 3)
-    params = state.params
-    runner, batch, episodes = rollout(
-      network, env, params, state.runner, rollout_key, config.rollout_steps
-    )
-    advantages, targets = gae(
-      batch.rewards,
-      batch.values,
-      batch.dones,
-      bootstrap_value(network, params, runner),
-      config.gamma,
-      config.gae_lambda,
-    )
-    minibatch = Minibatch(state.runner.core_state, batch, advantages, targets)
-    lr = annealed(config, state.learning_rate, state.updates)
-    params, opt_state, loss, grad_norm = run_epochs(
-      network, config, optimizer, params, state.opt_state, minibatch,
-      epochs_key, lr,
-    )  # fmt: skip
-    env_steps = state.env_steps + config.steps_per_update
-    state = PPOState(
-      params, opt_state, runner, key, state.learning_rate,
-      state.updates + 1, env_steps,
-    )  # fmt: skip
-    metrics = PPOMetrics(
-      episodes=episodes,
-      episode_return=_nan_mean(episodes.returns, episodes.ended),
-      loss=loss,
-      grad_norm=grad_norm,
-      learning_rate=lr,
-      env_steps=env_steps,
-    )
-    return state, metrics
+  init = _init_fn(env, network, config, optimizer)
+  update = _update_fn(env, network, config, optimizer)
 
   def run(state: PPOState, num_updates: int):
     return jax.lax.scan(lambda s, _: update(s), state, None, num_updates)
