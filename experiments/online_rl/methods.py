@@ -178,7 +178,8 @@ def ppo_method(config, env) -> Method:
     learning_rate=config.learning_rate,
     network=rl.actor_critic_network(env, cell, meta_rl=config.meta_rl),
   )
-  steps_per_update = ppo.config.steps_per_update
+  settings = ppo.config  # the PPOConfig, not the experiment's config
+  steps_per_update = settings.num_envs * settings.rollout_steps
   if config.chunk_steps % steps_per_update:
     raise ValueError(
       f"config.chunk_steps must be a multiple of ppo_num_envs x "
