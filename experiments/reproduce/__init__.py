@@ -13,7 +13,8 @@ SnAp-1, RFLO, UORO, KF-RTRL, KF-AVG, OK and TBPTT side by side (gradient
 cosine, Copy, char-PTB) in `compare_online.py`, the online LRU stacks
 beside them in `compare_lru.py`, every method on the task suite with
 an exact-RTRL shadow in `compare_suite.py`, the RLS paper's figures in
-`rls_paper.py`; what every target shares (curves, learning-rate selection,
+`rls_paper.py`, RTRRL's Table 2 and every estimator in an online RL
+agent in `rtrrl_paper.py`; what every target shares (curves, learning-rate selection,
 plots, tables) in `common.py`, and `--plan`'s measurements in `plan.py`.
 
 Running them: `cli.py` (the command line), `programs.py` (a target's
@@ -34,6 +35,7 @@ from experiments.reproduce import compare_suite
 from experiments.reproduce import ok_official
 from experiments.reproduce import ok_paper
 from experiments.reproduce import rls_paper
+from experiments.reproduce import rtrrl_paper
 
 _MODULES = (
   ok_paper,
@@ -42,6 +44,7 @@ _MODULES = (
   compare_lru,
   compare_suite,
   rls_paper,
+  rtrrl_paper,
 )
 
 

@@ -7,7 +7,11 @@ hyper-parameters. `FACTORIES` lists them: exact RTRL for Lemma-1 cells
 cell by autodiff (`autodiff_rtrl`); UORO (`uoro`, `autodiff_uoro`); the
 Kronecker-sum family of Benzing et al. (`kf`, `kf_avg`, `kf_approx`, `ok`,
 `ok_biased`) and KTP (`ktp`); SnAp-1 (`snap1`, `autodiff_snap1`), RFLO
-(`rflo`), SnAp-n (`snap`) and SK-RTRL (`sk_rtrl`).
+(`rflo`), SnAp-n (`snap`) and SK-RTRL (`sk_rtrl`). Beside them,
+`truncated_bptt` (online TBPTT-T: each step's gradient backpropagated
+through the last T steps, any cell); it is not a registry name, since
+`estimator='tbptt'` in the supervised experiments names the window
+trainer (`rtrl.bptt.make_tbptt_trainer`).
 
 `make(name, cell, **hparams)` builds one by registry name (`names()`:
 'rtrl', 'uoro', 'kf', 'kf_avg', 'kf_approx', 'ok', 'ok_biased', 'ktp',
@@ -48,6 +52,7 @@ from rtrl.estimators._snap_n import snap as snap
 from rtrl.estimators._spec import Cost
 from rtrl.estimators._spec import EstimatorSpec
 from rtrl.estimators._spec import Hyperparameter
+from rtrl.estimators._truncated_bptt import truncated_bptt as truncated_bptt
 from rtrl.estimators._uoro import uoro as uoro
 
 __all__ = [
@@ -63,4 +68,5 @@ __all__ = [
   "make",
   "names",
   "spec",
+  "truncated_bptt",
 ]

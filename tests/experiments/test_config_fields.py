@@ -20,6 +20,7 @@ EXPERIMENTS = (
   "seq_cifar",
   "gradient_cosine",
   "suite_task",
+  "rl",
 )
 CLASSIFIERS = ("mnist", "cifar10", "imdb")
 
