@@ -59,3 +59,11 @@ def load_config(
   config = module.get_config(preset) if preset else module.get_config()
   config.update(overrides)
   return config
+
+
+def field_or(fields, name: str, default):
+  """`fields.name` of a config, or `default` where it has no such field:
+  for tools that read programs of several experiments
+  (`scripts/reproduce.py`), never for an experiment's own fields (its
+  config lists every one)."""
+  return fields.get(name, default)

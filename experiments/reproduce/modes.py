@@ -11,6 +11,7 @@ import os
 import types
 from typing import Any, NamedTuple
 
+from experiments.loop import config_files
 from experiments.reproduce import plan
 
 
@@ -39,7 +40,8 @@ class Program:
   def reads(self) -> str:
     """The workdir of another program this one starts from (a trained
     network's checkpoint), or ''."""
-    return str(self.config.get("checkpoint_dir", "") or "")
+    checkpoint_dir = config_files.field_or(self.config, "checkpoint_dir", "")
+    return str(checkpoint_dir or "")
 
 
 # What a program does when its target goes through it (`visit`).

@@ -217,7 +217,7 @@ def program_runs(config) -> int:
   loop's run axis), or a tool's `repetitions` (the gradient-cosine runs,
   which have no seed axis)."""
   if "num_seeds" not in config:
-    return int(config.get("repetitions", 1))
+    return int(config_files.field_or(config, "repetitions", 1))
   swept = tuple(name for name in SWEPT if name in config)
   return len(run_axes.run_grid(config, swept))
 

@@ -220,6 +220,8 @@ def table2(scale: str, workdir: str, mode=common.RUN) -> common.Result:
   and the two partially observed CartPoles, ours beside the published
   median ± std of the best evaluation over 5 seeds."""
   results = _run(scale, workdir, TABLE2_METHODS, mode)
+  if mode.planning:  # Nothing ran (--plan, a launcher's listing).
+    return common.Result("rtrrl_table2", [], [])
   rows = []
   for result in results:
     task, method = result.curve.label.rsplit(" ", 1)
@@ -309,6 +311,8 @@ def estimators_table(
   UORO, online TBPTT-16, the LRU's exact RTRL) beside exact RTRL, RFLO,
   PPO and the linear agent, on RTRRL's tasks and protocol."""
   results = _run(scale, workdir, ESTIMATOR_METHODS, mode)
+  if mode.planning:  # Nothing ran (--plan, a launcher's listing).
+    return common.Result("rtrrl_estimators", [], [])
   rows = estimator_rows(results)
   files = common.write_table(
     rows,

@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 
+from experiments.loop import config_files
 from experiments.loop import workdir as workdir_lib
 from experiments.reproduce import common
 
@@ -160,7 +161,7 @@ def seconds_per_step(
 def checkpoint_steps(program: common.Program, total_steps: int) -> int:
   """Steps between two checkpoints: `checkpoint_every`, or the whole
   program for one that writes none (the cosine runs, the suite)."""
-  every = program.config.get("checkpoint_every", 0)
+  every = config_files.field_or(program.config, "checkpoint_every", 0)
   return min(int(every), total_steps) if every else total_steps
 
 
