@@ -1,6 +1,7 @@
 r"""Online recurrent RL (RTRRL, Lemmel & Grosu 2025): a CT-RNN-32 core
 trained online by `estimator`, TD(λ) actor-critic heads, RTRRL's
-hyper-parameters (their appendix Table 1). Default: MemoryChain-4, exact
+hyper-parameters (their appendix Table 1; no gradient clipping, as their
+code runs: see max_grad_norm). Default: MemoryChain-4, exact
 RTRL, 200k environment steps, a few minutes on a CPU.
 
   python -m experiments.rl --config configs/rl.py --workdir runs/rl
@@ -104,12 +105,14 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   config.ppo_max_grad_norm = 0.5  # 0: off
 
   # Optimizer: Adam for the heads at learning_rate and for the core at
-  # learning_rate x core_learning_rate_factor, each part's gradient clipped
-  # by global norm max_grad_norm (0: off).
+  # learning_rate x core_learning_rate_factor; max_grad_norm > 0 clips each
+  # part's update by global norm. 0 (off): RTRRL's code; its appendix says
+  # 1.0, which breaks TD(λ) here (CartPole collapses, MemoryChain-8 stays
+  # unsolved: docs/results/online_rl.md).
   config.learning_rate = 1e-3
   config.learning_rates = ()  # e.g. (1e-3, 3e-4); empty: learning_rate
   config.core_learning_rate_factor = 1.0
-  config.max_grad_norm = 1.0
+  config.max_grad_norm = 0.0
 
   # Evaluation (rtrl.rl.evaluation, RTRRL's): every eval_every steps,
   # eval_envs fresh environments x eval_steps steps with sampled actions,

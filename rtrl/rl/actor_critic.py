@@ -9,7 +9,7 @@ restart at an episode's first step); the heads give `π(·|h_t)` and `v_t`,
 and `a_t ~ π(·|h_t)`. Then
 
     δ_t = r_t + γ v_t (1 - done_t) - v_{t-1}
-    θ  += α (δ_t e_{t-1} + η_H ∇θ H(π(·|h_t)))         (Adam, clipped)
+    θ  += α (δ_t e_{t-1} + η_H ∇θ H(π(·|h_t)))         (Adam)
     e_C = γ λ_C e_C + ∇v_t,   e_A = γ λ_A e_A + ∇ log π(a_t|h_t)
     e_R = γ λ_R e_R + ∇_R [v_t + η_A log π(a_t|h_t)]
 
@@ -153,11 +153,18 @@ RTRRL_TRACE_DECAY = TraceDecay(actor=0.99, critic=0.99, core=0.99)
 def rtrrl_optimizer(
   learning_rate: Any = 1e-3,
   core_learning_rate: Any = None,
-  max_grad_norm: float | None = 1.0,
+  max_grad_norm: float | None = None,
 ) -> optax.GradientTransformation:
   """RTRRL's optimiser: Adam for the heads (actor and critic) and for the
-  core, each with its gradient clipped by global norm `max_grad_norm`
-  (None: unclipped). Learning rates may be traced scalars (vmapped runs).
+  core (RTRRL's two groups), optionally each with its update clipped by
+  global norm `max_grad_norm`. Learning rates may be traced scalars
+  (vmapped runs).
+
+  No clipping by default, as RTRRL's code runs (its appendix lists a clip
+  of 1.0): clipping each step's TD(λ) update breaks the balance TD(λ)
+  relies on between many small updates and the rare large one at an
+  episode's end (on CartPole a linear agent then collapses to a return of
+  ~9, and MemoryChain-8 stays unsolved; docs/results/online_rl.md).
 
   Apply it to the negated ascent direction (`online_actor_critic` does).
   """
@@ -369,8 +376,8 @@ def online_actor_critic(
       RTRL, r-OK, KF-RTRL, SnAp-n, SK-RTRL, RFLO, UORO, the LRU's
       `diagonal_rtrl`, ...); None exactly when `cell` is None.
     optimizer: applied to the negated ascent direction, the mean over the
-      parallel environments; None: `rtrrl_optimizer()` (Adam 1e-3, each
-      part clipped at norm 1). A sparse core keeps its sparsity
+      parallel environments; None: `rtrrl_optimizer()` (Adam 1e-3 for the
+      heads and for the core, unclipped). A sparse core keeps its sparsity
       (`rtrl.optim.keep_recurrent_mask`).
     gamma: the discount, in (0, 1].
     trace_decay: `TraceDecay(actor, critic, core)`, each λ in [0, 1].
