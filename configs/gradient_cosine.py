@@ -1,4 +1,4 @@
-"""Gradient quality: cosine of each estimator's dL_t/dW to exact RTRL's.
+r"""Gradient quality: cosine of each estimator's dL_t/dW to exact RTRL's.
 
 Default: an untrained RHN-32 on random one-hot inputs (paper Fig. 6/9 setting,
 scaled down), 200 steps, 5 repetitions, about a minute on CPU:
@@ -36,12 +36,14 @@ Untrained on PTB text (Figure 6 with real inputs): --config.task=ptb without
 checkpoint_dir.
 """
 
-import ml_collections
+from ml_collections import config_dict
+
+from configs import common
 
 
-def get_config() -> ml_collections.ConfigDict:
+def get_config() -> config_dict.ConfigDict:
   """Every field the gradient-cosine experiment reads."""
-  config = ml_collections.ConfigDict()
+  config = config_dict.ConfigDict()
 
   # Model: a fresh network, or the cell of `checkpoint_dir`'s run.
   config.cell = "rhn"  # rnn|rhn|lstm|gru (ignored with a checkpoint)
@@ -69,9 +71,5 @@ def get_config() -> ml_collections.ConfigDict:
   config.chunk_steps = 100  # steps per jitted call (bounds memory)
   config.min_gradient_norm = 1e-4  # steps with |true gradient| below: dropped
   config.allow_config_change = False  # rerun a workdir with another config
-  # Multi-host (experiments/loop/cli.py initialises every main alike).
-  config.distributed = False
-  config.coordinator_address = ""
-  config.num_processes = 1
-  config.process_id = 0
+  common.distributed_fields(config)
   return config

@@ -1,4 +1,4 @@
-"""Sequential CIFAR-10: one pixel (3 channels) a step, 1024 steps an image,
+r"""Sequential CIFAR-10: one pixel (3 channels) a step, 1024 steps an image,
 the class predicted at the last pixel (Zucchet et al. 2023; Orvieto et al.
 2023, the LRU). See experiments/online/seq_image_experiment.py.
 
@@ -13,7 +13,7 @@ once an epoch (50,000 images). Far too slow for a CPU:
 
 `lru_paper` preset: the paper's sCIFAR run as its public configs give it
 (batch 100, rates {1, 4} x 10^-3 with λ, γ at half, AdamW decay 0.1, warm-up
-18 of 180 epochs then a cosine; experiments/online/lru_paper.py). GPU work:
+18 of 180 epochs then a cosine; `_lru_paper` below). GPU work:
 
   python -m experiments.seq_cifar --config configs/seq_cifar.py:lru_paper --workdir runs/seq_cifar_lru_paper
 
@@ -46,7 +46,9 @@ uoro; a plain cell: --config.cell=gru --config.num_layers=1
 --config.head=identity --config.estimator=snap1.
 """
 
-import ml_collections
+from ml_collections import config_dict
+
+from configs import common
 
 PRESETS = ("small", "lru_paper")
 PIXELS_PER_IMAGE = 32 * 32
@@ -59,64 +61,39 @@ def steps_per_epoch(num_images: int, batch_size: int) -> int:
   return -(-num_images // batch_size) * PIXELS_PER_IMAGE
 
 
-def get_config(preset: str = "") -> ml_collections.ConfigDict:
+def get_config(preset: str = "") -> config_dict.ConfigDict:
   """Every field sequential CIFAR-10 reads, at the paper-like default;
   `preset` (see the docstring) overrides some of them."""
-  config = ml_collections.ConfigDict()
+  config = config_dict.ConfigDict()
   epoch = steps_per_epoch(FULL_TRAIN_IMAGES, 32)  # 1,600,512 at batch 32
-
-  # Model (experiments/online/setup.py): `num_layers` layers of `cell`
-  # (rnn | leaky_rnn | rhn | lstm | gru | lru), each followed by `head` (identity |
-  # lru_block, with `model_size` outputs; 0: the cell's), and a readout.
-  config.cell = "lru"
-  config.hidden_size = 128  # the LRU's state size (complex units)
-  # The LRU's |λ| ring at initialisation: the LRU papers' sCIFAR values.
-  config.lru_r_min = 0.9
-  config.lru_r_max = 0.999
-  # A sparse recurrence: this fraction of W_h kept (1: dense), drawn
-  # from mask_seed; leaky_rnn's leak α (h' = (1-α) h + α tanh(z)).
-  config.recurrent_density = 1.0
-  config.mask_seed = 0
-  config.leak = 0.1
-  config.num_layers = 4
-  config.head = "lru_block"
-  config.model_size = 256
-  # linear | feedback_alignment (RFLO's fixed random feedback matrix).
-  config.readout = "linear"
-  config.init_stddev = 0.0  # 0: the cells' default initialisation
-
-  # Estimator: rtrl, uoro, kf, kf_avg, kf_approx, ok, ok_biased, ktp,
-  # snap1, snap, sk_rtrl, rflo (trained online), or tbptt. The TBPTT horizon divides 1024:
-  # windows are aligned to images; 1024 is full BPTT over each.
-  config.estimator = "rtrl"
-  config.rank = 8  # kf_avg, kf_approx, ok, ok_biased, ktp, sk_rtrl
-  config.order = 2  # snap (SnAp-n's n)
-  config.truncation = PIXELS_PER_IMAGE
-  # > 0 (dividing 1024): every this many steps, the cell gradient's cosine
-  # to exact RTRL's (an exact-RTRL shadow on the same trajectory, exact
-  # RTRL's cost), taken at images' last pixels, logged as cosine_to_rtrl;
-  # 0: off. Online single-cell estimators only.
-  config.shadow_every = 0
-
-  # Optimizer: adam | tf1_adam.
-  config.optimizer = "adam"
-  config.learning_rate = 1e-3
-  config.learning_rates = ()  # e.g. (1e-3, 4e-3); empty: learning_rate
-  config.clip_norm = 0.0  # global-norm clipping (0: off)
-  config.cell_clip_norm = 0.0  # the cell gradient only (0: off)
-  # One (mean) update every this many steps. The loss comes only at an
-  # image's last pixel, so 1024 is one Adam step per batch of images, as
-  # TBPTT-1024 does; with an exact estimator on one layer the two are the
-  # same algorithm.
-  config.accumulate_steps = PIXELS_PER_IMAGE
-  # The LRU papers' options (Adam only; off at these values): AdamW decay of
-  # every parameter but the LRU's ν, θ, γ, which take this factor times the
-  # rate; constant | warmup_cosine (linear warm-up over `warmup_updates`,
-  # then a cosine to 0 at the last update).
-  config.weight_decay = 0.0
-  config.recurrence_learning_rate_factor = 1.0
-  config.learning_rate_schedule = "constant"
-  config.warmup_updates = 0
+  common.online_model_fields(
+    config,
+    cell="lru",
+    hidden_size=128,  # the LRU's state size (complex units)
+    init_stddev=0.0,
+    lru_r_min=0.9,  # the LRU papers' sCIFAR ring
+    lru_r_max=0.999,
+    num_layers=4,
+    head="lru_block",
+    model_size=256,
+  )
+  common.online_estimator_fields(
+    config,
+    estimator="rtrl",
+    rank=8,
+    # tbptt's horizon, dividing 1024: windows are aligned to images; 1024 is
+    # full BPTT over each.
+    truncation=PIXELS_PER_IMAGE,
+    shadow_every=0,  # > 0 divides 1024: the cosine at images' last pixels
+  )
+  common.online_optimizer_fields(
+    config,
+    learning_rate=1e-3,
+    # The loss comes only at an image's last pixel, so 1024 is one Adam step
+    # per batch of images, as TBPTT-1024 does; with an exact estimator on
+    # one layer the two are the same algorithm.
+    accumulate_steps=PIXELS_PER_IMAGE,
+  )
 
   # Task (rtrl/tasks/seq_images.py).
   config.batch_size = 32
@@ -126,31 +103,14 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   config.eval_batch_size = 500  # test images evaluated at once
   config.data_dir = ""  # "": $DATA_DIR/cifar10, or the download cache
 
-  # Run (experiments/loop/). Runs trained together as one vmapped program:
-  # run j of each learning rate equals the single run with seed + j.
-  config.seed = 0
-  config.num_seeds = 1
-  config.num_steps = 50 * epoch
-  config.chunk_steps = PIXELS_PER_IMAGE  # steps per jitted chunk (images)
-  config.log_every = 100 * PIXELS_PER_IMAGE  # multiple of chunk_steps
-  config.eval_every = epoch  # test accuracy; multiple of chunk_steps
-  config.checkpoint_every = epoch
-  config.keep_checkpoints = 2
-  # The GEMM precision the training chunk is traced under (rtrl.linalg):
-  # highest (true float32) | tensorfloat32 | bfloat16 (GPU/TPU only).
-  config.matmul_precision = "highest"
-  # A step whose gradient has a NaN/Inf is skipped instead of stopping.
-  config.skip_nonfinite_updates = False
-  config.allow_config_change = False  # resume although the config differs
-  config.num_devices = 0  # 0: every visible device
-  config.mesh_shape = ()  # (data, runs) devices; (): every device on data
-  # Multi-host: jax.distributed.initialize(); coordinator "" auto-detects
-  # (SLURM, TPU, JAX_* variables), else host:port of process 0.
-  config.distributed = False
-  config.coordinator_address = ""
-  config.num_processes = 1
-  config.process_id = 0
-
+  common.online_run_fields(
+    config,
+    num_steps=50 * epoch,
+    chunk_steps=PIXELS_PER_IMAGE,  # steps per jitted chunk (images)
+    log_every=100 * PIXELS_PER_IMAGE,
+    eval_every=epoch,  # test accuracy; multiple of chunk_steps
+    checkpoint_every=epoch,
+  )
   if preset == "":
     return config
   if preset == "small":
@@ -173,16 +133,17 @@ def get_config(preset: str = "") -> ml_collections.ConfigDict:
   elif preset == "lru_paper":
     config.update(_lru_paper())
   else:
-    raise ValueError(f"unknown preset {preset!r}; known: {PRESETS}")
+    raise common.unknown_preset("configs/seq_cifar.py", preset, PRESETS)
   return config
 
 
 def _lru_paper() -> dict:
-  """Zucchet et al.'s Table-2 sCIFAR run (experiments/online/lru_paper.py):
+  """Zucchet et al.'s Table-2 sCIFAR run (the paper: configs/common.py):
   4 layers of LRU-128 in blocks of 256, batch 100, 2 seeds x rates {1, 4}
-  x 10^-3, λ and γ at half the rate, AdamW (decay 0.1) on the rest, a
-  linear warm-up over 18 epochs and a cosine to 0 at 180 epochs; one update
-  per batch of images."""
+  x 10^-3 (their grid), λ and γ at half the rate, AdamW (decay 0.1, their
+  grid: 0.1, 0.5, "Bfast_and_decay") on the rest, a linear warm-up over 18
+  epochs and a cosine to 0 at 180 epochs, the |λ| ring 0.9 .. 0.999; one
+  update per batch of images."""
   batch_size = 100
   epoch = steps_per_epoch(FULL_TRAIN_IMAGES, batch_size)
   updates_per_epoch = epoch // PIXELS_PER_IMAGE
@@ -199,7 +160,7 @@ def _lru_paper() -> dict:
     learning_rate=1e-3,
     learning_rates=(1e-3, 4e-3),
     num_seeds=2,
-    recurrence_learning_rate_factor=0.5,
+    recurrence_learning_rate_factor=common.LRU_RECURRENCE_LEARNING_RATE_FACTOR,
     weight_decay=0.1,
     learning_rate_schedule="warmup_cosine",
     warmup_updates=18 * updates_per_epoch,

@@ -8,16 +8,16 @@ import inspect
 import os
 import sys
 
-from docutils.frontend import get_default_settings
-from docutils.parsers.rst import Parser as RstParser
-from docutils.utils import new_document
 from sphinx.util import logging
 
 logger = logging.getLogger(__name__)
 
 sys.path.insert(0, os.path.abspath(".."))
-# The `public-api` directive of the API pages.
+# The `public-api` directive of the API pages, and their docstrings' rst.
 sys.path.insert(0, os.path.abspath("api"))
+
+from docstrings import as_rst  # noqa: E402
+from docstrings import rst_problems  # noqa: E402
 
 project = "rtrl-rls"
 author = "rtrl-rls authors"
@@ -30,6 +30,9 @@ extensions = [
   "sphinx.ext.autosummary",
   "sphinx.ext.napoleon",
   "sphinx.ext.mathjax",
+  # MathJax from the build's own _static/mathjax, not a CDN: the site's
+  # maths render offline (tests/test_docs_render.py checks the pages).
+  "sphinx-mathjax-offline",
   "sphinx_copybutton",
   "api_pages",
 ]
@@ -92,30 +95,23 @@ def drop_type_docstrings(app, what, name, obj, options, lines):
     lines[:] = []
 
 
-def rst_problems(text: str, env) -> list[str]:
-  """docutils' warnings and errors on `text` as reStructuredText (a trial
-  parse; Sphinx's roles read `env`)."""
-  settings = get_default_settings(RstParser)
-  settings.report_level = settings.halt_level = 5  # collect, do not print
-  settings.env = env
-  document = new_document("<docstring>", settings)
-  found: list[str] = []
-  document.reporter.attach_observer(
-    lambda m: found.append(m.astext()) if m["level"] >= 2 else None
-  )
-  RstParser().parse(text, document)
-  return [m for m in found if "Unknown interpreted text role" not in m]
+# The class of a docstring shown as written (tests/test_docs_render.py).
+VERBATIM_CLASS = "verbatim-docstring"
 
 
 def verbatim_unless_rst(app, what, name, obj, options, lines):
-  """Shows a docstring that is not valid reStructuredText as written, in a
-  preformatted block: some are plain-text tables, and a docstring is read
-  in a terminal as often as on these pages. `sphinx-build -v` lists them."""
-  del what, obj, options
+  """Makes a docstring's plain-text tables and indented examples rst
+  (`docstrings.as_rst`); one that still is not valid reStructuredText is
+  shown as written, in a preformatted block (`sphinx-build -v` lists them),
+  but a module's fails the build: its page would open on a grey block."""
+  del obj, options
+  lines[:] = as_rst(lines, app.env)
   problems = rst_problems("\n".join(lines), app.env)
   if problems:
-    logger.verbose("docstring of %s shown verbatim: %s", name, problems[0])
-    lines[:] = ["::", ""] + [f"  {line}" for line in lines] + [""]
+    log = logger.warning if what == "module" else logger.verbose
+    log("docstring of %s shown verbatim: %s", name, problems[0])
+    head = [".. code-block:: text", f"   :class: {VERBATIM_CLASS}", ""]
+    lines[:] = head + [f"   {line}" for line in lines] + [""]
 
 
 def skip_foreign_members(app, what, name, obj, skip, options):

@@ -10,8 +10,7 @@ Typical use (gradients and layer inputs from one forward pass)::
 
   import jax, optax, rls
 
-  tx = optax.chain(optax.clip_by_global_norm(5.0),
-                   rls.rls(momentum=0.5, l1=1e-5))
+  tx = rls.rls(momentum=0.5, l1=1e-5)  # clips the gradient at 5.0 first
   state = tx.init(params)
 
   def loss_fn(params, x, y):
@@ -56,8 +55,9 @@ Forms: `scale_by_rls_conventional` (the paper's update of ``P``),
 refreshed every few steps, K-FAC's activation factor) are peer
 transforms over one per-layer loop (`rls.layerwise`), each with its own state
 type; `scale_by_rls` picks one from its options, `with_momentum_and_l1` adds
-the paper's momentum and L1 to any of them, and `rls` chains that with a
-learning rate. `graft` gives any direction (an RLS form's) another
+the paper's momentum and L1 to any of them, and `rls` chains that with the
+paper's gradient clip (at 5.0 by default: without it plain RLS diverges on
+small MLPs) and a learning rate. `graft` gives any direction (an RLS form's) another
 transform's step size per parameter array (Adam's). `damped_rls_adam`
 (RLS-DA) chains the damped form at low rank with Adam: one setting below
 Adam on the paper's MNIST FNN and a small CIFAR-10 mini-VGG.

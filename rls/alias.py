@@ -8,6 +8,7 @@ References:
 from __future__ import annotations
 
 from typing import Any, NamedTuple
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +18,10 @@ from rls import hyperparameters
 from rls import layerwise
 from rls.damped_second_moment import scale_by_rls_damped_second_moment
 from rls.transform import scale_by_rls
+
+# The paper's gradient clip for its dense and convolutional networks (Section
+# VI), `rls.rls`'s default: without it plain RLS diverges on small MLPs.
+DEFAULT_CLIP_NORM = 5.0
 
 
 class RLSDirectionState(NamedTuple):
@@ -146,12 +151,19 @@ def scale_by_rls_with_momentum_and_l1(
   input_statistics: str = "mean",
   second_moment_direction: str = "eq63",
 ) -> optax.GradientTransformationExtraArgs:
-  """`with_momentum_and_l1` around `rls.scale_by_rls` (kept for existing
-  callers; the arguments are theirs).
+  """Deprecated (removed in 0.3.0): ``with_momentum_and_l1(scale_by_rls(
+  ...), momentum, l1)``, which this is; the arguments are theirs.
 
   References:
     Zhang et al., 2021, eqs. (63), (98), (99), (100).
   """
+  warnings.warn(
+    "rls.scale_by_rls_with_momentum_and_l1 is deprecated and will be "
+    "removed in 0.3.0: use rls.with_momentum_and_l1(rls.scale_by_rls(...), "
+    "momentum, l1)",
+    DeprecationWarning,
+    stacklevel=2,
+  )
   preconditioner = scale_by_rls(
     forgetting_factor=forgetting_factor,
     ratio=ratio,
@@ -165,6 +177,25 @@ def scale_by_rls_with_momentum_and_l1(
   return with_momentum_and_l1(preconditioner, momentum, l1)
 
 
+def clipped(
+  inner: optax.GradientTransformationExtraArgs, clip_norm: float | None
+) -> optax.GradientTransformationExtraArgs:
+  """`inner` applied to the gradient clipped by global norm `clip_norm`
+  (`optax.clip_by_global_norm`, stateless), with `inner`'s own state, so
+  that a chain's state has the same structure with and without the clip;
+  `inner` itself when `clip_norm` is None."""
+  if clip_norm is None:
+    return inner
+  hyperparameters.check_range("clip_norm", clip_norm)
+  clip = optax.clip_by_global_norm(clip_norm)
+
+  def update_fn(updates, state, params=None, **extra_args):
+    updates, _ = clip.update(updates, clip.init(updates))
+    return inner.update(updates, state, params, **extra_args)
+
+  return optax.GradientTransformationExtraArgs(inner.init, update_fn)
+
+
 def rls(
   learning_rate: optax.ScalarOrSchedule = 1.0,
   forgetting_factor: float = 1.0,
@@ -174,29 +205,47 @@ def rls(
   momentum: float | None = None,
   l1: float | None = None,
   *,
+  clip_norm: float | None = DEFAULT_CLIP_NORM,
   passthrough: bool = False,
   square_root: bool | None = None,
   input_statistics: str = "mean",
   second_moment_direction: str = "eq63",
 ) -> optax.GradientTransformationExtraArgs:
-  """The RLS optimiser of Zhang et al. (2021) as an optax chain.
+  """The RLS optimiser of Zhang et al. (2021) as an optax chain, with the
+  gradient clipping of the paper's experiments.
 
-  ``optax.chain(with_momentum_and_l1(scale_by_rls(...), momentum, l1),
-  optax.scale_by_learning_rate(learning_rate))``: ``Θ_s = Θ_{s-1} -
-  learning_rate · d_s`` with ``d_s`` the RLS direction with the paper's
-  momentum and L1 (`with_momentum_and_l1` around the form `scale_by_rls`
-  picks); ``learning_rate = 1`` (the default) is
-  exactly the paper's update, eq. (63), (98) or (99)-(100). The paper has no
-  separate learning rate (``η`` plays that role); this one scales the whole
-  step, L1 term included, like ``optax.add_decayed_weights`` before
-  ``optax.scale_by_learning_rate``, and may be a schedule.
+  ``optax.chain(clipped(with_momentum_and_l1(scale_by_rls(...), momentum,
+  l1), clip_norm), optax.scale_by_learning_rate(learning_rate))``: the
+  gradient is clipped by its global norm at ``clip_norm`` (the paper's
+  experiments clip at 5.0 for dense and convolutional networks, 1.0 for
+  LSTMs), then ``Θ_s = Θ_{s-1} - learning_rate · d_s`` with ``d_s`` the
+  RLS direction with the paper's momentum and L1 (`with_momentum_and_l1`
+  around the form `scale_by_rls` picks). ``clip_norm=None`` and
+  ``learning_rate = 1`` (the default) is exactly the paper's update, eq.
+  (63), (98) or (99)-(100). The paper has no separate learning rate (``η``
+  plays that role); this one scales the whole step, L1 term included, like
+  ``optax.add_decayed_weights`` before ``optax.scale_by_learning_rate``,
+  and may be a schedule.
+
+  Why the clip by default: with ``P_0 = I`` and ``λ = 1``, ``P`` is
+  shrunk only along the minibatch means it has seen, so for many steps the
+  direction is close to the raw gradient and plain RLS behaves like SGD at
+  learning rate ``η = 1``: a 6-64-2 MLP (tanh or ReLU, batch 32) reaches
+  NaN within 5-27 steps without it, in every form and at ``ratio=0.01``
+  too, and trains with it (docs/concepts/rls_as_optax.md, "Safe
+  defaults"; ``python -m experiments.studies.rls_default_stability``).
+  With ``λ = 1`` and ``P_0 = I``, ``P ⪯ I``, so the clip bounds every step
+  of the direction by ``η · clip_norm`` (a ``λ < 1`` lets ``P`` grow along
+  directions the inputs do not excite, which no gradient clip bounds).
 
   Every ``update`` needs ``layer_inputs=`` (see `rls.layer_inputs`), and
   ``params`` when ``l1`` is set. Works under `optax.inject_hyperparams`
   (numeric arguments become injectable), inside `optax.multi_transform`
-  (layers owned by another optimiser are masked out; give it the whole
-  ``layer_inputs`` tree, which `optax.multi_transform` forwards unchanged) and
-  after `optax.clip_by_global_norm` in `optax.chain`.
+  (layers owned by another optimiser are masked out and do not count in the
+  clip's norm; give it the whole ``layer_inputs`` tree, which
+  `optax.multi_transform` forwards unchanged). The state is the same with
+  and without the clip: ``state[0]`` is the direction's
+  `RLSDirectionState`.
 
   Args:
     learning_rate: a global step size or schedule (1 in the paper).
@@ -206,6 +255,11 @@ def rls(
     init_scale: ``P_0 = init_scale · I`` (paper: 1).
     momentum: ``α`` of eq. (99) or None (paper: 0.5 when used).
     l1: ``γ`` of eq. (98) or None (paper: 1e-5 for FNN/CNN, 1e-6 for LSTM).
+    clip_norm: the global norm (> 0) the gradient is clipped to before
+      RLS, or None for no clip (the bare eq. 63). Default 5.0, the paper's
+      value for its dense and convolutional networks (1.0 for its LSTMs).
+      A chain that already clips at a smaller norm (``optax.chain(
+      optax.clip_by_global_norm(1.0), rls.rls())``) is unchanged by it.
     passthrough: let parameters with no layer input (embeddings, norms)
       through with their raw gradient (times ``-learning_rate``) instead of
       raising a ValueError that names them.
@@ -221,20 +275,25 @@ def rls(
   Returns:
     An `optax.GradientTransformationExtraArgs`.
 
+  Raises:
+    ValueError: a hyper-parameter out of its range (named).
+
   References:
-    Zhang et al., 2021, Algorithms 1 and 2, eqs. (63), (98)-(100).
+    Zhang et al., 2021, Algorithms 1 and 2, eqs. (63), (98)-(100); its
+    Section VI for the clipping.
   """
-  direction = scale_by_rls_with_momentum_and_l1(
+  preconditioner = scale_by_rls(
     forgetting_factor=forgetting_factor,
     ratio=ratio,
     gradient_scale=gradient_scale,
     init_scale=init_scale,
-    momentum=momentum,
-    l1=l1,
     passthrough=passthrough,
     square_root=square_root,
     input_statistics=input_statistics,
     second_moment_direction=second_moment_direction,
+  )
+  direction = clipped(
+    with_momentum_and_l1(preconditioner, momentum, l1), clip_norm
   )
   return optax.chain(direction, optax.scale_by_learning_rate(learning_rate))
 

@@ -252,6 +252,80 @@ def damped_layer_step(
   return direction, state._replace(step=state.step + 1)
 
 
+def _check_arguments(
+  decay,
+  damping,
+  gradient_scale,
+  update_every,
+  rank,
+  subspace_iterations,
+  preconditioner_dtype,
+) -> None:
+  """`scale_by_rls_damped_second_moment`'s checks (its Raises)."""
+  hyperparameters.check_range(
+    "decay", decay, upper=1.0, hint=" It is β of the running average."
+  )
+  if not hyperparameters.is_traced(decay) and float(decay) >= 1.0:
+    raise ValueError(
+      f"decay must be in (0, 1), got {decay!r}: with 1 the running average "
+      "never takes a minibatch in."
+    )
+  hyperparameters.check_range(
+    "damping", damping, hint=" It is γ, relative to tr(Â)/n."
+  )
+  hyperparameters.check_gradient_scale(gradient_scale)
+  if (
+    isinstance(update_every, bool)
+    or not isinstance(update_every, int)
+    or update_every < 1
+  ):
+    raise ValueError(f"update_every must be an int >= 1, got {update_every!r}.")
+  if rank is not None and (
+    isinstance(rank, bool) or not isinstance(rank, int) or rank < 1
+  ):
+    raise ValueError(
+      f"rank must be None or an int >= 1 (a shape: with "
+      f"optax.inject_hyperparams, list it in static_args), got {rank!r}."
+    )
+  # An injected (traced) count is a loop bound as well.
+  if not hyperparameters.is_traced(subspace_iterations) and (
+    isinstance(subspace_iterations, bool)
+    or int(subspace_iterations) != subspace_iterations
+    or subspace_iterations < 1
+  ):
+    raise ValueError(
+      f"subspace_iterations must be an int >= 1, got {subspace_iterations!r}."
+    )
+  hyperparameters.check_preconditioner_dtype(preconditioner_dtype)
+
+
+def _initial_layer_state(
+  layer, rank: int | None, preconditioner_dtype: Any | None
+) -> DampedLayerState:
+  """A layer's state before its first step: a zero `Â`, and `P = I` (full
+  form) or a fixed random orthonormal `(n, rank)` basis (low rank, where
+  `n > rank`)."""
+  dtype = layerwise.matrix_dtype(layer, preconditioner_dtype)
+  size = layer.augmented_size
+  zeros = jnp.zeros((size, size), dtype)
+  counters = dict(
+    step=jnp.zeros((), jnp.int32), refreshes=jnp.zeros((), jnp.int32)
+  )
+  if rank is None or size <= rank:
+    return DampedLayerState(zeros, jnp.eye(size, dtype=dtype), **counters)
+  # A fixed random start (no key: the same for every run), refined by the
+  # first refresh's subspace iterations.
+  start = jax.random.normal(jax.random.PRNGKey(size), (size, rank), dtype)
+  return DampedLayerState(
+    zeros,
+    None,
+    basis=jnp.linalg.qr(start)[0],
+    gains=jnp.zeros((rank,), dtype),
+    floor=jnp.ones((), dtype),
+    **counters,
+  )
+
+
 def scale_by_rls_damped_second_moment(
   decay: float = 0.95,
   damping: float = 0.1,
@@ -313,62 +387,18 @@ def scale_by_rls_damped_second_moment(
   References:
     Zhang et al., 2021, eqs. (27), (33), (63); Martens & Grosse, 2015.
   """
-  hyperparameters.check_range(
-    "decay", decay, upper=1.0, hint=" It is β of the running average."
+  _check_arguments(
+    decay,
+    damping,
+    gradient_scale,
+    update_every,
+    rank,
+    subspace_iterations,
+    preconditioner_dtype,
   )
-  if not hyperparameters.is_traced(decay) and float(decay) >= 1.0:
-    raise ValueError(
-      f"decay must be in (0, 1), got {decay!r}: with 1 the running average "
-      "never takes a minibatch in."
-    )
-  hyperparameters.check_range(
-    "damping", damping, hint=" It is γ, relative to tr(Â)/n."
-  )
-  hyperparameters.check_gradient_scale(gradient_scale)
-  if (
-    isinstance(update_every, bool)
-    or not isinstance(update_every, int)
-    or update_every < 1
-  ):
-    raise ValueError(f"update_every must be an int >= 1, got {update_every!r}.")
-  if rank is not None and (
-    isinstance(rank, bool) or not isinstance(rank, int) or rank < 1
-  ):
-    raise ValueError(
-      f"rank must be None or an int >= 1 (a shape: with "
-      f"optax.inject_hyperparams, list it in static_args), got {rank!r}."
-    )
-  # An injected (traced) count is a loop bound as well.
-  if not hyperparameters.is_traced(subspace_iterations) and (
-    isinstance(subspace_iterations, bool)
-    or int(subspace_iterations) != subspace_iterations
-    or subspace_iterations < 1
-  ):
-    raise ValueError(
-      f"subspace_iterations must be an int >= 1, got {subspace_iterations!r}."
-    )
-  hyperparameters.check_preconditioner_dtype(preconditioner_dtype)
 
   def init_layer(layer):
-    dtype = layerwise.matrix_dtype(layer, preconditioner_dtype)
-    size = layer.augmented_size
-    zeros = jnp.zeros((size, size), dtype)
-    counters = dict(
-      step=jnp.zeros((), jnp.int32), refreshes=jnp.zeros((), jnp.int32)
-    )
-    if rank is None or size <= rank:
-      return DampedLayerState(zeros, jnp.eye(size, dtype=dtype), **counters)
-    # A fixed random start (no key: the same for every run), refined by the
-    # first refresh's subspace iterations.
-    start = jax.random.normal(jax.random.PRNGKey(size), (size, rank), dtype)
-    return DampedLayerState(
-      zeros,
-      None,
-      basis=jnp.linalg.qr(start)[0],
-      gains=jnp.zeros((rank,), dtype),
-      floor=jnp.ones((), dtype),
-      **counters,
-    )
+    return _initial_layer_state(layer, rank, preconditioner_dtype)
 
   def update_layer(state, layer, entry, grad, eta):
     rows, steps = second_moment.augmented_samples(layer, entry, state.dtype)

@@ -37,7 +37,7 @@ second moment it approximates (eq. 33) gives
       = λ + c T \operatorname{tr}\Big(P_{s-1} \frac{X_sᵀ X_s}{S}\Big),
 
 so for one row ``X_s = x̄ᵀ`` and ``c = k`` both the direction and ``P_s`` are
-exactly `rls.transform.rls_layer_step`'s. Like the paper's, ``h`` is one
+exactly `rls.conventional.rls_layer_step`'s. Like the paper's, ``h`` is one
 number per layer: it damps the first steps (``P_{s-1}`` still ``≈ P_0``) and
 tends to ``λ`` once ``P`` has absorbed the inputs, where the direction becomes
 ``η P_{s-1} ∇_Θ``, a damped Gauss-Newton step for the layer's linear least
@@ -195,7 +195,7 @@ def second_moment_layer_step(
     W\Big).
 
   ``P_s`` is the inverse of ``λ P^{-1} + (c T / S) Xᵀ X``; with ``S = 1``
-  everything equals `rls.transform.rls_layer_step`. With ``direction =
+  everything equals `rls.conventional.rls_layer_step`. With ``direction =
   'updated'`` the direction is ``η P_s ∇_Θ`` instead (no ``h``): what eq.
   (63) is before its last approximation (under eqs. 33-34, ``P_s ∇ =
   P_{s-1} ∇ / h``), and for ``c = 1`` the exact block-RLS step of eq. (27).

@@ -17,53 +17,68 @@ loop of `rls.layerwise`, each with its own state type:
 conventional form where ``P`` is float64 and the square-root form where it is
 narrower (float32), decided in ``init`` from the params' dtypes.
 
-This module also re-exports the names that used to live here
-(`LayerInput`, `ScaleByRLSState`, `rls_layer_step`, `precondition_by`, ...).
+The names that used to live here (`LayerInput`, `ScaleByRLSState`,
+`rls_layer_step`, `precondition_by`, ...) still read from here with a
+`DeprecationWarning` naming their module; they are removed in 0.3.0.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
+import warnings
 
 import jax.numpy as jnp
 import optax
 
+from rls import conventional
+from rls import hyperparameters
 from rls import layer_tree
 from rls import layerwise
-from rls.conventional import ScaleByRLSState
-from rls.conventional import rls_layer_step
-from rls.conventional import scale_by_rls_conventional
-from rls.hyperparameters import ScalarOrTree
-from rls.hyperparameters import check_gradient_scale
-from rls.layerwise import LayerInput
-from rls.layerwise import augment
-from rls.layerwise import inverse_correlation
-from rls.layerwise import is_layer_input_entry
-from rls.layerwise import precondition_by
-from rls.layerwise import split_augmented
+from rls import square_root as square_root_lib
 from rls.second_moment import scale_by_rls_second_moment
-from rls.square_root import ScaleByRLSSquareRootState
-from rls.square_root import rls_square_root_layer_step
-from rls.square_root import scale_by_rls_square_root
 
 __all__ = [
-  "LayerInput",
-  "ScalarOrTree",
-  "ScaleByRLSSquareRootState",
-  "ScaleByRLSState",
-  "augment",
-  "check_gradient_scale",
-  "inverse_correlation",
-  "is_layer_input_entry",
-  "precondition_by",
-  "rls_layer_step",
-  "rls_square_root_layer_step",
+  "needs_square_root",
   "scale_by_rls",
-  "scale_by_rls_conventional",
-  "scale_by_rls_square_root",
-  "split_augmented",
   "square_root_where_needed",
 ]
+
+# The release that removes the names below from this module.
+_REMOVED_IN = "0.3.0"
+# Names that lived here before the forms became peer modules: where they
+# live now. Read from here, they warn (`__getattr__`).
+_MOVED = {
+  "LayerInput": "layerwise",
+  "ScalarOrTree": "hyperparameters",
+  "ScaleByRLSSquareRootState": "square_root",
+  "ScaleByRLSState": "conventional",
+  "augment": "layerwise",
+  "check_gradient_scale": "hyperparameters",
+  "inverse_correlation": "layerwise",
+  "is_layer_input_entry": "layerwise",
+  "precondition_by": "layerwise",
+  "rls_layer_step": "conventional",
+  "rls_square_root_layer_step": "square_root",
+  "scale_by_rls_conventional": "conventional",
+  "scale_by_rls_square_root": "square_root",
+  "split_augmented": "layerwise",
+}
+
+
+def __getattr__(name: str) -> Any:
+  """A moved name, with a `DeprecationWarning` saying where it lives."""
+  if name not in _MOVED:
+    raise AttributeError(f"module 'rls.transform' has no attribute {name!r}")
+  home = f"rls.{_MOVED[name]}"
+  warnings.warn(
+    f"rls.transform.{name} is deprecated and will be removed in "
+    f"{_REMOVED_IN}: use {home}.{name}",
+    DeprecationWarning,
+    stacklevel=2,
+  )
+  return getattr(importlib.import_module(home), name)
+
 
 INPUT_STATISTICS = ("mean", "second_moment")
 
@@ -99,7 +114,7 @@ def square_root_where_needed(
   def update_fn(updates, state, params=None, *, layer_inputs=None, **extra):
     form = (
       square_root
-      if isinstance(state, ScaleByRLSSquareRootState)
+      if isinstance(state, square_root_lib.ScaleByRLSSquareRootState)
       else conventional
     )
     return form.update(
@@ -112,7 +127,7 @@ def square_root_where_needed(
 def scale_by_rls(
   forgetting_factor: float = 1.0,
   ratio: float = 0.1,
-  gradient_scale: ScalarOrTree = 1.0,
+  gradient_scale: hyperparameters.ScalarOrTree = 1.0,
   init_scale: float = 1.0,
   passthrough: bool = False,
   preconditioner_dtype: Any | None = None,
@@ -207,10 +222,10 @@ def scale_by_rls(
     )
   if square_root is None:
     return square_root_where_needed(
-      scale_by_rls_conventional(**options),
-      scale_by_rls_square_root(**options),
+      conventional.scale_by_rls_conventional(**options),
+      square_root_lib.scale_by_rls_square_root(**options),
       preconditioner_dtype,
     )
   if square_root:
-    return scale_by_rls_square_root(**options)
-  return scale_by_rls_conventional(**options)
+    return square_root_lib.scale_by_rls_square_root(**options)
+  return conventional.scale_by_rls_conventional(**options)

@@ -18,7 +18,9 @@ factory per algorithm: `exact_rtrl`, `autodiff_rtrl`, `diagonal_rtrl`,
 estimators' speed choices), `kronecker` (the optimal low-rank and
 Kronecker-sum approximations), `readout` (`Readout`, `linear()`,
 `feedback_alignment()`), `losses`, `online`, `stack`, `heads`, `optim`
-(TF1's Adam), `bptt`, `tasks` (import it).
+(TF1's Adam), `bptt`, `rl` (online recurrent reinforcement learning:
+RTRRL's agent with any estimator, recurrent PPO, gymnax and POPGym
+environments), `tasks` (import it).
 
 Training, one `Trainer` contract (`init`, `step`, jitted `run`):
 `make_online_trainer` (an update at every step) and `make_tbptt_trainer`
@@ -37,6 +39,7 @@ from rtrl import losses
 from rtrl import online
 from rtrl import optim
 from rtrl import readout
+from rtrl import rl
 from rtrl import routing
 from rtrl import stack
 from rtrl.bptt import TBPTTState
@@ -59,6 +62,7 @@ __all__ = [
   "online",
   "optim",
   "readout",
+  "rl",
   "routing",
   "heads",
   "stack",

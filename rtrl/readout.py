@@ -6,7 +6,8 @@ API: `linear()` is the default of the trainers and of BPTT;
 error to the hidden state through a fixed random matrix. The module
 functions `init`, `logits` and `step_loss` are deprecated aliases of
 `linear().init`, `linear().apply` and the softmax cross-entropy of
-`linear().apply`, kept for older callers.
+`linear().apply`: they warn (`DeprecationWarning`) and are removed in
+0.3.0.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 import math
 from typing import Any, NamedTuple
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -65,23 +67,40 @@ def linear() -> Readout:
   return Readout(init=_linear_init, apply=_linear_apply, name="linear")
 
 
+# The version that removes the deprecated module functions below.
+_REMOVED_IN = "0.3.0"
+
+
+def _deprecated(name: str, instead: str) -> None:
+  warnings.warn(
+    f"rtrl.readout.{name} is deprecated and will be removed in "
+    f"{_REMOVED_IN}: use rtrl.readout.{instead}",
+    DeprecationWarning,
+    stacklevel=3,
+  )
+
+
 def init(key: jax.Array, hidden_size: int, num_outputs: int) -> dict:
-  """Deprecated: `linear().init(key, hidden_size, num_outputs)`."""
+  """Deprecated (removed in 0.3.0): `linear().init(key, hidden_size,
+  num_outputs)`."""
+  _deprecated("init", "linear().init")
   return linear().init(key, hidden_size, num_outputs)
 
 
 def logits(params: dict, hidden: jax.Array) -> jax.Array:
-  """Deprecated: `linear().apply(params, hidden)`."""
+  """Deprecated (removed in 0.3.0): `linear().apply(params, hidden)`."""
+  _deprecated("logits", "linear().apply")
   return linear().apply(params, hidden)
 
 
 def step_loss(
   params: dict, hidden: jax.Array, target: jax.Array, weight: jax.Array
 ) -> jax.Array:
-  """Deprecated: `losses.softmax_cross_entropy(linear().apply(params,
-  hidden), target) * weight`, the softmax cross-entropy (nats) of one
-  example at one step, times `weight` (the loss mask: 0 where the step
-  carries no target)."""
+  """Deprecated (removed in 0.3.0): `losses.softmax_cross_entropy(
+  linear().apply(params, hidden), target) * weight`, the softmax
+  cross-entropy (nats) of one example at one step, times `weight` (the loss
+  mask: 0 where the step carries no target)."""
+  _deprecated("step_loss", "linear() and rtrl.losses.softmax_cross_entropy")
   ce = optax.softmax_cross_entropy_with_integer_labels(
     linear().apply(params, hidden), target
   )

@@ -21,11 +21,15 @@ first (which holds graph building and warm-up).
 Ours runs the same setting through the run loop's own compiled chunk
 (`configs/copy_task.py:official`, a single run, `--every`-step chunks), in
 this process, right after the official child finishes, for the same number
-of steps. Printed: ms per step of each and the ratio.
+of steps. `--rounds` alternates the two (official, ours, official, ours,
+...; ours compiled once), so both see the same machine load. Printed: ms
+per step of each per round, the ratio per round, min and median, the CPU
+model and the load average.
 
+  bash scripts/peers/setup_official_ok.sh   # /work/peers/official_ok
   python -m scripts.bench_official \\
-      --official_script ~/src/optimal_kronecker_approximation/OK/OK_rank_r_unbiased.py \\
-      --tf_python /work/peers/tf1/bin/python --steps 300 --every 100
+      --official_script /work/peers/official_ok/src/OK/OK_rank_r_unbiased.py \\
+      --tf_python /work/peers/official_ok/venv/bin/python --rounds 3
 """
 
 from __future__ import annotations
@@ -124,9 +128,9 @@ def run_official(args) -> float:
   return 1e3 * statistics.mean(intervals[1:]) / args.every
 
 
-def run_ours(args) -> float:
-  """ms per step of our official Copy preset (single run, one chunk of
-  `--every` steps per call, metrics fetched as the run loop does)."""
+def our_program(args):
+  """Our official Copy preset compiled and warmed up: `(train_chunk,
+  state)` (single run, `--every`-step chunks)."""
   # pylint: disable=g-import-not-at-top
   from experiments.loop import run_axes
   from scripts.benchlib.programs import compile_side
@@ -142,10 +146,22 @@ def run_ours(args) -> float:
   state = run_chunks(
     program.train_chunk, initial_state(experiment, program, grid), 1
   )
+  return program.train_chunk, state
+
+
+def run_ours(args, program) -> tuple[float, tuple]:
+  """ms per step of our preset over `--steps` less one warm-up chunk,
+  metrics fetched as the run loop does; and the program with its new
+  state (a chunk donates its input state)."""
+  # pylint: disable=g-import-not-at-top
+  from scripts.benchlib.programs import run_chunks
+
+  train_chunk, state = program
   num_chunks = max(1, args.steps // args.every - 1)
   start = time.perf_counter()
-  run_chunks(program.train_chunk, state, num_chunks)
-  return 1e3 * (time.perf_counter() - start) / (num_chunks * args.every)
+  state = run_chunks(train_chunk, state, num_chunks)
+  seconds = time.perf_counter() - start
+  return 1e3 * seconds / (num_chunks * args.every), (train_chunk, state)
 
 
 def main(argv=None) -> int:
@@ -156,23 +172,40 @@ def main(argv=None) -> int:
   )
   parser.add_argument("--steps", type=int, default=300)
   parser.add_argument("--every", type=int, default=100)
+  parser.add_argument(
+    "--rounds", type=int, default=3, help="official, ours, ... alternated"
+  )
   args = parser.parse_args(argv)
   if args.steps < 2 * args.every:
     parser.error(
       "--steps must be at least twice --every (the first interval is warm-up)"
     )
+  # pylint: disable=g-import-not-at-top
+  from scripts.benchlib.peers_report import cpu_model
+  from scripts.benchlib.timing import load_average
+
   print(
     f"official TF1 code: 16-OK, RHN-128, batch 16, Copy; {args.steps} "
-    f"steps, timed every {args.every} (this may take minutes)",
+    f"steps, timed every {args.every}, {args.rounds} rounds alternated "
+    f"with ours; {cpu_model()}; {load_average()} (this may take minutes)",
     flush=True,
   )
-  official = run_official(args)
-  print(f"official: {official:.1f} ms/step", flush=True)
-  ours = run_ours(args)
-  print(f"ours (configs/copy_task.py:official): {ours:.2f} ms/step")
+  program = our_program(args)
+  ratios = []
+  for i in range(args.rounds):
+    official = run_official(args)
+    ours, program = run_ours(args, program)
+    ratios.append(official / ours)
+    print(
+      f"round {i + 1}: official {official:.1f} ms/step, ours "
+      f"(configs/copy_task.py:official) {ours:.2f} ms/step, "
+      f"{official / ours:.1f}x; {load_average()}",
+      flush=True,
+    )
   print(
-    f"\nours is {official / ours:.1f}x the official code's speed, on "
-    f"this machine, one after the other"
+    f"\nours is {min(ratios):.1f}-{max(ratios):.1f}x (median "
+    f"{statistics.median(ratios):.1f}x) the official code's speed on "
+    f"{cpu_model()}, alternated in one run"
   )
   return 0
 

@@ -31,7 +31,7 @@ tangent floats and step times, each over exact RTRL's
 (`scripts/benchlib/snap_orders.py`).
 `--generic` adds, beside exact RTRL, UORO and SnAp-1, their generic autodiff
 twins (`generic-*`: the same cell wrapped by `cells.as_custom`, so served by
-`rtrl.estimators.autodiff`) and prints each twin's full step over the
+`rtrl.estimators.autodiff_rtrl` and its twins) and prints each twin's full step over the
 analytic one's.
 
 Timing: every configuration of one size is compiled ahead of time and run once

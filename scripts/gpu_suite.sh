@@ -25,7 +25,7 @@
 #             "copy_task ptb") at 'highest' and 'tensorfloat32' side by
 #             side, the runs sharing the GPU for
 #             $PRECISION_SECONDS (default 240) each, stopped by SIGTERM;
-#             their records go to json.tgz, for `scripts/precision_bands.py`;
+#             their records go to json.tgz, for `experiments/studies/precision_bands.py`;
 #             with $DEADLINE (seconds from the suite's start) they stop 45 s
 #             before it
 #

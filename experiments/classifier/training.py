@@ -144,6 +144,7 @@ def make_optimizer(
       init_scale=config.init_scale,
       momentum=config.momentum,
       l1=config.l1,
+      clip_norm=None,  # `config.clip_norm` clips the whole gradient first.
       square_root=config.square_root,
       input_statistics=("second_moment" if input_samples(config) else "mean"),
       second_moment_direction=config.second_moment_direction,

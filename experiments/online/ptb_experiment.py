@@ -24,7 +24,7 @@ with `num_seeds > 1` or a `learning_rates` list the runs train as one
 vmapped program and every value becomes a list over runs.
 
 The official code's details are config fields (all set by the `official`
-preset, see `experiments/online/official.py`): `init_stddev=0.01` (every
+preset, see `configs/common.py`): `init_stddev=0.01` (every
 weight normal(0, 0.01)), `cell_clip_norm=3200` (its 100 in our units; the
 cell gradient only), and `reset_every=100` for its fixed reset rule instead
 of the paper's `reset_probability=0.01`.

@@ -6,7 +6,8 @@ fields (every one listed in `configs/{copy_task,ptb,seq_cifar}.py`):
 
 * `estimator`: a registered estimator (rtrl, uoro, kf, kf_avg, kf_approx,
   ok, ok_biased, ktp, snap1, snap, sk_rtrl, rflo) trained online, or tbptt;
-  `rank` (for the estimators that take one), `order` (snap's);
+  its hyper-parameters from the fields of their names (`ESTIMATOR_FIELDS`:
+  `rank`, `order` (snap's), SK-RTRL's `preprojection_rank`, ...);
   `truncation`: the TBPTT horizon;
 * `cell` (rnn, leaky_rnn, rhn, lstm, gru or lru) with `hidden_size` units,
   an LRU's |λ| ring `lru_r_min` .. `lru_r_max`, a sparse recurrence
@@ -285,18 +286,45 @@ def init_params(
   )
 
 
+# The config fields an estimator's hyper-parameters come from, generated
+# from the registered factories' signatures (`estimators.spec(name)
+# .hyperparameters`): field name -> the factory's default (None where
+# required). A config lists those its experiment offers; an optional one
+# set to None (`config_dict.placeholder`) keeps the factory's default.
+ESTIMATOR_FIELDS: dict[str, Any] = {
+  h.name: h.default for s in estimators.SPECS for h in s.hyperparameters
+}
+
+
+def estimator_hyperparameters(config) -> dict[str, Any]:
+  """`config.estimator`'s hyper-parameters, each from the config field of
+  its name (`ESTIMATOR_FIELDS`): every one the config has, but an
+  optional one at None (the factory's default then).
+
+  Raises:
+    ValueError: a required hyper-parameter without a field, naming it.
+  """
+  hparams = {}
+  for h in estimators.spec(config.estimator).hyperparameters:
+    if h.name not in config:
+      if h.required:
+        raise ValueError(
+          f"config.estimator={config.estimator!r} needs config.{h.name} "
+          f"({h.valid}), which this config does not have"
+        )
+      continue
+    value = config[h.name]
+    if h.required or value is not None:
+      hparams[h.name] = value
+  return hparams
+
+
 def make_estimator(config, cell) -> estimators.Estimator:
-  """`config.estimator` with its hyper-parameter (`config.rank`, or
-  `config.order` for snap) where it takes one."""
-  known = {"rank": config.rank, "order": config.order}
-  wanted = estimators.hyperparameters(config.estimator)
-  if set(wanted) - set(known):
-    raise ValueError(
-      f"config.estimator={config.estimator!r} takes {wanted}; the config "
-      f"has fields for {tuple(known)} only"
-    )
-  hparams = {name: known[name] for name in wanted}
-  return estimators.make(config.estimator, cell, **hparams)
+  """`config.estimator` with its hyper-parameters from the config
+  (`estimator_hyperparameters`)."""
+  return estimators.make(
+    config.estimator, cell, **estimator_hyperparameters(config)
+  )
 
 
 OPTIMIZERS = ("adam", "tf1_adam")

@@ -64,20 +64,33 @@ def validate(config) -> None:
   make_task(config)
 
 
+def initial_state(config, cell, task: suite.SuiteTask, trainer, keys):
+  """One run's `(trainer state, stream, metric state)` from `keys`, the
+  (parameters, trainer, data) keys: fresh parameters
+  (`online_setup.init_params`), the trainer's state, the task's streams and
+  the metric's per-lane state."""
+  params_key, trainer_key, data_key = keys
+  params = online_setup.init_params(
+    cell,
+    params_key,
+    task.input_size,
+    task.output_size,
+    config.init_stddev,
+    readout_fn=online_setup.make_readout(config),
+  )
+  batch = config.batch_size
+  return (
+    trainer.init(params, trainer_key, batch),
+    task.init_stream(data_key, batch),
+    task.metric.init(batch),
+  )
+
+
 def make_init(config, cell, task: suite.SuiteTask):
   """`(key, hparams) -> state`: trainer, streams with the metric's per-lane
   state, and the swept hyper-parameters."""
 
   def init(key, hparams):
-    params_key, trainer_key, data_key = jax.random.split(key, 3)
-    params = online_setup.init_params(
-      cell,
-      params_key,
-      task.input_size,
-      task.output_size,
-      config.init_stddev,
-      readout_fn=online_setup.make_readout(config),
-    )
     trainer = online_setup.make_trainer(
       config,
       cell,
@@ -85,12 +98,13 @@ def make_init(config, cell, task: suite.SuiteTask):
       loss=task.loss,
       shadow_every=config.shadow_every,
     )
+    keys = jax.random.split(key, 3)
+    trainer_state, stream, metric_state = initial_state(
+      config, cell, task, trainer, keys
+    )
     return {
-      "trainer": trainer.init(params, trainer_key, config.batch_size),
-      "stream": (
-        task.init_stream(data_key, config.batch_size),
-        task.metric.init(config.batch_size),
-      ),
+      "trainer": trainer_state,
+      "stream": (stream, metric_state),
       "hparams": hparams,
     }
 

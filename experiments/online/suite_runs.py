@@ -11,28 +11,33 @@ at every window) is compared with the untruncated one, step by step, while
 `bptt.make_tbptt_trainer` trains.
 
 A method is data (`Method`): the registry name, its hyper-parameters and
-the cell's settings (e.g. `recurrent_density=0.1`). Its step time is
-measured separately, without the shadow (whose exact RTRL would dominate
-it), and its memory is the floats of its tangent per example.
+the cell's settings (e.g. `recurrent_density=0.1`), which are fields of the
+suite task's config (`method_config`: `configs/suite_task.py` for the task
+with the comparison's `Settings` and the method's fields), so the cell, the
+parameters, the estimator and the trainer come from the shared setup
+(`experiments/online/setup.py`) as in `python -m experiments.suite_task`,
+and `--plan` measures a run of that experiment through the shared run loop
+(`train`). Its step time is measured separately,
+without the shadow (whose exact RTRL would dominate it), and its memory is
+the floats of its tangent per example.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-import os
 import time
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
-import optax
 
-from rtrl import bptt
-from rtrl import cells
+from experiments.loop import config_files
+from experiments.online import setup as online_setup
+from experiments.online import suite_experiment
 from rtrl import estimators
 from rtrl import online
-from rtrl import readout as readouts
 from rtrl.tasks import suite
 from rtrl.tasks import task_metrics
 
@@ -45,6 +50,13 @@ class Method(NamedTuple):
   hparams: Mapping[str, Any] = {}  # make's keywords, or {'truncation': k}
   cell: Mapping[str, Any] = {}  # the cell's keywords (recurrent_density)
   cell_name: str = ""  # '' : the comparison's cell; else this one
+
+  def fields(self) -> dict[str, Any]:
+    """The suite config's fields this method sets."""
+    fields = {"estimator": self.estimator, **self.hparams, **self.cell}
+    if self.cell_name:
+      fields["cell"] = self.cell_name
+    return fields
 
 
 class Settings(NamedTuple):
@@ -74,23 +86,38 @@ class Outcome(NamedTuple):
   shadow_seconds: float  # the shadowed program's compile and run
 
 
-def make_cell(settings: Settings, method: Method):
-  """The cell `method` trains (the comparison's, with its settings)."""
-  name = method.cell_name or settings.cell
-  return cells.make(name, settings.hidden_size, **dict(method.cell))
+def method_config(
+  task: suite.SuiteTask, method: Method, settings: Settings
+) -> ml_collections.ConfigDict:
+  """`configs/suite_task.py`'s config for `task` (its settings as built)
+  with the comparison's `settings` and `method`'s fields. Its shadow is the
+  online trainer's (`shadow_every`); TBPTT's is `_tbptt_program`'s."""
+  config = config_files.load_config("suite_task", task.name)
+  config.task_settings = ml_collections.ConfigDict(dict(task.settings))
+  config.update(
+    cell=settings.cell,
+    hidden_size=settings.hidden_size,
+    batch_size=settings.batch_size,
+    num_seeds=settings.seeds,
+    num_steps=settings.num_steps,
+    learning_rate=settings.learning_rate,
+    shadow_every=0 if method.estimator == "tbptt" else settings.shadow_every,
+  )
+  config.update(method.fields())
+  return config
 
 
-def tangent_floats(cell, method: Method, input_size: int) -> int:
+def tangent_floats(config, cell, input_size: int) -> int:
   """Floats of the method's tangent per example (TBPTT: the window's
   cell states it stores for the backward pass)."""
   state0 = cell.initial_state()
   state_floats = sum(int(np.size(a)) for a in jax.tree_util.tree_leaves(state0))
-  if method.estimator == "tbptt":
-    return int(method.hparams["truncation"]) * state_floats
+  if config.estimator == "tbptt":
+    return config.truncation * state_floats
   params = jax.eval_shape(
     lambda key: cell.init(key, input_size), jax.random.PRNGKey(0)
   )
-  estimator = estimators.make(method.estimator, cell, **dict(method.hparams))
+  estimator = online_setup.make_estimator(config, cell)
   tstate = jax.eval_shape(estimator.init, params, state0, jax.random.PRNGKey(0))
   return sum(
     int(np.prod(leaf.shape))
@@ -101,48 +128,41 @@ def tangent_floats(cell, method: Method, input_size: int) -> int:
   )
 
 
-def _init_params(cell, task, key):
-  cell_key, readout_key = jax.random.split(key)
-  return {
-    "cell": cell.init(cell_key, task.input_size),
-    "readout": readouts.init(readout_key, cell.hidden_size, task.output_size),
-  }
+def _initial_state(config, cell, task, trainer, key):
+  """One seed's `(trainer state, stream, metric state)`, as the suite
+  experiment starts a run (`suite_experiment.initial_state`), its keys
+  split as the comparison's published runs drew them: parameters, stream,
+  trainer."""
+  params_key, stream_key, train_key = jax.random.split(key, 3)
+  keys = (params_key, train_key, stream_key)
+  return suite_experiment.initial_state(config, cell, task, trainer, keys)
 
 
-def make_trainer(task, cell, method: Method, settings: Settings, shadow_every):
-  """The method's trainer (TBPTT's, or the online one with the shadow)."""
-  optimizer = optax.adam(settings.learning_rate)
-  if method.estimator == "tbptt":
-    return bptt.make_tbptt_trainer(
-      cell,
-      optimizer,
-      int(method.hparams["truncation"]),
-      readout=readouts.linear(),
-      loss=task.loss,
-    )
-  return online.make_online_trainer(
-    cell,
-    estimators.make(method.estimator, cell, **dict(method.hparams)),
-    optimizer,
-    readout=readouts.linear(),
-    loss=task.loss,
-    shadow_every=shadow_every,
+def _trainer(config, cell, task, shadow_every: int):
+  return online_setup.make_trainer(
+    config, cell, loss=task.loss, shadow_every=shadow_every
   )
 
 
 def _online_program(task, cell, method, settings):
   """`seed key -> per-step outputs` of the online trainer."""
-  trainer = make_trainer(task, cell, method, settings, settings.shadow_every)
+  config = method_config(task, method, settings)
+  trainer = _trainer(config, cell, task, config.shadow_every)
+  readout = online_setup.make_readout(config)
 
   def one_seed(key):
-    params_key, stream_key, train_key = jax.random.split(key, 3)
-    state = trainer.init(
-      _init_params(cell, task, params_key), train_key, settings.batch_size
+    state, stream, metric_state = _initial_state(
+      config, cell, task, trainer, key
     )
-    stream = task.init_stream(stream_key, settings.batch_size)
-    metric_state = task.metric.init(settings.batch_size)
     _, out = suite.train_chunk(
-      task, cell, trainer, state, stream, metric_state, settings.num_steps
+      task,
+      cell,
+      trainer,
+      state,
+      stream,
+      metric_state,
+      settings.num_steps,
+      readout,
     )
     return out
 
@@ -152,17 +172,20 @@ def _online_program(task, cell, method, settings):
 def _tbptt_program(task, cell, method, settings):
   """`seed key -> per-step outputs` of TBPTT, with the truncated-vs-exact
   shadow (the module docstring)."""
-  truncation = int(method.hparams["truncation"])
+  config = method_config(task, method, settings)
+  truncation = config.truncation
   shadow_every = settings.shadow_every
-  trainer = make_trainer(task, cell, method, settings, 0)
+  trainer = _trainer(config, cell, task, 0)
+  readout = online_setup.make_readout(config)
   exact = estimators.make("rtrl", cell)
   batch = settings.batch_size
 
   def one_seed(key):
-    params_key, stream_key, train_key = jax.random.split(key, 3)
-    params = _init_params(cell, task, params_key)
-    state = trainer.init(params, train_key, batch)
-    stream = task.init_stream(stream_key, batch)
+    state, stream, metric_state = _initial_state(
+      config, cell, task, trainer, key
+    )
+    params = state.params
+    train_key = jax.random.split(key, 3)[2]  # _initial_state's trainer key
     _, chunk = task.chunk(stream, settings.num_steps)
     windows = jax.tree_util.tree_map(
       lambda a: a.reshape((-1, truncation) + a.shape[1:]), chunk
@@ -188,11 +211,11 @@ def _tbptt_program(task, cell, method, settings):
           cell_state,
           step_batch,
           report,
-          readout=readouts.linear(),
+          readout=readout,
           loss=task.loss,
         )
         prediction = suite.predictions(
-          cell, state.params["readout"], cell_state
+          cell, state.params["readout"], cell_state, readout
         )
         metric_state, sums = task.metric.update(
           metric_state, prediction, step_batch
@@ -211,7 +234,7 @@ def _tbptt_program(task, cell, method, settings):
       state, metrics = trainer.step(state, window_batches)
       return (state, tstates.exact, metric_state), (metrics, compared, sums)
 
-    carry = (state, full, task.metric.init(batch))
+    carry = (state, full, metric_state)
     _, (metrics, compared, sums) = jax.lax.scan(window, carry, windows)
     flat = lambda tree: jax.tree_util.tree_map(
       lambda a: a.reshape((-1,) + a.shape[2:]), tree
@@ -234,14 +257,12 @@ def program(task, cell, method: Method, settings: Settings):
 def timing_program(task, cell, method: Method, settings: Settings):
   """The jitted `(seed keys) -> StepMetrics` of `settings.timing_steps`
   training steps, no shadow and no task metric: the method's own cost."""
-  trainer = make_trainer(task, cell, method, settings, 0)
+  config = method_config(task, method, settings)
+  config.shadow_every = 0
+  trainer = _trainer(config, cell, task, 0)
 
   def one_seed(key):
-    params_key, stream_key, train_key = jax.random.split(key, 3)
-    state = trainer.init(
-      _init_params(cell, task, params_key), train_key, settings.batch_size
-    )
-    stream = task.init_stream(stream_key, settings.batch_size)
+    state, stream, _ = _initial_state(config, cell, task, trainer, key)
     _, chunk = task.chunk(stream, settings.timing_steps)
     return trainer.run(state, chunk)[1]
 
@@ -266,7 +287,8 @@ def run_method(
 ) -> Outcome:
   """Trains `method` on `task` (all seeds at once) with the shadow, then,
   where `timed`, times its step without it (else `ms_per_step` is NaN)."""
-  cell = make_cell(settings, method)
+  config = method_config(task, method, settings)
+  cell = online_setup.make_cell(config)
   keys = jax.random.split(jax.random.PRNGKey(seed), settings.seeds)
   start = time.perf_counter()
   compiled = (
@@ -298,7 +320,7 @@ def run_method(
       k: np.asarray(v)[:, reported] for k, v in shadow.estimator_metrics.items()
     },
     ms_per_step=ms_per_step,
-    tangent_floats=tangent_floats(cell, method, task.input_size),
+    tangent_floats=tangent_floats(config, cell, task.input_size),
     shadow_seconds=seconds,
   )
 
@@ -336,65 +358,22 @@ def metric_value(metric_sums: np.ndarray, last: int) -> np.ndarray:
   )
 
 
-def method_of(config) -> Method:
-  """The `Method` a plan config (`program_config`) describes."""
-  return Method(
-    config.label,
-    config.estimator,
-    dict(config.hparams),
-    dict(config.cell_settings),
-    config.cell_name,
-  )
-
-
 def program_config(task_name: str, task_settings: dict, method, settings):
-  """One program as a flat config, for `--plan`'s measuring child
-  (`experiments/reproduce/plan.py` runs `train` on a short version)."""
-  import ml_collections  # pylint: disable=g-import-not-at-top
-
-  return ml_collections.ConfigDict(
-    {
-      "task": task_name,
-      "task_settings": dict(task_settings),
-      "label": method.label,
-      "estimator": method.estimator,
-      "hparams": dict(method.hparams),
-      "cell_settings": dict(method.cell),
-      "cell_name": method.cell_name,
-      "truncation": int(method.hparams.get("truncation", 0)),
-      **settings._asdict(),
-      "chunk_steps": settings.timing_steps,
-      "log_every": settings.timing_steps,
-      # What plan.measure counts runs by: the seeds, one learning rate.
-      "seed": 0,
-      "num_seeds": settings.seeds,
-      "learning_rates": (),
-    }
+  """One program as the suite experiment's config, without the shadow, for
+  `--plan`'s measuring child (`experiments/reproduce/plan.py` runs `train`
+  on a short version of it)."""
+  task = suite.make_task(task_name, **dict(task_settings))
+  config = method_config(task, method, settings)
+  config.update(
+    shadow_every=0,
+    chunk_steps=settings.timing_steps,
+    log_every=settings.timing_steps,
   )
+  return config
 
 
-def train(config, workdir: str) -> None:
-  """`--plan`'s measurement: the program's training steps without the
-  shadow, `config.num_steps` in chunks of `config.chunk_steps`, one
-  `metrics.jsonl` record (with `steps_per_second`) per chunk."""
-  from experiments.loop import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
-
-  settings = Settings(
-    **{field: config[field] for field in Settings._fields}
-  )._replace(timing_steps=config.chunk_steps)
-  task = suite.make_task(config.task, **dict(config.task_settings))
-  method = method_of(config)
-  cell = make_cell(settings, method)
-  run = timing_program(task, cell, method, settings)
-  keys = jax.random.split(jax.random.PRNGKey(0), settings.seeds)
-  os.makedirs(workdir, exist_ok=True)
-  writer = workdir_lib.MetricsWriter(workdir)
-  for step in range(
-    config.chunk_steps, config.num_steps + 1, config.chunk_steps
-  ):
-    start = time.perf_counter()
-    _block(run(keys))
-    elapsed = time.perf_counter() - start
-    writer.write(
-      {"step": step, "steps_per_second": config.chunk_steps / elapsed}
-    )
+def train(config, workdir: str) -> dict:
+  """`--plan`'s measurement: the program without the shadow as a run of
+  the suite experiment (`python -m experiments.suite_task`), which writes a
+  `metrics.jsonl` record with `steps_per_second` every `log_every` steps."""
+  return suite_experiment.train(config, workdir)

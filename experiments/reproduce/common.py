@@ -2,8 +2,10 @@
 best-learning-rate selection, figures and result tables.
 
 A target is a small function `(scale, workdir, mode=RUN) -> Result` (see
-`ok_paper.py`); `mode` (a `Mode`) says whether to train or only plan, and
-which fields to override in every curve, and is passed down to every curve. It describes each curve of a figure as a `Curve`: an
+`ok_paper.py`); `mode` (a `Mode`, `modes.py`) says whether to train, plan,
+list its programs for a launcher or collect, and which fields to override
+in every curve, and is passed down to every curve. It describes each curve
+of a figure as a `Curve`: an
 experiment (`copy_task`, `ptb`, ...), its config preset and overrides. Each
 curve runs as ONE program over all its seeds and learning rates (the run
 loop's run axis, `experiments/loop/run_axes.py`), in its own sub-workdir, so a
@@ -13,22 +15,32 @@ ones.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 import dataclasses
 import importlib
 import json
 import os
-import types
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
+from experiments.loop import checkpoints
 from experiments.loop import run_axes
 from experiments.loop import workdir as workdir_lib
 from experiments.loop.config_files import load_config
+from experiments.reproduce import modes
 from experiments.reproduce import plan
 
 SCALES = ("small", "paper")
+
+# How a target runs and the gate of its programs (`modes.py`), named here
+# as the targets and launchers name them.
+Mode = modes.Mode
+RUN = modes.RUN
+Program = modes.Program
+TRAIN, READ, SKIP = modes.TRAIN, modes.READ, modes.SKIP
+planning, listing, collecting = modes.planning, modes.listing, modes.collecting
+visit = modes.visit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,39 +78,6 @@ class Result:
   table: list[dict]
 
 
-class Mode(NamedTuple):
-  """How a target runs: an argument of every target, passed down to each of
-  its curves.
-
-  Attributes:
-    overrides: fields set in every curve's config that has them
-      (`scripts/reproduce.py --set FIELD=VALUE`; tests shrink targets).
-    plans: None to train. A list to plan (`scripts/reproduce.py --plan`):
-      each program is timed by a short run instead of trained, and its
-      `plan.ProgramPlan` appended here.
-    only: when not empty, train only the curves whose label contains one of
-      these strings (`scripts/reproduce.py --only mnist`); every other
-      curve is read from its workdir as far as it ran, or left empty as in
-      plan mode, so a target's figures and tables show what exists.
-  """
-
-  overrides: Mapping[str, Any] = types.MappingProxyType({})
-  plans: list[plan.ProgramPlan] | None = None
-  only: tuple[str, ...] = ()
-
-  @property
-  def planning(self) -> bool:
-    return self.plans is not None
-
-
-RUN = Mode()  # Train every curve, no overrides.
-
-
-def planning(overrides: Mapping[str, Any] | None = None) -> Mode:
-  """A fresh plan mode (an empty `plans` list), with `overrides`."""
-  return Mode(types.MappingProxyType(dict(overrides or {})), [])
-
-
 def make_config(curve: Curve, mode: Mode = RUN):
   """The curve's config: its preset, its overrides, then the mode's."""
   config = load_config(curve.experiment, curve.preset)
@@ -113,17 +92,26 @@ def make_config(curve: Curve, mode: Mode = RUN):
   return config
 
 
-def _finished(config, curve_dir: str) -> bool:
+# Experiments whose run writes no `summary.json` (their `Experiment` has no
+# `finish`): finished once their newest checkpoint is at `num_steps`.
+NO_SUMMARY = frozenset({"copy_task"})
+
+
+def _finished(config, curve_dir: str, experiment: str = "") -> bool:
   """The curve ran to its end with this very config and wrote its summary
-  (the run loop writes it last): a rerun only reads it (the run loop would
-  redo the experiment's `finish`, e.g. PTB's test-set evaluation of every
-  run). Step-counted configs also check the last record reached
-  `num_steps`; epoch-counted ones (the classifiers) have none."""
+  (the run loop writes it last; an experiment in `NO_SUMMARY` its last
+  checkpoint): a rerun only reads it (the run loop would redo the
+  experiment's `finish`, e.g. PTB's test-set evaluation of every run).
+  Step-counted configs also check the last record reached `num_steps`;
+  epoch-counted ones (the classifiers) have none."""
   config_path = os.path.join(curve_dir, workdir_lib.CONFIG_FILE)
-  if not (
-    os.path.exists(config_path)
-    and os.path.exists(os.path.join(curve_dir, workdir_lib.SUMMARY_FILE))
-  ):
+  if not os.path.exists(config_path):
+    return False
+  if experiment in NO_SUMMARY:
+    last = checkpoints.latest_checkpoint_step(curve_dir)
+    if last is None or last < config.num_steps:
+      return False
+  elif not os.path.exists(os.path.join(curve_dir, workdir_lib.SUMMARY_FILE)):
     return False
   records = workdir_lib.read_metrics(curve_dir)
   if not records:
@@ -148,21 +136,29 @@ def run_curve(
 ) -> tuple[list[dict], dict, list]:
   """Trains (or resumes) one curve; returns its records, summary and runs.
   A finished curve (same config) is read, not rerun. In plan mode it only
-  measures the curve's program: no records, no summary."""
+  measures the curve's program, and in listing mode it trains only the
+  chosen program (`Mode`): no records, no summary otherwise."""
   config = make_config(curve, mode)
   grid = run_axes.run_grid(
     config, tuple(name for name in plan.SWEPT if name in config)
   )
-  if mode.planning:
-    mode.plans.append(plan.measure(curve.label, curve.experiment, config))
-    return [], {}, grid
   curve_dir = os.path.join(workdir, curve.dirname)
-  if mode.only and not any(part in curve.label for part in mode.only):
+  finished = mode.plans is None and _finished(
+    config, curve_dir, curve.experiment
+  )
+  todo = visit(
+    mode, Program(curve.label, curve.experiment, config, curve_dir, finished)
+  )
+  selected = not mode.only or any(part in curve.label for part in mode.only)
+  if todo == SKIP:
+    return [], {}, grid
+  if todo == READ or not selected:
     if not os.path.exists(os.path.join(curve_dir, workdir_lib.CONFIG_FILE)):
-      print(f"=== {curve.label}: not selected, not run", flush=True)
+      print(f"=== {curve.label}: not run", flush=True)
       return [], {}, grid
-    print(f"=== {curve.label}: not selected, read as it is", flush=True)
-  elif _finished(config, curve_dir):
+    if not finished:
+      print(f"=== {curve.label}: not finished, read as it is", flush=True)
+  elif finished:
     print(f"=== {curve.label}: finished in {curve_dir}", flush=True)
   else:
     print(f"=== {curve.label} -> {curve_dir}", flush=True)

@@ -262,6 +262,8 @@ def compare_lru_cosine(
         row[f"cos_{key}"] = mean
         row[f"cos_{key}_std"] = std
       rows.append(row)
+  if mode.planning:  # Nothing ran (--plan, a launcher's listing).
+    return common.Result("compare_lru_cosine", [], [])
   files = common.write_table(
     rows,
     os.path.join(out, "table"),

@@ -15,7 +15,6 @@ import numpy as np
 
 from experiments.online import suite_runs
 from experiments.reproduce import common
-from experiments.reproduce import plan
 from experiments.reproduce.compare_suite_methods import SETTINGS
 from experiments.reproduce.compare_suite_methods import SKIPPED
 from experiments.reproduce.compare_suite_methods import TASK_SETTINGS
@@ -94,15 +93,6 @@ def _summary_of(task, method, settings, outcome) -> dict:
   }
 
 
-def _plan_one(task, method, settings, mode) -> None:
-  """Plan mode: the program's cost without the shadow, by `plan.measure`'s
-  short run of `suite_runs.train` in a child."""
-  config = suite_runs.program_config(task.name, task.settings, method, settings)
-  mode.plans.append(
-    plan.measure(f"{task.name}: {method.label}", "online.suite_runs", config)
-  )
-
-
 def _chosen(scale: str, overrides) -> tuple[list[str], list, list[str]]:
   """`(tasks, methods, notes)`: the `--set` subset of tasks and of the
   methods this scale and tree can run, and a note per method left out."""
@@ -160,16 +150,24 @@ def run_all(scale: str, out: str, mode: common.Mode) -> tuple[list, list]:
   for name in tasks:
     task = suite.make_task(name, **TASK_SETTINGS[scale].get(name, {}))
     for method in runnable:
-      if mode.planning:
-        _plan_one(task, method, settings, mode)
-        continue
       path = _result_path(out, name, method.label)
-      if os.path.exists(path):
+      config = suite_runs.program_config(
+        task.name, task.settings, method, settings
+      )
+      done = mode.plans is None and os.path.exists(path)
+      todo = common.visit(
+        mode,
+        common.Program(
+          f"{name}: {method.label}", "online.suite_runs", config, path, done
+        ),
+      )
+      if done and todo != common.SKIP:
         with open(path) as f:
           summaries.append(json.load(f))
         continue
-      if overrides.get("report_only"):
-        notes.append(f"{name}: {method.label} not run")
+      if todo != common.TRAIN or overrides.get("report_only"):
+        if not mode.planning:
+          notes.append(f"{name}: {method.label} not run")
         continue
       summary = _train_and_keep(
         task, method, settings, path, name == timing_task, notes

@@ -10,7 +10,6 @@ import os
 import numpy as np
 
 from experiments.reproduce import common
-from experiments.reproduce import plan
 from experiments.reproduce.common import Curve
 
 
@@ -22,14 +21,17 @@ def run_cosine(
 
   workdir = os.path.join(out, Curve(label, "", {}).dirname)
   summary_path = os.path.join(workdir, gradient_cosine.SUMMARY_FILE)
-  if os.path.exists(summary_path):
-    with open(summary_path) as f:
-      return json.load(f)
   config = common.make_config(
     Curve(label, "gradient_cosine", overrides), mode=mode
   )
-  if mode.planning:
-    mode.plans.append(plan.measure(label, "gradient_cosine", config))
+  done = mode.plans is None and os.path.exists(summary_path)
+  todo = common.visit(
+    mode, common.Program(label, "gradient_cosine", config, workdir, done)
+  )
+  if done and todo != common.SKIP:
+    with open(summary_path) as f:
+      return json.load(f)
+  if todo != common.TRAIN:
     return {"estimators": {}}
   print(f"=== cosine: {label} -> {workdir}", flush=True)
   return gradient_cosine.run(config, workdir)

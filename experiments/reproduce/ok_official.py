@@ -192,6 +192,8 @@ def ok_official_logs(
   results = common.run_curves(
     _curves(scale), out, score=lambda *_: 0.0, higher_is_better=True, mode=mode
   )
+  if mode.planning:  # Nothing ran (--plan, a launcher's listing).
+    return common.Result("ok_official_logs", [], [])
   title = f"Official presets vs the official OK code's logs ({scale} scale)"
   files = [_plot(results, title, os.path.join(out, "figure.png"))]
   rows = band_rows(results)

@@ -101,6 +101,8 @@ def copy_figure(
   results = common.run_curves(
     curves, out, final_length, higher_is_better=True, mode=mode
   )
+  if mode.planning:  # Nothing ran (--plan, a launcher's listing).
+    return common.Result(name, [], [])
   figure = common.plot_curves(
     results,
     "curriculum_length",
@@ -185,6 +187,8 @@ def ptb_table(
   results = common.run_curves(
     curves, out, best_valid, higher_is_better=False, mode=mode
   )
+  if mode.planning:  # Nothing ran (--plan, a launcher's listing).
+    return common.Result(name, [], [])
   figure = common.plot_curves(
     results,
     "valid_bpc",

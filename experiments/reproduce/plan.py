@@ -24,6 +24,7 @@ other error in the child is a bug and raises.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import json
 import math
 import os
@@ -211,11 +212,19 @@ def _run_child(
 SWEPT = ("learning_rate", "ratio", "gradient_scale")
 
 
+def program_runs(config) -> int:
+  """The runs one program trains at once: its seeds x swept values (the run
+  loop's run axis), or a tool's `repetitions` (the gradient-cosine runs,
+  which have no seed axis)."""
+  if "num_seeds" not in config:
+    return int(config_files.field_or(config, "repetitions", 1))
+  swept = tuple(name for name in SWEPT if name in config)
+  return len(run_axes.run_grid(config, swept))
+
+
 def measure(label: str, experiment: str, config) -> ProgramPlan:
   """Times `config`'s program by a short run; returns its plan."""
-  runs = len(
-    run_axes.run_grid(config, tuple(name for name in SWEPT if name in config))
-  )
+  runs = program_runs(config)
   short, chunks, steps_per_chunk = _short_config(experiment, config)
   with tempfile.TemporaryDirectory() as workdir:
     try:
@@ -263,8 +272,41 @@ def measure(label: str, experiment: str, config) -> ProgramPlan:
   return plan
 
 
-def table(target: str, scale: str, plans: list[ProgramPlan]) -> str:
-  """The plan as a Markdown table with a total row."""
+def wall_time(
+  seconds: list[float], reads: list[list[int]], devices: int
+) -> float:
+  """The wall time of programs taking `seconds` on `devices` devices, one
+  program per device at a time, each after the programs it reads
+  (`reads[i]`: indices) have ended, the longest ready program first (list
+  scheduling, as the launchers start them)."""
+  ended: dict[int, float] = {}
+  free = [0.0] * max(1, devices)
+  waiting = set(range(len(seconds)))
+  while waiting:
+    ready = [i for i in waiting if all(j in ended for j in reads[i])]
+    if not ready:
+      raise ValueError(f"programs {sorted(waiting)} read each other")
+    i = max(ready, key=lambda k: (seconds[k], -k))
+    device_free = heapq.heappop(free)
+    start = max([device_free] + [ended[j] for j in reads[i]])
+    ended[i] = start + seconds[i]
+    heapq.heappush(free, ended[i])
+    waiting.remove(i)
+  return max(ended.values(), default=0.0)
+
+
+def table(
+  target: str,
+  scale: str,
+  plans: list[ProgramPlan],
+  reads: list[list[int]] | None = None,
+  devices: tuple[int, ...] = (),
+  device: str = "device",
+) -> str:
+  """The plan as a Markdown table with a total row, then the target's wall
+  time on one `device` (its programs one after another) and on N (one
+  program per device, each after the programs it reads): N = one per
+  program, and each of `devices`."""
   lines = [
     f"# Plan: {target} --scale {scale} (measured on this machine)",
     "",
@@ -282,13 +324,53 @@ def table(target: str, scale: str, plans: list[ProgramPlan]) -> str:
       f"{p.num_steps:,} | {p.run_steps:,} | {step} | "
       f"{p.peak_memory_mib:.0f} | {expected} |"
     )
-  total = duration(sum(p.expected_seconds for p in plans if p.measured))
+  seconds = [p.expected_seconds if p.measured else 0.0 for p in plans]
   unmeasured = sum(not p.measured for p in plans)
-  if unmeasured:
-    total += f" + {unmeasured} program(s) not measured"
+  more = f" + {unmeasured} program(s) not measured" if unmeasured else ""
   lines.append(
     f"| total | | | | {sum(p.run_steps for p in plans):,} | | "
     f"{max((p.peak_memory_mib for p in plans), default=0):.0f} "
-    f"| {total} |"
+    f"| {duration(sum(seconds))}{more} |"
   )
+  reads = reads if reads is not None else [[] for _ in plans]
+  counts = sorted({min(n, len(plans)) for n in (len(plans), *devices)} - {0, 1})
+  header = [f"wall time on one {device}"] + [
+    f"on {n} {device}s" for n in counts
+  ]
+  times = [sum(seconds)] + [wall_time(seconds, reads, n) for n in counts]
+  lines += [
+    "",
+    "| " + " | ".join(header) + " |",
+    "|---" * len(header) + "|",
+    "| " + " | ".join(duration(t) + more for t in times) + " |",
+    "",
+    f"On N {device}s: one program per {device}, each after the programs it "
+    f"reads; {len(plans)} is one per program.",
+  ]
   return "\n".join(lines)
+
+
+def write(path_stem: str, text: str, plans: list[ProgramPlan], keys) -> None:
+  """The plan as `<stem>.md` (the table) and `<stem>.json` (one object per
+  program, by its key: what `--launcher slurm` reads to check that a job's
+  time limit covers a checkpoint interval)."""
+  with open(path_stem + ".md", "w") as f:
+    f.write(text + "\n")
+  rows = [
+    {
+      "key": key,
+      **dataclasses.asdict(p),
+      "expected_seconds": p.expected_seconds,
+    }
+    for key, p in zip(keys, plans)
+  ]
+  with open(path_stem + ".json", "w") as f:
+    json.dump(rows, f, indent=1, allow_nan=True)
+
+
+def read(path_stem: str) -> dict[str, dict]:
+  """`write`'s JSON by program key; empty when no plan was written."""
+  if not os.path.exists(path_stem + ".json"):
+    return {}
+  with open(path_stem + ".json") as f:
+    return {row["key"]: row for row in json.load(f)}

@@ -1,6 +1,7 @@
 """Recurrent cells: `make(name, hidden_size)` with names 'rnn', 'leaky_rnn',
-'rhn', 'lstm' and 'gru', or the classes `RNN`, `LeakyRNN`, `RHN`, `LSTM`,
-`GRU`. Each takes a sparse recurrence: `recurrent_mask` (an `(n, n)` bool
+'ctrnn', 'rhn', 'lstm' and 'gru', or the classes `RNN`, `LeakyRNN`, `CTRNN`
+(a continuous-time RNN with a time constant per unit, `ctrnn.py`), `RHN`,
+`LSTM`, `GRU`. Each takes a sparse recurrence: `recurrent_mask` (an `(n, n)` bool
 pattern) or `recurrent_density` with `mask_seed` (`recurrent_mask.py`).
 
 Each is a Lemma-1 `Cell` (`lemma1.py`): `z = concat(x, h, 1) @ W`, then a map
@@ -24,6 +25,7 @@ from rtrl.cells.builtin import LSTM
 from rtrl.cells.builtin import RHN
 from rtrl.cells.builtin import RNN
 from rtrl.cells.builtin import LeakyRNN
+from rtrl.cells.ctrnn import CTRNN
 from rtrl.cells.custom import CustomCell
 from rtrl.cells.custom import as_custom
 from rtrl.cells.flax_cells import from_flax
@@ -36,6 +38,7 @@ from rtrl.cells.lru import LRU
 
 CELLS = {
   "rnn": RNN,
+  "ctrnn": CTRNN,
   "leaky_rnn": LeakyRNN,
   "rhn": RHN,
   "lstm": LSTM,
@@ -44,7 +47,7 @@ CELLS = {
 
 
 def make(name: str, hidden_size: int, **kwargs) -> Cell | LRU:
-  """Builds a cell by name: one of `CELLS` ('rnn', 'leaky_rnn', 'rhn',
+  """Builds a cell by name: one of `CELLS` ('rnn', 'leaky_rnn', 'ctrnn', 'rhn',
   'lstm', 'gru'), 'lru' with `hidden_size` complex units
   (`LRU(state_size=hidden_size)`, whose readout sees the `2 hidden_size`
   vector `[Re h, Im h]`), or a Flax built-in cell as 'flax:nnx.GRUCell',
@@ -72,6 +75,7 @@ def make(name: str, hidden_size: int, **kwargs) -> Cell | LRU:
 
 __all__ = [
   "CELLS",
+  "CTRNN",
   "Cell",
   "CustomCell",
   "GRU",

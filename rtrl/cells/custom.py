@@ -2,8 +2,8 @@
 
 The Lemma-1 `Cell` (`lemma1.py`) is what the Kronecker-factored estimators
 need; a `CustomCell` asks for nothing but a step function, and the generic
-estimators (`rtrl.estimators.autodiff`: exact RTRL, UORO, SnAp-1) and the
-BPTT/TBPTT references get every derivative they need from JAX's forward and
+estimators (`rtrl.estimators.autodiff_rtrl`, `autodiff_uoro`,
+`autodiff_snap1`) and the BPTT/TBPTT references get every derivative they need from JAX's forward and
 reverse mode. It has the methods the trainers use (`init`, `initial_state`,
 `step`, `output`, `hidden_size`, `check_params`), so
 `rtrl.make_online_trainer`, `rtrl.make_tbptt_trainer`, `rtrl.bptt_gradient`
@@ -216,7 +216,7 @@ class CustomCell:
 
 def as_custom(cell) -> CustomCell:
   """Any cell seen only through its step function: the generic autodiff
-  path (`rtrl.estimators.autodiff`) on a built-in cell, to time it against
+  path (`rtrl.estimators.autodiff_rtrl` and its twins) on a built-in cell, to time it against
   the analytic path or to check a `Cell` subclass's Jacobians against it."""
   return CustomCell(
     step=cell.step,

@@ -54,7 +54,7 @@ class StepJacobians(NamedTuple):
     history: () the factor on the previous state's influence, 1; 0 at an
       example's sequence start (the estimators' reset folded into the step:
       every application of `H` is then zero, so no pass over the tangent
-      is needed to drop its history; `rtrl.estimators.base.build`).
+      is needed to drop its history; `rtrl/estimators/_base.py`, `build`).
   """
 
   hhat: jax.Array
@@ -76,7 +76,9 @@ def _check_positive_int(name: str, value: Any) -> int:
 
 class Cell:
   """Base class; subclasses define `num_gates`, `num_state_rows` and
-  `_unit_map(z_unit (K,), state_unit (S,)) -> (S,)`.
+  `_unit_map(z_unit (K,), state_unit (S,)) -> (S,)` (and, for a map with
+  per-unit constants, `unit_constants()`, whose entries for the unit follow
+  `state_unit`).
 
   Args:
     hidden_size: `n`, the number of hidden units.
@@ -263,7 +265,16 @@ class Cell:
 
   def pointwise(self, z: jax.Array, rows: jax.Array) -> jax.Array:
     """`state' = f(z, state)` on `(K, n)` gates and `(S, n)` rows."""
-    return jax.vmap(self._unit_map, in_axes=(1, 1), out_axes=1)(z, rows)
+    constants = self.unit_constants()
+    return jax.vmap(
+      self._unit_map, in_axes=(1, 1) + (0,) * len(constants), out_axes=1
+    )(z, rows, *constants)
+
+  def unit_constants(self) -> tuple:
+    """Fixed per-unit numbers of the unit map, each an `(n,)` array passed
+    to `_unit_map` after the state (a CT-RNN's time constants); `()` for
+    the cells whose map is the same for every unit."""
+    return ()
 
   def linearized_step(self, params: Params, state, x: jax.Array):
     """The next state and the `StepJacobians` of this step."""
@@ -272,15 +283,20 @@ class Cell:
     weights = self.effective_weights(params)
     z = (hhat @ weights).reshape(self.num_gates, self.hidden_size)
 
-    def unit(z_unit, state_unit):
-      new = self._unit_map(z_unit, state_unit)
-      return new, new
+    constants = self.unit_constants()
+
+    def jacobians(z_unit, state_unit, *unit_constants):
+      def unit(zu, su):
+        new = self._unit_map(zu, su, *unit_constants)
+        return new, new
+
+      return _jacobians_and_value(unit, z_unit, state_unit)
 
     jac_z, jac_s, new_rows = jax.vmap(
-      lambda zu, su: _jacobians_and_value(unit, zu, su),
-      in_axes=(1, 1),
+      jacobians,
+      in_axes=(1, 1) + (0,) * len(constants),
       out_axes=(0, 0, 1),
-    )(z, rows)
+    )(z, rows, *constants)
     n, input_size = self.hidden_size, x.shape[0]
     recurrent = weights[input_size : input_size + n]
     jac = StepJacobians(

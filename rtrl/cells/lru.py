@@ -12,7 +12,7 @@ readout of it is the LRU's `Re(C h)` with `C = w_re - i w_im`.
 
 Because `λ` acts element-wise, `h_t[j]` depends on `ν_j, θ_j, γ_j` and row
 `j` of `B` only, and its sensitivities obey one-term recursions
-(`rtrl.estimators.lru_exact`): exact RTRL in memory of the order of these
+(`rtrl.estimators.diagonal_rtrl`): exact RTRL in memory of the order of these
 parameters, `m (input_size + 2)` complex numbers per example, not `m^3`.
 
 The ring initialisation draws `|λ|` uniformly on the ring `r_min <= |λ| <=

@@ -33,9 +33,6 @@ The API (fixed: later versions only add to it):
   default the main peer's (sonaradarcn/sketched-rtrl's, see each task's
   module); `names()`; `make_task(name, **settings)` (a ValueError names an
   unknown task or setting).
-- `PEER_PROTOCOL` and `PEER_NUM_STEPS`: sonaradarcn/sketched-rtrl's
-  training protocol (network, batch, optimiser, TBPTT window) and steps per
-  task, for runs set beside its tables (`configs/suite_task.py` uses them).
 - `predictions(cell, readout_params, cell_state, readout=None)`: `(B,
   output_size)` readout outputs; `train_chunk(...)`: online training steps
   with the metric of the predictions each step scored; `forward_chunk(...)`:
@@ -278,31 +275,6 @@ TASKS: dict[str, Callable[..., SuiteTask]] = {
 }
 
 
-# sonaradarcn/sketched-rtrl's protocol (run_m3.py's defaults, the commands
-# of its README): a tanh RNN, a linear readout, Adam, one update a step.
-PEER_PROTOCOL: dict[str, Any] = {
-  "cell": "rnn",
-  "hidden_size": 64,
-  "batch_size": 8,
-  "optimizer": "adam",
-  "learning_rate": 1e-3,
-  "truncation": 25,  # its TBPTT window
-}
-# Its steps per task: Table 3's 20,000 (diagnostic tasks), Table 6's 15,000
-# (chaotic series); rotation recall appears only in its certificate runs
-# (30,000 steps, recurrent spectral norm clipped at 0.9).
-PEER_NUM_STEPS: dict[str, int] = {
-  "adding": 20_000,
-  "copy_memory": 20_000,
-  "rotation": 20_000,
-  "rotation_recall": 30_000,
-  "anbn": 20_000,
-  "henon": 15_000,
-  "lorenz": 15_000,
-  "mackey_glass": 15_000,
-}
-
-
 def names() -> tuple[str, ...]:
   """The registered task names."""
   return tuple(TASKS)
@@ -412,9 +384,21 @@ def forward_chunk(
   return jax.lax.scan(body, (cell_state, metric_state), batches)
 
 
+# Presets, not the library's: sketched-rtrl's protocol and steps per task
+# are `configs/suite_task.py`'s fields.
+_MOVED_TO_CONFIGS = ("PEER_PROTOCOL", "PEER_NUM_STEPS")
+
+
+def __getattr__(name: str):
+  if name in _MOVED_TO_CONFIGS:
+    raise AttributeError(
+      f"rtrl.tasks.suite.{name} was removed: the peer's training protocol "
+      "and steps per task are the presets of configs/suite_task.py"
+    )
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
-  "PEER_NUM_STEPS",
-  "PEER_PROTOCOL",
   "ChunkMetrics",
   "SuiteTask",
   "TASKS",

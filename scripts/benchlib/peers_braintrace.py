@@ -1,18 +1,37 @@
 """braintrace's side of `scripts/bench_peers.py`: our models built from
-braintrace 0.2.6's layers, its online learners, and its gradients in our
+braintrace 0.2.8's layers, its online learners, and its gradients in our
 parameter layout. Imported only under the peer's own venv
 (`scripts/peers/setup_braintrace.sh`); braintrace is never a dependency of
 this project.
+
+What is compared (`ALGORITHMS`): exact RTRL against `SnAp(n=2)` (saturated
+SnAp-n: full within-group RTRL on one dense group), SnAp-1 against
+`OSTLRecurrent`, per-example UORO against `UORO` under vmap, RFLO's trace
+against `D_RTRL` (which computes it). Cells: the tanh RNN is braintrace's
+`ValinaRNNCell`; its `GRUCell` is a different model (reset before the
+recurrent product), so our GRU is built from its ETP `Linear` layers
+(`MatchedGRU`). The readout is applied outside the learner and its
+gradient taken in the same `brainstate.transform.grad` call. In batched
+mode SnAp-n sees the batch axis as positions (B times the work) and UORO
+keeps one rank-1 pair for the batch (another estimator), so exact and UORO
+run under vmap only; SnAp-1 and RFLO both ways, the faster reported.
 """
 
 from __future__ import annotations
+
+import time
 
 import brainstate
 import braintools
 import braintrace
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
+
+from scripts.benchlib.peers_common import Pair
+from scripts.benchlib.peers_common import Side
+from scripts.benchlib.peers_common import timed
 
 # algorithm -> (our estimator, braintrace class, its options, the batchings
 # of theirs that compute our estimator, a note for the report).
@@ -223,3 +242,92 @@ def their_trainer(learner: TheirLearner, optimizer):
   return brainstate.transform.jit(
     lambda xs, ys: brainstate.transform.for_loop(step, xs, ys)
   )
+
+
+# States of a compiled learner that are not its tangent state.
+NOT_TANGENT = ("ParamState", "HiddenState", "LongTermState")
+
+
+def tangent_floats(learner: TheirLearner) -> int:
+  """Floats in the learner's trace states (all examples)."""
+  return int(
+    sum(
+      np.size(leaf)
+      for state in learner.learner.states().values()
+      if type(state).__name__ not in NOT_TANGENT
+      for leaf in jax.tree.leaves(state.value)
+    )
+  )
+
+
+def their_side(algorithm, cell_name, batching, params, inputs, targets, opt):
+  """braintrace's compiled learner and training program on our weights;
+  brainstate's jit compiles again on the second call, so two untimed
+  calls."""
+  learner = TheirLearner(
+    algorithm,
+    cell_name,
+    params,
+    inputs.shape[-1],
+    targets.shape[1],
+    batching,
+  )
+  run = their_trainer(learner, opt)
+  start = time.perf_counter()
+  losses = np.asarray(jax.block_until_ready(run(inputs, targets)))
+  jax.block_until_ready(run(inputs, targets))
+  return Side(
+    run=timed(lambda: run(inputs, targets)),
+    losses=losses,
+    state_floats=tangent_floats(learner),
+    first_call_s=time.perf_counter() - start,
+  )
+
+
+def versions() -> dict:
+  return {
+    "braintrace": braintrace.__version__,
+    "brainstate": brainstate.__version__,
+  }
+
+
+def pairs(args) -> list:
+  """Every algorithm on the tanh RNN and our GRU, each batching of theirs
+  that computes our estimator."""
+  # pylint: disable=g-import-not-at-top (imports this module)
+  from scripts.benchlib import peers_checks
+
+  args.batching = {a: spec[3] for a, spec in ALGORITHMS.items()}
+
+  def check(algorithm, cell_name):
+    def run(args):
+      brainstate.environ.set(precision=64)
+      try:
+        if algorithm == "uoro":
+          return peers_checks.check_uoro(cell_name, args)
+        return peers_checks.check_gradients(algorithm, cell_name, args)
+      finally:
+        brainstate.environ.set(precision=32)
+
+    return run
+
+  def build(algorithm, cell_name, batching):
+    return lambda params, inputs, targets, opt, n: their_side(
+      algorithm, cell_name, batching, params, inputs, targets, opt
+    )
+
+  return [
+    Pair(
+      algorithm=algorithm,
+      ours=spec[0],
+      cell=cell_name,
+      theirs=f"{spec[4]}, {batching}",
+      check=check(algorithm, cell_name),
+      build=build(algorithm, cell_name, batching),
+      exponent=4 if algorithm == "exact" else 2,
+      random=algorithm == "uoro",
+    )
+    for cell_name in ("rnn", "gru")
+    for algorithm, spec in ALGORITHMS.items()
+    for batching in spec[3]
+  ]

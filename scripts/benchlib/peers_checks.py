@@ -1,13 +1,14 @@
-"""Checks 1 and 2 of `scripts/bench_peers.py`, run before any timing: our
-per-step gradients against braintrace's in float64 (deterministic pairs
-agree to rounding), and both UOROs unbiased for the exact gradient (a
-z-score test over independent groups of samples). Imported only under the
+"""braintrace's checks in `scripts/bench_peers.py`, run before any timing:
+our per-step gradients against braintrace's in float64 (deterministic
+pairs agree to rounding), and both UOROs unbiased for the exact gradient
+(a z-score test over independent groups of samples: L identical copies of
+one sequence with different keys form the batch, G such groups give a
+standard error per entry, and the mean squared z-score of (mean - exact)
+is ~(G-1)/(G-3) for an unbiased estimator). Imported only under the
 peer's own venv (`scripts/peers/setup_braintrace.sh`).
 """
 
 from __future__ import annotations
-
-import time
 
 import brainstate
 import jax
@@ -17,45 +18,12 @@ import numpy as np
 from experiments.online.setup import init_params
 from rtrl import cells
 from rtrl import estimators
-from rtrl import online
 from scripts.benchlib.peers_braintrace import ALGORITHMS
 from scripts.benchlib.peers_braintrace import TheirLearner
 from scripts.benchlib.peers_braintrace import their_grads_as_ours
-
-
-def our_step_grads(cell, estimator, params, inputs, targets, key):
-  """Per-step `(cell W, readout)` gradients of the batch-mean loss with the
-  parameters fixed (the trainer's own `online.estimate_step`), time-major."""
-  batch_size = targets.shape[1]
-  tstate = jax.vmap(estimator.init, in_axes=(None, None, 0))(
-    params["cell"], cell.initial_state(), jax.random.split(key, batch_size)
-  )
-  state = online.broadcast_state(cell.initial_state(), batch_size)
-
-  def body(carry, xy):
-    batch = online.StepBatch(
-      xy[0], xy[1], jnp.ones(batch_size), jnp.zeros(batch_size, bool)
-    )
-    tstate, state, _, grads = online.estimate_step(
-      cell, estimator, params, *carry, batch
-    )
-    return (tstate, state), (grads["cell"]["W"], grads["readout"])
-
-  return jax.lax.scan(body, (tstate, state), (inputs, targets))[1]
-
-
-def data(key, steps, batch_size, vocab, dtype):
-  """One-hot inputs and next-symbol-like integer targets, time-major."""
-  symbols = jax.random.randint(key, (steps + 1, batch_size), 0, vocab)
-  return jax.nn.one_hot(symbols[:-1], vocab, dtype=dtype), symbols[1:]
-
-
-def max_relative(a, b) -> float:
-  """max |a - b| / max |b| (0 when both are 0)."""
-  scale = float(jnp.max(jnp.abs(b)))
-  diff = float(jnp.max(jnp.abs(a - b)))
-  return diff / scale if scale else diff
-
+from scripts.benchlib.peers_common import data
+from scripts.benchlib.peers_common import max_relative
+from scripts.benchlib.peers_common import our_step_grads
 
 # -- checks ------------------------------------------------------------------
 
@@ -73,9 +41,10 @@ def check_gradients(algorithm, cell_name, args) -> dict:
     jax.random.PRNGKey(1), steps, batch_size, args.vocab, jnp.float64
   )
   estimator = estimators.make(ALGORITHMS[algorithm][0], cell)
-  ours_W, ours_readout = jax.jit(our_step_grads, static_argnums=(0, 1))(
+  ours_cell, ours_readout = jax.jit(our_step_grads, static_argnums=(0, 1))(
     cell, estimator, params, inputs, targets, jax.random.PRNGKey(2)
   )
+  ours_W = ours_cell["W"]
   theirs = TheirLearner(
     algorithm,
     cell_name,
@@ -123,7 +92,7 @@ def uoro_group_means_ours(cell, params, inputs, targets, groups):
       np.asarray(
         grads(
           cell, estimator, params, inputs, targets, jax.random.PRNGKey(100 + g)
-        )[0]
+        )[0]["W"]
       )
       for g in range(groups)
     ]
@@ -205,7 +174,7 @@ def check_uoro(cell_name, args) -> dict:
         inputs,
         targets,
         jax.random.PRNGKey(0),
-      )[0]
+      )[0]["W"]
     )
     for name in ("rtrl", "snap1")
   )
@@ -219,7 +188,13 @@ def check_uoro(cell_name, args) -> dict:
   expected = (groups - 1) / (groups - 3)
   ok = max(z_ours, z_theirs) < 2.0 * expected
   rel = lambda m: float(np.abs(m.mean(0) - exact).max() / np.abs(exact).max())
+  summary = (
+    f"mean z^2 of (mean of {lanes * groups} samples - exact) ours "
+    f"{z_ours:.2f}, braintrace {z_theirs:.2f} (unbiased: ~{expected:.2f}; "
+    f"SnAp-1's bias would read {biased:.3g})"
+  )
   return {
+    "summary": summary,
     "check": "UORO unbiased, float64",
     "n": n,
     "steps": steps,
@@ -235,50 +210,3 @@ def check_uoro(cell_name, args) -> dict:
     ),
     "ok": ok,
   }
-
-
-def run_checks(args) -> dict:
-  """Every check in float64 (braintrace's import sets float32; switched
-  back before timing)."""
-  brainstate.environ.set(precision=64)
-  results = {}
-  try:
-    for cell_name in args.cells:
-      for algorithm in args.algorithms:
-        start = time.perf_counter()
-        try:
-          result = (
-            check_uoro(cell_name, args)
-            if algorithm == "uoro"
-            else check_gradients(algorithm, cell_name, args)
-          )
-        except Exception as err:  # pylint: disable=broad-except
-          result = {"ok": False, "error": f"{type(err).__name__}: {err}"}
-        result["seconds"] = time.perf_counter() - start
-        results[(algorithm, cell_name)] = result
-        print(
-          f"  check {algorithm:5s} {cell_name}: {summary(result)}", flush=True
-        )
-  finally:
-    brainstate.environ.set(precision=32)
-  return results
-
-
-def summary(check) -> str:
-  if "error" in check:
-    return f"FAILED to run: {check['error'][:300]}"
-  verdict = "agree" if check["ok"] else "DISAGREE"
-  if "mean_z2_ours" in check:
-    return (
-      f"{verdict}: mean z^2 of (mean of {check['samples']} samples - "
-      f"exact) ours {check['mean_z2_ours']:.2f}, braintrace "
-      f"{check['mean_z2_theirs']:.2f} (unbiased: "
-      f"~{check['mean_z2_expected']:.2f}; SnAp-1's bias would read "
-      f"{check['mean_z2_snap1_for_contrast']:.3g}); sample spread "
-      f"theirs/ours {check['spread_ratio_theirs_over_ours']:.2f}"
-    )
-  return (
-    f"{verdict}: max relative difference cell "
-    f"{check['cell_max_rel']:.1e}, readout "
-    f"{check['readout_max_rel']:.1e}"
-  )

@@ -16,7 +16,7 @@ from experiments.online.setup import init_params
 from rtrl import cells
 from rtrl import estimators
 from rtrl import online
-from rtrl.estimators import snap_n
+from rtrl.estimators import _snap_n as snap_n
 from rtrl.tasks import copy_task
 from scripts.benchlib.timing import compiled
 from scripts.benchlib.timing import count_floats

@@ -4,13 +4,14 @@ field its config lists, for every preset (`config_reads` finds the reads
 statically, following the code each main reaches)."""
 
 import ast
-import importlib.util
 import re
 
 from config_reads import REPO_ROOT
 from config_reads import config_reads
 from helpers import load_config
 import pytest
+
+from experiments.loop.config_files import load_config_module as config_module
 
 CONFIGS = REPO_ROOT / "configs"
 EXPERIMENTS = (
@@ -19,24 +20,17 @@ EXPERIMENTS = (
   "seq_cifar",
   "gradient_cosine",
   "suite_task",
+  "rl",
 )
 CLASSIFIERS = ("mnist", "cifar10", "imdb")
-
-
-def config_module(name: str):
-  spec = importlib.util.spec_from_file_location(
-    f"{name}_config", CONFIGS / f"{name}.py"
-  )
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
 
 
 def presets(name: str) -> list[str]:
   """Every preset `configs/NAME.py` takes ("" is the default)."""
   module = config_module(name)
+  modifiers = ("",) + tuple("," + m for m in getattr(module, "MODIFIERS", ()))
   if name in CLASSIFIERS:
-    return [p + s for p in module.PRESETS for s in ("", ",small")]
+    return [p + s for p in module.PRESETS for s in modifiers]
   return [""] + list(getattr(module, "PRESETS", ()))
 
 
@@ -47,9 +41,13 @@ CASES = [
 ]
 
 
+# configs/common.py: the blocks and presets several config files share.
+SHARED = {"__init__", "common"}
+
+
 def test_every_experiment_has_a_config():
   mains = {p.stem for p in (REPO_ROOT / "experiments").glob("*.py")}
-  configs = {p.stem for p in CONFIGS.glob("*.py")}
+  configs = {p.stem for p in CONFIGS.glob("*.py")} - SHARED
   assert mains - {"__init__"} == configs == set(EXPERIMENTS + CLASSIFIERS)
 
 
@@ -72,18 +70,22 @@ def test_reads_are_found():
   assert "conv_features" in config_reads("experiments.cifar10").read
 
 
-@pytest.mark.parametrize("name", EXPERIMENTS + CLASSIFIERS)
+@pytest.mark.parametrize("name", [*EXPERIMENTS, *CLASSIFIERS, "common"])
 def test_config_file_is_pure_data(name):
-  """It imports ml_collections only: nothing from experiments/ or the
-  libraries, so every value is written in the file."""
+  """It imports ml_collections and the shared config module only: nothing
+  from experiments/ or the libraries, so every value is written in
+  configs/."""
   tree = ast.parse((CONFIGS / f"{name}.py").read_text())
   imported = set()
   for node in ast.walk(tree):
     if isinstance(node, ast.Import):
       imported.update(alias.name for alias in node.names)
     elif isinstance(node, ast.ImportFrom):
-      imported.add(node.module)
-  assert imported == {"ml_collections"}, imported
+      imported.update(f"{node.module}.{a.name}" for a in node.names)
+  allowed = {"ml_collections", "ml_collections.config_dict", "configs.common"}
+  if name == "common":
+    allowed = {"difflib", "ml_collections", "ml_collections.config_dict"}
+  assert imported <= allowed, imported
 
 
 def test_no_experiment_restates_a_default():

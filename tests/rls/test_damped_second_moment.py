@@ -295,11 +295,11 @@ def test_composes_with_multi_transform_inject_hyperparams_and_clipping():
 
 def test_learns_mnist_in_one_epoch_on_a_subset():
   """One epoch on the first 10,000 MNIST training images (batch 128, seed
-  0, the benchmark's one setting, `scripts/second_order/common.DAMPED`):
+  0, the benchmark's one setting, `experiments/studies/second_order/common.DAMPED`):
   the whole subset's eq. (57) loss ends below 0.13 from about 0.5 (measured
   0.120; Adam about 0.103, `tests/experiments/classifier/
   test_mnist_learning.py`: RLS-D learns, and is behind Adam here)."""
-  from scripts.second_order import common  # pylint: disable=g-import-not-at-top
+  from experiments.studies.second_order import common  # pylint: disable=g-import-not-at-top
 
   tx = common.damped_rls(**common.DAMPED_OPTIONS)
   assert _mnist_subset_final_loss(tx, samples=256) < 0.13

@@ -48,7 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import rls
-from rls.transform import LayerInput
+from rls.layerwise import LayerInput
 
 FAST_FAN_INS = ((1, 1), (5, 3), (12, 6))  # (with bias, without bias)
 DEFAULT_STEPS = 2_000

@@ -61,6 +61,7 @@ def test_momentum_and_l1_follow_equations_98_to_100(x64):
     init_scale=p0_scale,
     momentum=alpha,
     l1=gamma,
+    clip_norm=None,  # the equations have no clip
   )
   state = tx.init(params)
   jitted_params, jitted_state = params, state
@@ -108,7 +109,7 @@ def test_l1_without_momentum_is_equation_98(x64):
   p1 = np.eye(3) - np.outer(x, x) / 7.0
   expected = theta - gradient / 7.0 - 0.1 * p1 @ np.sign(theta)
   params = {"kernel": jnp.asarray(theta[:2]), "bias": jnp.asarray(theta[2])}
-  tx = rls.rls(ratio=1.0, l1=0.1)
+  tx = rls.rls(ratio=1.0, l1=0.1, clip_norm=None)
   grads = {
     "kernel": jnp.asarray(gradient[:2]),
     "bias": jnp.asarray(gradient[2]),

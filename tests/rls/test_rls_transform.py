@@ -58,6 +58,7 @@ def test_iterates_equal_weighted_regularised_least_squares(
     ratio=ratio,
     gradient_scale=ratio,
     init_scale=init_scale,
+    clip_norm=None,  # the bare recursion
   )
   state = tx.init(params)
   theta0 = _theta(params)
@@ -93,7 +94,7 @@ def test_first_step_is_not_plain_gradient_descent(x64):
   grads, xbar = jax.grad(mse_with_layer_inputs(model), has_aux=True)(
     params, x, z
   )
-  tx = rls.rls(ratio=1.0)
+  tx = rls.rls(ratio=1.0, clip_norm=None)
   updates, _ = tx.update(grads, tx.init(params), params, layer_inputs=xbar)
   # h = λ + k xᵀ P0 x = 1 + (1 + 4 + 1 + 1) = 8, so the step is -grad / 8.
   np.testing.assert_allclose(updates["kernel"], -grads["kernel"] / 8.0)
@@ -347,8 +348,9 @@ def test_parameters_without_layer_input_are_named():
     ValueError, match=r"'Embed_0/embedding'.*'LayerNorm_0/scale'"
   ):
     rls.rls().init(params)
-  # Explicit opt-in: raw gradients pass through (times -learning_rate).
-  tx = rls.rls(learning_rate=0.1, passthrough=True)
+  # Explicit opt-in: raw gradients pass through (times -learning_rate;
+  # unclipped, to read them back).
+  tx = rls.rls(learning_rate=0.1, passthrough=True, clip_norm=None)
   grads = jax.tree.map(jnp.ones_like, params)
   updates, _ = tx.update(
     grads, tx.init(params), params, layer_inputs={"Dense_0": jnp.ones(4)}

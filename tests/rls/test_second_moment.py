@@ -12,9 +12,9 @@ from rls_problems import capture
 from rls_problems import init_variables
 
 import rls
+from rls import conventional
 from rls import input_samples
 from rls import second_moment
-from rls import transform as rls_transform
 
 
 def _dense_params(fan_in, out, dtype, seed=0):
@@ -36,7 +36,7 @@ def test_one_row_reduces_to_the_rank_one_rls(x64, forgetting_factor, steps):
     x = jnp.asarray(rng.normal(size=n) + 0.5)
     grad = jnp.asarray(rng.normal(size=(n, 3)))
     t = jnp.asarray(steps, jnp.float64)
-    d_ref, p_rank_one = rls_transform.rls_layer_step(
+    d_ref, p_rank_one = conventional.rls_layer_step(
       p_rank_one, x, t, grad, forgetting_factor, k, eta
     )
     d, p_woodbury = second_moment.second_moment_layer_step(

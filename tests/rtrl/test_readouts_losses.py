@@ -99,9 +99,37 @@ def test_losses_by_hand(x64):
   )
 
 
+def _step_loss(params, hidden, target, weight):
+  """The deprecated `readout.step_loss`'s formula (one example, one step)."""
+  ce = optax.softmax_cross_entropy_with_integer_labels(
+    readout.linear().apply(params, hidden), target
+  )
+  return ce * weight
+
+
+def test_the_deprecated_module_functions_warn_and_equal_linear(x64):
+  """`readout.init`, `logits` and `step_loss` warn (naming the release that
+  removes them) and compute what `linear()` does."""
+  key = jax.random.PRNGKey(0)
+  hidden = jnp.arange(4.0)
+  with pytest.warns(DeprecationWarning, match=r"readout\.init.*0\.3\.0"):
+    params = readout.init(key, 4, 3)
+  assert jax.tree_util.tree_all(
+    jax.tree_util.tree_map(
+      jnp.array_equal, params, readout.linear().init(key, 4, 3)
+    )
+  )
+  with pytest.warns(DeprecationWarning, match=r"readout\.logits"):
+    logits = readout.logits(params, hidden)
+  assert jnp.array_equal(logits, readout.linear().apply(params, hidden))
+  with pytest.warns(DeprecationWarning, match=r"readout\.step_loss"):
+    loss = readout.step_loss(params, hidden, 1, 0.5)
+  assert loss == _step_loss(params, hidden, 1, 0.5)
+
+
 def test_default_is_todays_computation_bit_for_bit(x64):
   """`readout=None, loss=None` == explicit `linear()` + softmax
-  cross-entropy == the pre-existing `readout.step_loss` formula, exactly:
+  cross-entropy == the pre-existing per-example formula, exactly:
   the batch loss and its gradients, an Adam online run, BPTT."""
   cell = cells.RHN(hidden_size=N)
   params, chunk = classification_problem(cell)
@@ -111,7 +139,7 @@ def test_default_is_todays_computation_bit_for_bit(x64):
 
   def todays(r, s):
     hidden = jax.vmap(cell.output)(s)
-    per_example = jax.vmap(readout.step_loss, in_axes=(None, 0, 0, 0))(
+    per_example = jax.vmap(_step_loss, in_axes=(None, 0, 0, 0))(
       r, hidden, first.targets, first.weights
     )
     return per_example.sum() / B

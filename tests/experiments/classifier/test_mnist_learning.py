@@ -180,8 +180,8 @@ def test_p_keeps_only_the_mean_input_directions():
 
 
 def _load_script(name: str):
-  """`scripts/NAME.py`, imported from the `scripts` package."""
-  return importlib.import_module(f"scripts.{name}")
+  """`experiments/studies/NAME.py`."""
+  return importlib.import_module(f"experiments.studies.{name}")
 
 
 @pytest.mark.slow

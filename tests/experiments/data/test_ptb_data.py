@@ -3,7 +3,7 @@ download, and the errors that name the files.
 
 Counts and vocabulary are checked on the real files (skipped when
 ../shared/data/ptb is absent); the rest on small hand-made files. The
-symbols and streams are tested in tests/rtrl/test_ptb_streams.py.
+symbols and streams are tested in tests/rtrl/tasks/test_ptb_streams.py.
 """
 
 import pathlib

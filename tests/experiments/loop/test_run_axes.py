@@ -21,7 +21,7 @@ from experiments.online import copy_experiment
 # run's (XLA's reductions depend on the batch shape), so this also checks
 # that r-OK's discrete choices (the SVD's signs, CholeskyQR2's basis) are
 # continuous in their inputs; when they were not, its runs left each other
-# within 20 steps (tests/rtrl/test_batch_position.py).
+# within 20 steps (tests/rtrl/online/test_batch_position.py).
 TINY = dict(
   estimator="kf_avg",
   rank=2,

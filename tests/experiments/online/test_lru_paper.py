@@ -1,5 +1,5 @@
-"""The online LRU paper's settings (experiments/online/lru_paper.py): the
-presets' values, the warm-up-cosine schedule, the optimiser that trains λ
+"""The online LRU paper's settings (the `lru_paper` presets, written in
+configs/common.py and configs/seq_cifar.py): the presets' values, the warm-up-cosine schedule, the optimiser that trains λ
 and γ at a reduced rate without weight decay and the rest with AdamW,
 clear errors for bad fields, and a short Copy run that learns with them."""
 
@@ -13,20 +13,31 @@ import numpy as np
 import optax
 import pytest
 
+from configs import common
 from experiments.loop import workdir as workdir_lib
 from experiments.online import copy_experiment
-from experiments.online import lru_paper
 from experiments.online import setup as online_setup
 from rtrl import optim
 from rtrl import stack
+
+# Table 1's network: 4 LRU layers of 64 complex units in blocks of 128.
+NETWORK = dict(
+  cell="lru",
+  estimator="rtrl",
+  num_layers=4,
+  head="lru_block",
+  model_size=128,
+  hidden_size=64,
+)
 
 
 @pytest.mark.parametrize("experiment", ["copy_task", "ptb"])
 def test_copy_and_ptb_presets_take_table_1s_network_and_optimiser(experiment):
   config = load_config(experiment, "lru_paper")
   official = load_config(experiment, "official")
-  assert {k: config[k] for k in lru_paper.COPY_NETWORK} == (
-    lru_paper.COPY_NETWORK
+  assert {k: config[k] for k in NETWORK} == NETWORK
+  assert {k: config[k] for k in common.LRU_PAPER_TABLE_1} == (
+    common.LRU_PAPER_TABLE_1
   )
   assert config.learning_rates == (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2)
   assert config.learning_rate == 1e-3 and config.num_seeds == 3
@@ -83,7 +94,7 @@ def test_schedule_takes_a_traced_peak():
 
 
 def _lru_stack_params():
-  config = copy_config(**lru_paper.COPY_NETWORK)
+  config = copy_config(**NETWORK)
   config.update(model_size=8, hidden_size=4, num_layers=2)
   cell = online_setup.make_cell(config)
   params = stack.init_params(cell.layers, jax.random.PRNGKey(0), 5, 5)
@@ -180,7 +191,7 @@ def test_online_lru_learns_copy_with_the_papers_optimiser(tmp_path):
   at 3e-3 throughout: 6);
   asked: T >= 4."""
   config = copy_config(
-    **lru_paper.COPY_NETWORK,
+    **NETWORK,
     curriculum="official",
     num_steps=6000,
     log_every=1000,
@@ -199,32 +210,3 @@ def test_online_lru_learns_copy_with_the_papers_optimiser(tmp_path):
   copy_experiment.train(config, str(tmp_path))
   records = workdir_lib.read_metrics(str(tmp_path))
   assert records[-1]["curriculum_length"] >= 4, records
-
-
-@pytest.mark.parametrize("experiment", ["copy_task", "ptb"])
-def test_presets_write_out_lru_paper_py(experiment):
-  """The config files (pure data) restate experiments/online/lru_paper.py's
-  Table-1 settings; the two agree field by field."""
-  config = load_config(experiment, "lru_paper")
-  fields = lru_paper.online_lru_fields(
-    lru_paper.COPY_LEARNING_RATES, num_steps=config.num_steps
-  )
-  assert {k: config[k] for k in fields} == fields
-
-
-def test_seq_cifar_preset_writes_out_lru_paper_py():
-  config = load_config("seq_cifar", "lru_paper")
-  assert {k: config[k] for k in lru_paper.SCIFAR_NETWORK} == (
-    lru_paper.SCIFAR_NETWORK
-  )
-  assert config.batch_size == lru_paper.SCIFAR_BATCH_SIZE
-  assert config.learning_rates == lru_paper.SCIFAR_LEARNING_RATES
-  assert config.weight_decay == lru_paper.SCIFAR_WEIGHT_DECAY
-  assert config.num_seeds == lru_paper.SCIFAR_SEEDS
-  assert config.recurrence_learning_rate_factor == (
-    lru_paper.RECURRENCE_LEARNING_RATE_FACTOR
-  )
-  epoch_updates = config.warmup_updates // lru_paper.SCIFAR_WARMUP_EPOCHS
-  assert online_setup.total_updates(config) == (
-    lru_paper.SCIFAR_EPOCHS * epoch_updates
-  )

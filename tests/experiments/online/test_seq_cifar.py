@@ -139,7 +139,7 @@ def test_evaluation_matches_a_plain_loop():
     for pixel in (image.reshape(16, 3) - mean) / std:
       state = cell.step(params["cell"], state, jnp.asarray(pixel, jnp.float32))
     expected_logits.append(
-      np.asarray(readouts.logits(params["readout"], cell.output(state)))
+      np.asarray(readouts.linear().apply(params["readout"], cell.output(state)))
     )
   expected_logits = np.stack(expected_logits)
   predicted = expected_logits.argmax(1)
