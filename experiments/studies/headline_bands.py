@@ -41,7 +41,8 @@ from experiments.studies import precision_bands
 
 class Headline(NamedTuple):
   """One task's headline: the run directory's prefix, the metric, the
-  steps between compared points, the official log and the run's length."""
+  steps between compared points, the official log and the run's length
+  (where its `config.json` does not say)."""
 
   task: str  # W/<task>_<precision>
   metric: str
@@ -112,12 +113,12 @@ def headline_rows(
   return rows
 
 
-def read_summary(path: str) -> dict:
-  """The run's `summary.json` (written when it finished), else {}."""
-  summary_path = os.path.join(path, workdir_lib.SUMMARY_FILE)
-  if not os.path.exists(summary_path):
+def read_json(path: str, name: str) -> dict:
+  """The run directory's `name` (`config.json`; `summary.json`, written
+  when the run finished), else {}."""
+  if not os.path.exists(os.path.join(path, name)):
     return {}
-  with open(summary_path) as f:
+  with open(os.path.join(path, name)) as f:
     return json.load(f)
 
 
@@ -126,14 +127,17 @@ def _verdict(value) -> str:
 
 
 def markdown_section(
-  headline: Headline, rows: Sequence[dict], reached: int, summary: dict
+  headline: Headline,
+  rows: Sequence[dict],
+  reached: tuple[int, int],
+  summary: dict,
 ) -> list[str]:
   """One task's table, its last point in a sentence and, when the run has
-  finished, its summary (PTB: the test BPC)."""
+  finished, its summary (PTB: the test BPC); `reached`: (step, of steps)."""
   lines = [
     f"## {headline.label} (`{headline.metric}`)",
     "",
-    f"Reached step {reached:,} of {headline.num_steps:,}.",
+    f"Last record at step {reached[0]:,} of {reached[1]:,}.",
     "",
     "| step | ours | official min | official mean | official max"
     " | inside the logs | inside +-tolerance | outside by |",
@@ -223,8 +227,12 @@ def compare(workdir: str, precision: str, out: str) -> list[str]:
   for headline in found:
     run = precision_bands.read_run(paths[headline], precision)
     rows = headline_rows(run, headline)
-    reached = max(r["step"] for r in run.records)
-    summary = read_summary(paths[headline])
+    config = read_json(paths[headline], workdir_lib.CONFIG_FILE)
+    reached = (
+      max(r["step"] for r in run.records),
+      config.get("num_steps", headline.num_steps),
+    )
+    summary = read_json(paths[headline], workdir_lib.SUMMARY_FILE)
     lines += ["", *markdown_section(headline, rows, reached, summary)]
     all_rows += rows
     png = os.path.join(out, f"headline_{headline.task}.png")
@@ -240,6 +248,8 @@ def compare(workdir: str, precision: str, out: str) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> list[str]:
+  """The command line (see the module docstring); returns the files
+  written. A workdir without runs is one line on stderr and exit status 2."""
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--workdir", required=True)
   parser.add_argument(
@@ -250,7 +260,10 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
   )
   parser.add_argument("--out", default=None, help="default: --workdir")
   args = parser.parse_args(argv)
-  return compare(args.workdir, args.precision, args.out or args.workdir)
+  try:
+    return compare(args.workdir, args.precision, args.out or args.workdir)
+  except ValueError as e:  # No runs, or one without records: say which.
+    parser.exit(2, f"error: {e}\n")
 
 
 if __name__ == "__main__":

@@ -130,8 +130,10 @@ def test_main_writes_the_tables_figures_and_test_bpc(workdir, tmp_path):
   assert all(os.path.getsize(f) > 0 for f in files)
   with open(files[0]) as f:
     text = f.read()
-  assert "Reached step 2,000 of 2,000,000." in text
-  assert "Reached step 50,000 of 1,000,000." in text
+  assert (
+    "Last record at step 2,000 of 2,000." in text
+  )  # config.json's num_steps
+  assert "Last record at step 50,000 of 1,000,000." in text
   assert "| 30,000 |" in text and "| **no** | **no** | +0.05 |" in text
   assert "Inside +-0.02 at 4 of 5 judged steps." in text
   assert "Finished: best_step 50000, test_bpc 1.71." in text
@@ -139,8 +141,10 @@ def test_main_writes_the_tables_figures_and_test_bpc(workdir, tmp_path):
     assert len(json.load(f)) == 1 + 5
 
 
-def test_a_workdir_without_runs_is_named(tmp_path):
-  with pytest.raises(ValueError, match="holds none of.*copy_highest"):
+def test_a_workdir_without_runs_is_named(tmp_path, capsys):
+  with pytest.raises(SystemExit) as exit_info:
     headline_bands.main(["--workdir", str(tmp_path)])
+  assert exit_info.value.code == 2
+  assert "holds none of ['copy_highest'" in capsys.readouterr().err
   with pytest.raises(ValueError, match="holds none of.*ptb_tensorfloat32"):
     headline_bands.compare(str(tmp_path), "tensorfloat32", str(tmp_path))
