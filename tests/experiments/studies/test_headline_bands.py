@@ -130,9 +130,8 @@ def test_main_writes_the_tables_figures_and_test_bpc(workdir, tmp_path):
   assert all(os.path.getsize(f) > 0 for f in files)
   with open(files[0]) as f:
     text = f.read()
-  assert (
-    "Last record at step 2,000 of 2,000." in text
-  )  # config.json's num_steps
+  # The Copy run's length is its config.json's num_steps.
+  assert "Last record at step 2,000 of 2,000." in text
   assert "Last record at step 50,000 of 1,000,000." in text
   assert "| 30,000 |" in text and "| **no** | **no** | +0.05 |" in text
   assert "Inside +-0.02 at 4 of 5 judged steps." in text
