@@ -28,6 +28,9 @@
 #             their records go to json.tgz, for `experiments/studies/precision_bands.py`;
 #             with $DEADLINE (seconds from the suite's start) they stop 45 s
 #             before it
+#   headline  the OK paper's headline runs, resumed block after block
+#             (scripts/gpu_headline.sh; $HEADLINE_TASKS, default
+#             copy_task); with $DEADLINE they stop 45 s before it
 #
 # $PRECISIONS (default "highest tensorfloat32") sets the `seeds` section's
 # precisions, $PROFILE_SEEDS (default 1) the runs of the profiled programs
@@ -152,6 +155,9 @@ for section in "${sections[@]}"; do
         run plans "$PLAN_SECONDS" "$PYTHON" scripts/reproduce.py "$target" --scale paper \
           --plan --workdir "$JSON_DIR/plans"
       done ;;
+    headline)  # its own logs, packed runs and table under $OUT
+      OUT="$OUT" PYTHON="$PYTHON" DEADLINE=$((${DEADLINE:-570} - SECONDS)) \
+        bash scripts/gpu_headline.sh ${HEADLINE_TASKS:-copy_task} ;;
     *) echo "unknown section $section" >&2 ;;
   esac
 done

@@ -12,6 +12,9 @@ as `python -m experiments.studies.NAME` (benchmarks and tools stay in
 - `precision_bands`: the `official` presets' runs at `tensorfloat32`
   against `highest`, judged by the official OK code's logs
   (docs/benchmarks/gpu.md).
+- `headline_bands`: one run of each `official` preset to the logs' length
+  (`scripts/gpu_headline.sh`) against the five official logs at their
+  cadence (docs/results/ok_paper.md, "The headline at its own scale").
 - `rls_default_stability`: `rls.rls()`'s defaults on standard small
   problems, with and without the built-in clip
   (docs/concepts/rls_as_optax.md, "Safe defaults").
