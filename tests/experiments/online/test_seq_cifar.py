@@ -251,6 +251,7 @@ def test_rerun_resumes_and_matches_uninterrupted(tmp_path):
   assert summaries[0]["test_images"] == 4
 
 
+@pytest.mark.slow  # Default suite time; `scripts/test.sh --slow` runs it.
 def test_online_lru_learns_real_sequential_cifar(tmp_path):
   """One LRU-32 layer (a linear recurrence, read out linearly) by exact
   RTRL, batch 16, Adam 1e-2 once per batch of images, seed 0, 200 updates

@@ -121,6 +121,7 @@ def test_copy_exact_rtrl_shadow_logs_cosine_one_per_run(tmp_path):
   assert record["cosine_to_rtrl"] == pytest.approx([1.0, 1.0], abs=1e-5)
 
 
+@pytest.mark.slow  # Default suite time; `scripts/test.sh --slow` runs it.
 def test_ptb_shadow_logs_cosine_and_changes_no_training_number(tmp_path):
   on = ptb_experiment.train(tiny_ptb(shadow_every=4), str(tmp_path / "on"))
   off = ptb_experiment.train(tiny_ptb(), str(tmp_path / "off"))
@@ -144,6 +145,7 @@ def test_copy_bad_shadow_every_is_a_clear_error(tmp_path, overrides):
   assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
+@pytest.mark.slow  # Default suite time; `scripts/test.sh --slow` runs it.
 def test_seq_cifar_shadow_logs_cosine_at_last_pixels(tmp_path):
   """The cosine is taken at each image's last pixel (the only step with a
   loss), so every reported window has one; training is unchanged, and

@@ -40,6 +40,7 @@ def test_config_builds_the_stack():
   assert isinstance(plain, cells.LRU)  # one layer, identity head
 
 
+@pytest.mark.slow  # Default suite time; `scripts/test.sh --slow` runs it.
 def test_online_lru_stack_learns_copy(tmp_path):
   """Two LRU-16 layers with LRU blocks, each by exact element-wise RTRL,
   batch 16, Adam 3e-3, seed 0, official curriculum. Observed: T = 6 at
@@ -49,6 +50,7 @@ def test_online_lru_stack_learns_copy(tmp_path):
   assert records[-1]["curriculum_length"] >= 5, records
 
 
+@pytest.mark.slow  # Default suite time; `scripts/test.sh --slow` runs it.
 def test_tbptt_runs_the_same_stack(tmp_path):
   config = copy_config(
     **{

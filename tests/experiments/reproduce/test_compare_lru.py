@@ -82,6 +82,7 @@ def test_memory_per_example_counts_each_methods_carry():
   assert compare_lru.memory_per_example(tbptt, vocab) == 20 * 64
 
 
+@pytest.mark.slow  # Default suite time; `scripts/test.sh --slow` runs it.
 def test_stack_cosine_target_end_to_end(tmp_path, monkeypatch):
   """Shrunk (LRU-4, model 8, 100 training steps, depths 1 and 2): one row
   per depth and network state; one layer is exact, deeper stacks are below

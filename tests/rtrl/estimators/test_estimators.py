@@ -438,7 +438,8 @@ DEGENERATE_CASES = (
 
 
 @pytest.mark.parametrize(
-  "cell_name", ["rhn", "lstm", pytest.param("rnn", marks=pytest.mark.slow)]
+  "cell_name",
+  ["rhn", *(pytest.param(c, marks=pytest.mark.slow) for c in ("lstm", "rnn"))],
 )
 def test_degenerate_cases_stay_finite(cell_name):
   """float32, every approximate estimator (rank 2), 3 steps:
