@@ -60,7 +60,7 @@ import time
 # peer -> (its snapshot's folder under --peer_root, or None for a registry
 # package; the module of our adapter).
 PEERS = {
-  "braintrace": (None, "scripts.benchlib.peers_braintrace"),
+  "braintrace": (None, "scripts.benchlib.peers_braintrace_pairs"),
   "sketched_rtrl": ("src", "scripts.benchlib.peers_sketched_rtrl"),
   "jax_rtrl": ("src", "scripts.benchlib.peers_jax_rtrl"),
   "snapjax": ("src", "scripts.benchlib.peers_snapjax"),

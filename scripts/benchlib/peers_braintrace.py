@@ -29,7 +29,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from scripts.benchlib.peers_common import Pair
 from scripts.benchlib.peers_common import Side
 from scripts.benchlib.peers_common import timed
 
@@ -289,45 +288,3 @@ def versions() -> dict:
     "braintrace": braintrace.__version__,
     "brainstate": brainstate.__version__,
   }
-
-
-def pairs(args) -> list:
-  """Every algorithm on the tanh RNN and our GRU, each batching of theirs
-  that computes our estimator."""
-  # pylint: disable=g-import-not-at-top (imports this module)
-  from scripts.benchlib import peers_checks
-
-  args.batching = {a: spec[3] for a, spec in ALGORITHMS.items()}
-
-  def check(algorithm, cell_name):
-    def run(args):
-      brainstate.environ.set(precision=64)
-      try:
-        if algorithm == "uoro":
-          return peers_checks.check_uoro(cell_name, args)
-        return peers_checks.check_gradients(algorithm, cell_name, args)
-      finally:
-        brainstate.environ.set(precision=32)
-
-    return run
-
-  def build(algorithm, cell_name, batching):
-    return lambda params, inputs, targets, opt, n: their_side(
-      algorithm, cell_name, batching, params, inputs, targets, opt
-    )
-
-  return [
-    Pair(
-      algorithm=algorithm,
-      ours=spec[0],
-      cell=cell_name,
-      theirs=f"{spec[4]}, {batching}",
-      check=check(algorithm, cell_name),
-      build=build(algorithm, cell_name, batching),
-      exponent=4 if algorithm == "exact" else 2,
-      random=algorithm == "uoro",
-    )
-    for cell_name in ("rnn", "gru")
-    for algorithm, spec in ALGORITHMS.items()
-    for batching in spec[3]
-  ]

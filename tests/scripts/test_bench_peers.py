@@ -129,7 +129,7 @@ def test_jax_rtrl_cases_restated_on_ours_pass():
     ("scripts.benchlib.peers_sketched_rtrl", "skrtrl"),
     ("scripts.benchlib.peers_jax_rtrl", "jax_rtrl"),
     ("scripts.benchlib.peers_snapjax", "snapjax"),
-    ("scripts.benchlib.peers_braintrace", "braintrace"),
+    ("scripts.benchlib.peers_braintrace_pairs", "braintrace"),
   ],
 )
 def test_adapter_lists_checked_pairs(module, peer):

@@ -1,4 +1,5 @@
-"""braintrace's checks in `scripts/bench_peers.py`, run before any timing:
+"""braintrace's adapter for `scripts/bench_peers.py`: its pairs (`pairs`,
+`versions`) and their checks, run before any timing:
 our per-step gradients against braintrace's in float64 (deterministic
 pairs agree to rounding), and both UOROs unbiased for the exact gradient
 (a z-score test over independent groups of samples: L identical copies of
@@ -21,6 +22,9 @@ from rtrl import estimators
 from scripts.benchlib.peers_braintrace import ALGORITHMS
 from scripts.benchlib.peers_braintrace import TheirLearner
 from scripts.benchlib.peers_braintrace import their_grads_as_ours
+from scripts.benchlib.peers_braintrace import their_side
+from scripts.benchlib.peers_braintrace import versions  # noqa: F401 (the adapter's API)
+from scripts.benchlib.peers_common import Pair
 from scripts.benchlib.peers_common import data
 from scripts.benchlib.peers_common import max_relative
 from scripts.benchlib.peers_common import our_step_grads
@@ -210,3 +214,42 @@ def check_uoro(cell_name, args) -> dict:
     ),
     "ok": ok,
   }
+
+
+def pairs(args) -> list:
+  """Every algorithm on the tanh RNN and our GRU, each batching of theirs
+  that computes our estimator."""
+  args.batching = {a: spec[3] for a, spec in ALGORITHMS.items()}
+
+  def check(algorithm, cell_name):
+    def run(args):
+      brainstate.environ.set(precision=64)
+      try:
+        if algorithm == "uoro":
+          return check_uoro(cell_name, args)
+        return check_gradients(algorithm, cell_name, args)
+      finally:
+        brainstate.environ.set(precision=32)
+
+    return run
+
+  def build(algorithm, cell_name, batching):
+    return lambda params, inputs, targets, opt, n: their_side(
+      algorithm, cell_name, batching, params, inputs, targets, opt
+    )
+
+  return [
+    Pair(
+      algorithm=algorithm,
+      ours=spec[0],
+      cell=cell_name,
+      theirs=f"{spec[4]}, {batching}",
+      check=check(algorithm, cell_name),
+      build=build(algorithm, cell_name, batching),
+      exponent=4 if algorithm == "exact" else 2,
+      random=algorithm == "uoro",
+    )
+    for cell_name in ("rnn", "gru")
+    for algorithm, spec in ALGORITHMS.items()
+    for batching in spec[3]
+  ]
