@@ -43,6 +43,7 @@ import time
 
 from experiments import reproduce
 from experiments.loop import cli
+from experiments.loop import errors
 from experiments.reproduce import collect as collect_lib
 from experiments.reproduce import launch_local
 from experiments.reproduce import launch_slurm
@@ -262,6 +263,9 @@ def main(argv=None) -> int:
   except (slurm_checks.LaunchError, programs_lib.UnknownProgram) as error:
     print(f"Error: {error}", file=sys.stderr)
     return 2
+  except errors.RunError as error:  # A program's run failed: its one line.
+    print(f"Error: {error}", file=sys.stderr)
+    return error.exit_code
 
 
 def _dispatch(args, target: programs_lib.Target) -> int:
