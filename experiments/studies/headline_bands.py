@@ -227,10 +227,10 @@ def compare(workdir: str, precision: str, out: str) -> list[str]:
   for headline in found:
     run = precision_bands.read_run(paths[headline], precision)
     rows = headline_rows(run, headline)
-    config = read_json(paths[headline], workdir_lib.CONFIG_FILE)
+    saved = read_json(paths[headline], workdir_lib.CONFIG_FILE)  # a dict
     reached = (
       max(r["step"] for r in run.records),
-      config.get("num_steps", headline.num_steps),
+      saved.get("num_steps", headline.num_steps),
     )
     summary = read_json(paths[headline], workdir_lib.SUMMARY_FILE)
     lines += ["", *markdown_section(headline, rows, reached, summary)]
