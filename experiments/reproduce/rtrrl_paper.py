@@ -18,7 +18,10 @@ Scales: `paper` is RTRRL's protocol (up to 50M steps, an evaluation every
 runs at 300k steps with an evaluation every 50k, minutes per program on a
 CPU. A CPU run of the paper protocol with a step cap:
 `scripts/reproduce.py rtrrl_table2 --scale paper --set num_steps=1000000`.
-Every number in the tables says the step cap it was made with.
+Every number in the tables says the step cap it was made with. Both
+targets train their curves into `workdir/rtrrl_paper/` (shared: a Table-2
+curve is trained once for both) and write their table and figure to
+`workdir/TARGET/`.
 """
 
 from __future__ import annotations
@@ -197,6 +200,11 @@ def plot_grid(results, task_names, path: str, title: str) -> str:
   return path
 
 
+# Both targets' curves, shared: a Table-2 curve is the estimator table's
+# curve of the same task and method, trained once.
+CURVES_DIR = "rtrrl_paper"
+
+
 def _run(scale, workdir, methods, mode):
   curves = [
     curve(task, preset, {**fields, **scale_fields(scale)}, name, method)
@@ -204,8 +212,19 @@ def _run(scale, workdir, methods, mode):
     for name, method in methods.items()
   ]
   return common.run_curves(
-    curves, workdir, best_eval_score, higher_is_better=True, mode=mode
+    curves,
+    os.path.join(workdir, CURVES_DIR),
+    best_eval_score,
+    higher_is_better=True,
+    mode=mode,
   )
+
+
+def _out(workdir: str, target: str) -> str:
+  """`workdir/target/`, where a target's table and figure go."""
+  out = os.path.join(workdir, target)
+  os.makedirs(out, exist_ok=True)
+  return out
 
 
 def best_eval_score(records, summary: dict, run: int) -> float:
@@ -244,15 +263,16 @@ def table2(scale: str, workdir: str, mode=common.RUN) -> common.Result:
         "env_steps_per_s": env_steps_per_second(result),
       }
     )
+  out = _out(workdir, "rtrrl_table2")
   files = common.write_table(
-    rows, os.path.join(workdir, "table"), "RTRRL Table 2: ours and published"
+    rows, os.path.join(out, "table"), "RTRRL Table 2: ours and published"
   )
   names = [task for task, _, _ in tasks()]
   files.append(
     plot_grid(
       results,
       names,
-      os.path.join(workdir, "figure.png"),
+      os.path.join(out, "figure.png"),
       "RTRRL's methods: evaluation return (mean ± std over seeds)",
     )
   )
@@ -314,9 +334,10 @@ def estimators_table(
   if mode.planning:  # Nothing ran (--plan, a launcher's listing).
     return common.Result("rtrrl_estimators", [], [])
   rows = estimator_rows(results)
+  out = _out(workdir, "rtrrl_estimators")
   files = common.write_table(
     rows,
-    os.path.join(workdir, "table"),
+    os.path.join(out, "table"),
     "Online RL with every estimator: median best evaluation over seeds",
   )
   names = [task for task, _, _ in tasks()]
@@ -324,7 +345,7 @@ def estimators_table(
     plot_grid(
       results,
       names,
-      os.path.join(workdir, "figure.png"),
+      os.path.join(out, "figure.png"),
       "Every estimator in RTRRL's agent: evaluation return",
     )
   )
