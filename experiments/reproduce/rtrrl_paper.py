@@ -161,12 +161,19 @@ def _step_cap(result: common.CurveResult) -> int:
 
 def plot_grid(results, task_names, path: str, title: str) -> str:
   """One panel per task: each method's evaluation return against
-  environment steps, mean ± std over its seeds."""
+  environment steps, the mean over its seeds (± std where at most five
+  methods share a panel)."""
   import matplotlib  # pylint: disable=g-import-not-at-top
 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
+  methods = list(
+    dict.fromkeys(r.curve.label.rsplit(" ", 1)[1] for r in results)
+  )
+  # One colour per method in every panel; bands only where they stay legible.
+  colours = plt.get_cmap("tab20" if len(methods) > 10 else "tab10")
+  bands = len(methods) <= 5
   columns = 4
   rows = -(-len(task_names) // columns)
   fig, axes = plt.subplots(
@@ -183,8 +190,11 @@ def plot_grid(results, task_names, path: str, title: str) -> str:
         continue
       mean, std = np.nanmean(values, 0), np.nanstd(values, 0)
       label = result.curve.label[len(task) + 1 :]
-      ax.plot(steps, mean, label=label)
-      ax.fill_between(steps, mean - std, mean + std, alpha=0.15)
+      colour = colours(methods.index(label))
+      ax.plot(steps, mean, label=label, color=colour)
+      if bands:
+        ax.fill_between(steps, mean - std, mean + std, alpha=0.15, color=colour)
+    ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
     ax.set_title(task, fontsize="medium")
     ax.set_xlabel("environment steps")
     ax.set_ylabel("evaluation return")
@@ -192,7 +202,7 @@ def plot_grid(results, task_names, path: str, title: str) -> str:
     ax.axis("off")
   handles, labels = axes.flat[0].get_legend_handles_labels()
   if handles:
-    fig.legend(handles, labels, loc="lower right", fontsize="small", ncol=2)
+    fig.legend(handles, labels, loc="lower right", fontsize="small", ncol=3)
   fig.suptitle(title)
   fig.tight_layout()
   fig.savefig(path, dpi=100)
