@@ -32,7 +32,9 @@ from experiments.reproduce import records
 from experiments.reproduce import slurm_checks
 from experiments.reproduce import status
 
-SETS = sets(1000)
+# Long enough that the signals land in mid-run on an idle machine too (at
+# 1000 steps a program could end between two polls).
+SETS = sets(3000)
 # Jobs without GPUs, one CPU each, on the local cluster's default partition.
 SLURM = ["--launcher", "slurm", "--gpus-per-node", "0", "--cpus-per-task", "1"]
 SLURM += ["--timeout-min", "30"]
@@ -83,10 +85,10 @@ def test_bad_partition_and_time_limits_are_errors_before_anything(
   plan measured. Nothing is submitted."""
   _cluster_or_skip()
   workdir = ["--workdir", str(tmp_path)]
-  code = cli.main([TARGET, *SETS, *SLURM, *workdir, "--partition", "nosuch"])
+  code = cli.main([TARGET, *sets(1000), *SLURM, *workdir, "--partition", "nosuch"])
   err = capsys.readouterr().err
   assert code == 2 and "--partition 'nosuch': no such partition" in err
-  code = cli.main([TARGET, *SETS, *SLURM, *workdir, "--timeout-min", "1"])
+  code = cli.main([TARGET, *sets(1000), *SLURM, *workdir, "--timeout-min", "1"])
   err = capsys.readouterr().err
   assert code == 2 and "--signal-delay-s 90 s before its end" in err
   # A plan measured at 10 s per step: 1000 steps between checkpoints of
@@ -95,7 +97,7 @@ def test_bad_partition_and_time_limits_are_errors_before_anything(
   keys = [f"{TARGET}/trained-RHN-32", f"{TARGET}/trained-RHN-64"]
   rows = [{"key": k, "seconds_per_step": 10.0} for k in keys]
   (tmp_path / TARGET / "plan_small.json").write_text(json.dumps(rows))
-  code = cli.main([TARGET, *SETS, *SLURM, *workdir])
+  code = cli.main([TARGET, *sets(1000), *SLURM, *workdir])
   err = capsys.readouterr().err
   assert code == 2 and "shorter than one checkpoint interval" in err
   for key in keys:
@@ -194,7 +196,7 @@ def test_slurm_jobs_equal_the_local_launcher_through_requeues(tmp_path):
     while _queued(folder, failing) and time.time() < deadline:
       for key, signal in signals.items():
         if key not in signalled and _signal_in_mid_run(
-          folder, key, signal, 1000
+          folder, key, signal, 3000
         ):
           signalled[key] = signal
       time.sleep(0.2)
