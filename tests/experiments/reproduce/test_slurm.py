@@ -85,7 +85,9 @@ def test_bad_partition_and_time_limits_are_errors_before_anything(
   plan measured. Nothing is submitted."""
   _cluster_or_skip()
   workdir = ["--workdir", str(tmp_path)]
-  code = cli.main([TARGET, *sets(1000), *SLURM, *workdir, "--partition", "nosuch"])
+  code = cli.main(
+    [TARGET, *sets(1000), *SLURM, *workdir, "--partition", "nosuch"]
+  )
   err = capsys.readouterr().err
   assert code == 2 and "--partition 'nosuch': no such partition" in err
   code = cli.main([TARGET, *sets(1000), *SLURM, *workdir, "--timeout-min", "1"])
