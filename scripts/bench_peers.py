@@ -39,7 +39,8 @@ Ours is timed only through the public API (`rtrl.estimators.make`,
      through a small adapter (`cases()` of the peer's module; their test
      files are imported from the snapshot, never copied): which passed.
 
-Options: --peers (all or a comma list), --sizes, --batches, --steps
+Options: --peers (all or a comma list), --algorithms and --cells (comma
+lists of the rows to run; all by default), --sizes, --batches, --steps
 (per timed chunk), --exact_steps (exact RTRL's chunk), --repeats,
 --max_seconds (skip a configuration whose predicted cost exceeds it),
 --skip_checks, --skip_cases, --json, --peer_root, --report (print the
@@ -66,6 +67,8 @@ PEERS = {
   "snapjax": ("src", "scripts.benchlib.peers_snapjax"),
 }
 CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if CHECKOUT not in sys.path:  # `python scripts/bench_peers.py`, not `-m`
+  sys.path.insert(0, CHECKOUT)
 
 
 def parse_args(argv):
@@ -76,10 +79,22 @@ def parse_args(argv):
     "--peers", type=listed, default=["all"], help="all, or a comma list"
   )
   parser.add_argument("--sizes", type=numbers, default=[32, 64, 128])
+  parser.add_argument(
+    "--algorithms",
+    type=listed,
+    default=[],
+    help="only these rows' algorithms (exact, snap1, rflo, ...); all if empty",
+  )
+  parser.add_argument(
+    "--cells", type=listed, default=[], help="only these cells; all if empty"
+  )
   parser.add_argument("--batches", type=numbers, default=[1, 16])
   parser.add_argument("--steps", type=int, default=20)
   parser.add_argument(
-    "--exact_steps", type=int, default=5, help="chunk of the n^4 pairs"
+    "--exact_steps",
+    type=int,
+    default=20,
+    help="exact RTRL's chunk (steps per timed call)",
   )
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--vocab", type=int, default=50)
@@ -132,7 +147,7 @@ def run_one(peer: str, args) -> dict:
   from scripts.benchlib import peers_common
 
   module = importlib.import_module(PEERS[peer][1])
-  pairs = module.pairs(args)
+  pairs = selected(module.pairs(args), args)
   versions = {**module.versions(), "jax": jax.__version__}
   print(f"{peer}: {versions}; {peers_common.load_average()}", flush=True)
   checks = {} if args.skip_checks else peers_common.run_checks(pairs, args)
@@ -167,6 +182,16 @@ def run_one(peer: str, args) -> dict:
       for (a, c, n, b), w in skipped.items()
     ],
   }
+
+
+def selected(pairs: list, args) -> list:
+  """The pairs of the asked --algorithms and --cells (all where empty)."""
+  return [
+    p
+    for p in pairs
+    if (not args.algorithms or p.algorithm in args.algorithms)
+    and (not args.cells or p.cell in args.cells)
+  ]
 
 
 def peer_python(peer: str, args) -> str:

@@ -67,6 +67,7 @@ def _build(
   update: Callable,
   readout: Callable,
   layout: Callable = lambda params, state: None,
+  random: bool = True,
 ):
   """The `Estimator` contract around three flat pieces (`base.assemble`).
 
@@ -75,6 +76,8 @@ def _build(
     update: `(layout, tangent, flat_step, theta, s, key) -> (tangent, s')`.
     readout: `(layout, tangent, g (d,)) -> dL/dθ (p,)`.
     layout: `(params, state) -> static data` the three share, from shapes.
+    random: `update` reads its key (split at every step); False: it does
+      not, and the key is kept.
   """
 
   def init_tangent(params, state):
@@ -107,6 +110,7 @@ def _build(
     zeros=init_tangent,
     advance=advance,
     readout=gradient,
+    splits_key=random,
   )
 
 
@@ -149,7 +153,7 @@ def autodiff_rtrl(cell) -> Estimator:
     del layout
     return linalg.matmul(g, influence)
 
-  return _build("rtrl", cell, zeros, update, readout)
+  return _build("rtrl", cell, zeros, update, readout, random=False)
 
 
 def autodiff_uoro(cell) -> Estimator:
@@ -314,7 +318,7 @@ def autodiff_snap1(cell, pattern=None) -> Estimator:
     values = jnp.concatenate(per_group + [jnp.zeros((1,), g.dtype)])
     return values[layout.gather]
 
-  return _build("snap1", cell, zeros, update, readout, layout)
+  return _build("snap1", cell, zeros, update, readout, layout, random=False)
 
 
 __all__ = ["autodiff_rtrl", "autodiff_snap1", "autodiff_uoro"]

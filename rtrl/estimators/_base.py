@@ -20,7 +20,9 @@ class Estimator(NamedTuple):
 
   Attributes:
     init: `(params, state, key) -> tstate`, per example; the PRNG key lives in
-      `tstate` and is split at every step.
+      `tstate`, split at every step by a random estimator (UORO, KF-RTRL,
+      r-OK, KTP...) and kept as it is by a deterministic one (exact RTRL,
+      SnAp-n, RFLO, r-B-OK, SK-RTRL: no threefry in their step).
     step: `params -> fn` with `fn(tstate, state, x) -> (tstate, state)`, the
       `(carry, x) -> carry` shape that goes into `lax.scan` and `vmap`.
       Where `folds_reset`, `fn(tstate, state, x, reset)` also takes the
@@ -107,7 +109,8 @@ def assemble(
     folds_reset: `advance` takes the reset flag (`Estimator.folds_reset`).
     metrics: optional `tangent -> dict[str, scalar]` (`Estimator.metrics`).
     splits_key: split the tangent state's key at every step and give
-      `advance` the new half; False (a deterministic estimator) keeps it.
+      `advance` the new half; False (a deterministic estimator) keeps it
+      and gives `advance` the kept key, which it does not read.
   """
 
   def init(params, state, key):
@@ -184,6 +187,7 @@ def build(
   forget: Callable[[Any, jax.Array], Any] | None = None,
   batch_readout: Callable[[Any, jax.Array], jax.Array] | None = None,
   metrics: Callable[[Any], dict[str, Any]] | None = None,
+  random: bool = True,
 ) -> Estimator:
   """A Lemma-1 estimator from its three per-estimator pieces (`assemble`
   with the cell's linearised step and `W`'s gradient layout).
@@ -219,6 +223,10 @@ def build(
     metrics: optional `tangent -> dict[str, scalar]` (per example), what
       the estimator reports about its tangent (`Estimator.metrics`, which
       takes the whole `TangentState`); None: nothing.
+    random: `update` draws from its key (UORO, the Kronecker sums): the
+      key is split at every step; False for a deterministic `update`,
+      which is then given the state's key unsplit and must not read it
+      (no threefry per step; `assemble`'s `splits_key`).
   """
   routing = routing_lib.resolve(routing)
   once = jacobians_once and routing.jacobians_once
@@ -262,6 +270,7 @@ def build(
     routing=routing,
     folds_reset=forget is not None,
     metrics=metrics,
+    splits_key=random,
   )
 
 

@@ -67,8 +67,10 @@ def exact_rtrl(
   def update(influence, jac, key):
     del key  # exact: no randomness
     propagated = tangents.propagate_factors(jac, cell.hidden_row, influence)
-    # + D ⊗ hhat, written into D's diagonal entries only (no extra pass).
-    return tangents.add_scaled_D_to_factors(propagated, jac.hhat, jac)
+    # + D ⊗ hhat as a dense add: XLA fuses it into the one pass that writes
+    # the carried influence, where a scatter on D's diagonal made it copy
+    # the whole influence at every step (2x slower: docs/benchmarks/peers.md).
+    return propagated + tangents.dense_D_factor(jac)[..., None] * jac.hhat
 
   def readout(influence, g):
     right = tangents.contract_factors(influence, g)  # (K, n, P)
@@ -83,6 +85,7 @@ def exact_rtrl(
     implementation="exact_rtrl",
     routing=routing,
     forget=base.forget_nothing,
+    random=False,
   )
 
 

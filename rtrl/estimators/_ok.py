@@ -71,6 +71,7 @@ def _ok(
     implementation=name,
     routing=routing,
     forget=forget_u,
+    random=not biased,  # r-B-OK's truncation draws nothing
   )
 
 

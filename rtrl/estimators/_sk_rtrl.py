@@ -300,6 +300,7 @@ def sk_rtrl(
     jacobians_once=True,
     forget=forget,
     metrics=lambda tangent: {"certificate": tangent.certificate},
+    random=False,
   )
 
 

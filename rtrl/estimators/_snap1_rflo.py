@@ -144,6 +144,7 @@ def _unit_diagonal(
     routing=routing_lib.resolve(routing),
     jacobians_once=True,
     forget=base.forget_nothing,
+    random=False,
   )
 
 

@@ -268,6 +268,7 @@ def _sparse_snap(
     jacobians_once=True,
     forget=base.forget_nothing,
     batch_readout=batch_readout,
+    random=False,
   )
 
 
