@@ -216,6 +216,12 @@ def online_estimator_fields(
   config.estimator = estimator
   config.rank = rank  # kf_avg, kf_approx, ok, ok_biased, ktp, sk_rtrl
   config.order = 2  # snap (SnAp-n's n)
+  # sk_rtrl's pre-projection of each step's new mass: subspace_iteration |
+  # svd, its width c, its iterations; None: the factory's default
+  # (subspace iteration, c = max(4, ceil(rank / 4)), 2 iterations).
+  config.preprojection = config_dict.placeholder(str)
+  config.preprojection_rank = config_dict.placeholder(int)
+  config.subspace_iterations = config_dict.placeholder(int)
   config.truncation = truncation  # tbptt's horizon (divides chunk_steps)
   # > 0: every this many steps, the cell gradient's cosine to exact RTRL's
   # (an exact-RTRL shadow on the same trajectory, exact RTRL's cost), logged

@@ -395,7 +395,24 @@ def computed_once(x: jax.Array) -> jax.Array:
   return flat.reshape(x.shape)
 
 
+def after(x: jax.Array, *earlier: jax.Array) -> jax.Array:
+  """`x`, made to depend on `earlier`: XLA computes them first.
+
+  jaxlib runs a batched LAPACK call (QR, SVD, eigh) over XLA:CPU's intra-op
+  thread pool and blocks one of its threads until the batch is done, while
+  XLA runs independent operations at the same time. Two such calls at once
+  can hold every thread of a small pool and wait for each other forever:
+  on 2 cores, SK-RTRL's per-unit QR beside its pre-projection's SVD at
+  batch 16 hung. Chaining the second call's input after the first's output
+  keeps them one at a time. Exact for finite `earlier` (adds `0 *` one
+  entry of each; XLA does not fold a float `0 * y`).
+  """
+  zero = sum(0.0 * e.reshape(-1)[0] for e in earlier)
+  return x + jnp.asarray(zero, x.dtype)
+
+
 __all__ = [
+  "after",
   "MATMUL_PRECISIONS",
   "check_matmul_precision",
   "computed_once",

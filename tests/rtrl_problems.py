@@ -103,6 +103,31 @@ def make_problem(
   return params, chunk
 
 
+def pattern_problem(cell, seed: int = 0):
+  """`make_problem` at the size of the SnAp-n / SnAp-1 / RFLO tests: 3
+  inputs, 4 outputs, batch 2, 8 steps, example 1 reset at step 5, random
+  biases."""
+  return make_problem(
+    cell,
+    input_size=3,
+    num_outputs=4,
+    batch=2,
+    steps=8,
+    resets=[(0, None), (5, 1)],
+    seed=seed,
+    random_biases=True,
+  )
+
+
+def frozen_cell_gradients(cell, estimator, params, chunk) -> np.ndarray:
+  """Per-step estimates of `dL_t/dW` `(T, B, ...)` with the parameters
+  fixed (`online.frozen_gradients`, key 1)."""
+  grads, _ = online.frozen_gradients(
+    cell, estimator, params, chunk, jax.random.PRNGKey(1)
+  )
+  return np.asarray(grads["W"])
+
+
 def make_example_problem(cell, input_size: int, steps: int, seed: int = 0):
   """One example's `(params, xs (T, I), gs (T, S, n))`: cell params with a
   random bias, inputs, and a `dL/dstate` covector at every step."""

@@ -69,6 +69,10 @@ RESUME_DEFAULTS = {
   "mask_seed": 0,
   "leak": 0.1,
   "order": 2,
+  # SK-RTRL's pre-projection fields: None, the factory's default.
+  "preprojection": None,
+  "preprojection_rank": None,
+  "subspace_iterations": None,
 }
 
 
@@ -89,6 +93,7 @@ def validate_trainer(config) -> None:
     )
   elif config.estimator == "sk_rtrl":  # rank 0 is SnAp-1
     checks.nonnegative_ints(config, "rank")
+    validate_preprojection(config)
   elif "rank" in estimators.hyperparameters(config.estimator):
     checks.positive_ints(config, "rank")
   elif "order" in estimators.hyperparameters(config.estimator):
@@ -114,6 +119,26 @@ def validate_trainer(config) -> None:
     if value < 0:
       raise ValueError(f"config.{field} must be >= 0 (0: off), got {value!r}")
   _validate_lru_optimizer(config)
+
+
+# `rtrl.estimators.sk_rtrl`'s `preprojection` values (a test holds them
+# equal to the factory's).
+PREPROJECTIONS = ("subspace_iteration", "svd")
+
+
+def validate_preprojection(config) -> None:
+  """SK-RTRL's pre-projection fields: each None (the factory's default) or
+  a valid value, named as a config field (the factory also bounds
+  `preprojection_rank` by the state size)."""
+  if config.preprojection not in (None,) + PREPROJECTIONS:
+    raise ValueError(
+      f"config.preprojection must be one of {PREPROJECTIONS} or None (the "
+      f"factory's default), got {config.preprojection!r}"
+    )
+  if config.preprojection_rank is not None:
+    checks.positive_ints(config, "preprojection_rank")
+  if config.subspace_iterations is not None:
+    checks.nonnegative_ints(config, "subspace_iterations")
 
 
 def validate_shadow_every(config, shadow_every: int) -> int:

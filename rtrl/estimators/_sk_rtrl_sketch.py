@@ -53,6 +53,9 @@ def off_diagonal_mass(
   # B_j = T_jᵀ Q_jᵀ, so column (t, j) of N is Σ_s H_o[:, (s, j)] T_j[t, s].
   h_units = h_off.reshape(num_rows * n, num_rows, n)  # [a, s, j]
   mass = jnp.einsum("asj,jts->atj", h_units, coords)
+  # `mass` goes on to a batched QR or SVD: not beside the QR's `basis`
+  # (two batched LAPACK calls at once can deadlock: `linalg.after`).
+  mass = linalg.after(mass, basis)
   basis = basis.reshape(n, p, k, num_rows).transpose(1, 2, 0, 3)
   return mass.reshape(num_rows * n, num_rows * n), basis
 
@@ -103,8 +106,12 @@ def mix_columns(
   """`columns @ coefficients` for tall `columns` `(M, m)` and a small
   `coefficients` `(m, o)`: `m` multiply-adds in one loop where
   `routing.elementwise_mix(m)` (XLA:CPU's GEMM is slow on such shapes),
-  else one GEMM."""
+  else one GEMM. In the loop the coefficients are written once first
+  where `routing.jacobians_once` (`linalg.computed_once`): XLA would fuse
+  their small products into the loop and redo them per entry."""
   if routing.elementwise_mix(columns.shape[1]):
+    if routing.jacobians_once:  # else XLA recomputes them per output entry
+      coefficients = linalg.computed_once(coefficients)
     return linalg.matmul_unrolled(columns, coefficients)
   return linalg.matmul(columns, coefficients)
 
@@ -226,6 +233,7 @@ def exact_sketch_update(
   core = linalg.matmul(
     jnp.concatenate([linalg.matmul(h, left), mass], axis=1), theta.T
   )
+  core = linalg.after(core, orthonormal)  # its SVD not beside the QR's Q
   u, s, vt = jnp.linalg.svd(core, full_matrices=False)
   new_left = u[:, :rank] * s[:rank]
   new_right = linalg.matmul(orthonormal, vt[:rank].T)

@@ -63,3 +63,18 @@ def test_a_required_field_missing_is_named():
   del config["order"]
   with pytest.raises(ValueError, match=r"needs config\.order \(SnAp's"):
     setup.estimator_hyperparameters(ml_collections.ConfigDict(config))
+
+
+def test_sk_rtrl_preprojection_fields_are_checked_as_config_fields():
+  from rtrl.estimators import _sk_rtrl_options
+
+  assert setup.PREPROJECTIONS == _sk_rtrl_options.PREPROJECTIONS
+  config = copy_config(estimator="sk_rtrl", rank=4)
+  setup.validate_trainer(config)  # the three at None: defaults
+  for field, value, message in [
+    ("preprojection", "qr", r"config\.preprojection must be one of"),
+    ("preprojection_rank", 0, r"config\.preprojection_rank must be"),
+    ("subspace_iterations", -1, r"config\.subspace_iterations must be"),
+  ]:
+    with pytest.raises(ValueError, match=message):
+      setup.validate_trainer(with_fields(config, **{field: value}))

@@ -23,27 +23,12 @@ from rtrl.cells import recurrent_mask
 from rtrl.estimators import _snap_n as snap_n
 
 N, INPUT, OUTPUTS, B, T = 5, 3, 4, 2, 8
-RESETS = [(0, None), (5, 1)]
 
 
-def _problem(cell, seed=0):
-  return rtrl_problems.make_problem(
-    cell,
-    input_size=INPUT,
-    num_outputs=OUTPUTS,
-    batch=B,
-    steps=T,
-    resets=RESETS,
-    seed=seed,
-    random_biases=True,
-  )
+_problem = rtrl_problems.pattern_problem  # N = 5 units: the cells' size
 
 
-def _per_step(cell, estimator, params, chunk):
-  grads, _ = online.frozen_gradients(
-    cell, estimator, params, chunk, jax.random.PRNGKey(1)
-  )
-  return np.asarray(grads["W"])
+_per_step = rtrl_problems.frozen_cell_gradients
 
 
 def _ring(n, self_loops=False):

@@ -19,29 +19,17 @@ from rtrl import online
 from rtrl import tangents
 from rtrl.estimators import _snap1_rflo as snap
 
-N, INPUT, OUTPUTS, B, T = 5, 3, 4, 2, 8
+N, INPUT = 5, 3  # rtrl_problems.pattern_problem's input size
 CELL_NAMES = ["rnn", "rhn", "lstm", "gru"]
-RESETS = [(0, None), (5, 1)]
 
 
-def _problem(cell, seed=0):
-  return rtrl_problems.make_problem(
-    cell,
-    input_size=INPUT,
-    num_outputs=OUTPUTS,
-    batch=B,
-    steps=T,
-    resets=RESETS,
-    seed=seed,
-    random_biases=True,
-  )
+_problem = rtrl_problems.pattern_problem  # N = 5 units: the cells' size
 
 
 def _per_step(cell, name, params, chunk):
-  grads, _ = online.frozen_gradients(
-    cell, estimators.make(name, cell), params, chunk, jax.random.PRNGKey(1)
+  return rtrl_problems.frozen_cell_gradients(
+    cell, estimators.make(name, cell), params, chunk
   )
-  return np.asarray(grads["W"])
 
 
 def _with_recurrent(params, cell, transform):
