@@ -67,8 +67,6 @@ PEERS = {
   "snapjax": ("src", "scripts.benchlib.peers_snapjax"),
 }
 CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if CHECKOUT not in sys.path:  # `python scripts/bench_peers.py`, not `-m`
-  sys.path.insert(0, CHECKOUT)
 
 
 def parse_args(argv):
@@ -238,11 +236,11 @@ def child_argv(argv) -> list:
   return kept
 
 
-def print_report(reports: list, args) -> None:
+def print_report(reports: list, args, measured: dict | None = None) -> None:
   # pylint: disable=g-import-not-at-top
   from scripts.benchlib.peers_report import report_markdown
 
-  print("\n" + report_markdown(reports, args))
+  print("\n" + report_markdown(reports, args, measured))
 
 
 def main(argv=None) -> int:
@@ -251,7 +249,11 @@ def main(argv=None) -> int:
   if args.report:
     with open(args.report) as f:
       saved = json.load(f)
-    print_report(saved["reports"], argparse.Namespace(**saved["args"]))
+    print_report(
+      saved["reports"],
+      argparse.Namespace(**saved["args"]),
+      saved.get("measured"),
+    )
     return 0
   start = time.perf_counter()
   own = [p for p in args.peers if importable(p)]
@@ -259,12 +261,19 @@ def main(argv=None) -> int:
     reports = [run_one(args.peers[0], args)]
   else:
     reports = [run_child(peer, args, argv) for peer in args.peers]
-  print_report(reports, args)
+  # pylint: disable-next=g-import-not-at-top
+  from scripts.benchlib.peers_report import measured_here
+
+  measured = measured_here()
+  print_report(reports, args, measured)
   print(f"\ntotal {time.perf_counter() - start:.0f}s")
   if args.json:
     with open(args.json, "w") as f:
       json.dump(
-        {"args": vars(args), "reports": reports}, f, indent=1, default=str
+        {"args": vars(args), "measured": measured, "reports": reports},
+        f,
+        indent=1,
+        default=str,
       )
   return 0
 
@@ -280,4 +289,9 @@ def importable(peer: str) -> bool:
 
 
 if __name__ == "__main__":
+  if not __package__:  # `python scripts/bench_peers.py`: `scripts` unimportable
+    sys.exit(
+      "Error: run it as a module from the checkout: "
+      f"cd {CHECKOUT} && .venv/bin/python -m scripts.bench_peers ..."
+    )
   sys.exit(main())

@@ -134,13 +134,37 @@ def summary_table(reports: list) -> list:
   return lines
 
 
-def report_markdown(reports: list, args) -> str:
-  """Date, machine, versions, then per peer its checks and its timings."""
+def measured_here() -> dict:
+  """Where and when a run is: today's date, this CPU, the load now (saved
+  with the run's JSON, so that `--report` says the run's, not its own)."""
   load = os.getloadavg() if hasattr(os, "getloadavg") else (0, 0, 0)
+  return {
+    "date": datetime.date.today().isoformat(),
+    "cpu": cpu_model(),
+    "cpus": os.cpu_count(),
+    "load_at_end": " ".join(f"{x:.1f}" for x in load),
+  }
+
+
+def _row_loads(reports: list) -> str:
+  """The 1-minute load averages logged with the timed rows, as a range."""
+  loads = [
+    float(row["load"].split()[2])
+    for report in reports
+    for row in report.get("results", ())
+    if str(row.get("load", "")).startswith("load average ")
+  ]
+  return f"{min(loads):.1f}-{max(loads):.1f}" if loads else "not recorded"
+
+
+def report_markdown(reports: list, args, measured: dict | None = None) -> str:
+  """Date, machine, versions, then per peer its checks and its timings;
+  `measured` (`measured_here()` of the run) None: not recorded."""
+  m = measured or {}
   lines = [
-    f"Measured {datetime.date.today().isoformat()} on {cpu_model()} "
-    f"({os.cpu_count()} CPUs; load average at the end "
-    f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f}); float32, one-hot inputs "
+    f"Measured {m.get('date', '(date not recorded)')} on "
+    f"{m.get('cpu', '(CPU not recorded)')} ({m.get('cpus', '?')} CPUs; "
+    f"load average over the timed rows {_row_loads(reports)}); float32, one-hot inputs "
     f"over {args.vocab} symbols, linear readout, cross-entropy, Adam, one "
     f"update per step; median of {args.repeats} interleaved rounds.",
     "",
