@@ -26,6 +26,7 @@ fields (every one listed in `configs/{copy_task,ptb,seq_cifar}.py`):
 
 from __future__ import annotations
 
+import typing
 from typing import Any
 
 import jax
@@ -121,9 +122,11 @@ def validate_trainer(config) -> None:
   _validate_lru_optimizer(config)
 
 
-# `rtrl.estimators.sk_rtrl`'s `preprojection` values (a test holds them
-# equal to the factory's).
-PREPROJECTIONS = ("subspace_iteration", "svd")
+# `rtrl.estimators.sk_rtrl`'s `preprojection` values, read from its
+# signature's `Literal` (written once, there).
+PREPROJECTIONS = typing.get_args(
+  typing.get_type_hints(estimators.sk_rtrl)["preprojection"]
+)
 
 
 def validate_preprojection(config) -> None:

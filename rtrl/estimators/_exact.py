@@ -69,7 +69,8 @@ def exact_rtrl(
     propagated = tangents.propagate_factors(jac, cell.hidden_row, influence)
     # + D ⊗ hhat as a dense add: XLA fuses it into the one pass that writes
     # the carried influence, where a scatter on D's diagonal made it copy
-    # the whole influence at every step (2x slower: docs/benchmarks/peers.md).
+    # the whole influence at every step (up to 2x slower on the tanh RNN:
+    # docs/benchmarks/peers.md).
     return propagated + tangents.dense_D_factor(jac)[..., None] * jac.hhat
 
   def readout(influence, g):
