@@ -33,6 +33,7 @@ import jax
 import optax
 
 from experiments.loop import checks
+from experiments.loop.errors import ConfigError
 from rtrl import bptt
 from rtrl import cells
 from rtrl import estimators
@@ -84,7 +85,7 @@ def validate_trainer(config) -> None:
   the initialisation and clipping fields (>= 0, 0 meaning off)."""
   trainers = tuple(estimators.names()) + ("tbptt",)
   if config.estimator not in trainers:
-    raise ValueError(
+    raise ConfigError(
       f"config.estimator must be one of {trainers}, got {config.estimator!r}"
     )
   if config.estimator == "tbptt":
@@ -102,7 +103,7 @@ def validate_trainer(config) -> None:
   for rate in list(config.learning_rates) + [config.learning_rate]:
     validation.positive_number("config.learning_rate(s)", rate)
   if config.optimizer not in OPTIMIZERS:
-    raise ValueError(
+    raise ConfigError(
       f"config.optimizer must be one of {OPTIMIZERS}, got {config.optimizer!r}"
     )
   checks.positive_ints(config, "num_layers", "accumulate_steps")
@@ -110,7 +111,9 @@ def validate_trainer(config) -> None:
     config, "model_size", zero_means="the cell's output size"
   )
   if config.head not in HEADS:
-    raise ValueError(f"config.head must be one of {HEADS}, got {config.head!r}")
+    raise ConfigError(
+      f"config.head must be one of {HEADS}, got {config.head!r}"
+    )
   off_or_positive = {
     "init_stddev": config.init_stddev,
     "clip_norm": config.clip_norm,
@@ -118,7 +121,7 @@ def validate_trainer(config) -> None:
   }
   for field, value in off_or_positive.items():
     if value < 0:
-      raise ValueError(f"config.{field} must be >= 0 (0: off), got {value!r}")
+      raise ConfigError(f"config.{field} must be >= 0 (0: off), got {value!r}")
   _validate_lru_optimizer(config)
 
 
@@ -134,7 +137,7 @@ def validate_preprojection(config) -> None:
   a valid value, named as a config field (the factory also bounds
   `preprojection_rank` by the state size)."""
   if config.preprojection not in (None,) + PREPROJECTIONS:
-    raise ValueError(
+    raise ConfigError(
       f"config.preprojection must be one of {PREPROJECTIONS} or None (the "
       f"factory's default), got {config.preprojection!r}"
     )
@@ -150,11 +153,11 @@ def validate_shadow_every(config, shadow_every: int) -> int:
   is the online single-cell trainer's, `rtrl.online.make_online_trainer`).
 
   Raises:
-    ValueError: naming config.shadow_every.
+    ConfigError (a ValueError): naming config.shadow_every.
   """
   checks.nonnegative_int("config.shadow_every", shadow_every, "off")
   if shadow_every and (config.estimator == "tbptt" or is_stacked(config)):
-    raise ValueError(
+    raise ConfigError(
       "config.shadow_every must be 0 (off) for TBPTT and stacks (the "
       "exact-RTRL shadow is the online single-cell trainer's), got "
       f"{shadow_every!r} with estimator={config.estimator!r}, "
@@ -168,7 +171,7 @@ SCHEDULES = ("constant", "warmup_cosine")
 
 def _validate_lru_optimizer(config) -> None:
   if config.weight_decay < 0:
-    raise ValueError(
+    raise ConfigError(
       f"config.weight_decay must be >= 0 (0: off), got {config.weight_decay!r}"
     )
   validation.positive_number(
@@ -177,20 +180,20 @@ def _validate_lru_optimizer(config) -> None:
   )
   schedule = config.learning_rate_schedule
   if schedule not in SCHEDULES:
-    raise ValueError(
+    raise ConfigError(
       f"config.learning_rate_schedule must be one of "
       f"{SCHEDULES}, got {schedule!r}"
     )
   if schedule == "warmup_cosine":
     checks.nonnegative_ints(config, "warmup_updates")
     if config.warmup_updates >= total_updates(config):
-      raise ValueError(
+      raise ConfigError(
         f"config.warmup_updates ({config.warmup_updates}) must be below "
         f"the run's updates, num_steps // accumulate_steps = "
         f"{total_updates(config)}"
       )
   if config.optimizer != "adam" and _lru_optimizer_options(config):
-    raise ValueError(
+    raise ConfigError(
       "config.weight_decay, recurrence_learning_rate_factor and "
       "learning_rate_schedule apply to optimizer='adam' only; got "
       f"optimizer={config.optimizer!r} with {_lru_optimizer_options(config)}"
@@ -245,7 +248,7 @@ def _one_cell(config):
   try:
     return cells.make(config.cell, config.hidden_size, **options)
   except ValueError as error:  # name the config field, not the argument
-    raise ValueError(f"config: {error}") from None
+    raise ConfigError(f"config: {error}") from None
 
 
 def make_cell(config):
@@ -276,7 +279,7 @@ def make_readout(config) -> readout.Readout:
   the cell through a fixed random matrix: RFLO's random feedback)."""
   name = config.readout
   if name not in READOUTS:
-    raise ValueError(
+    raise ConfigError(
       f"config.readout must be one of {sorted(READOUTS)}, got {name!r}"
     )
   return READOUTS[name]()
@@ -330,13 +333,14 @@ def estimator_hyperparameters(config) -> dict[str, Any]:
   optional one at None (the factory's default then).
 
   Raises:
-    ValueError: a required hyper-parameter without a field, naming it.
+    ConfigError (a ValueError): a required hyper-parameter without a
+      field, naming it.
   """
   hparams = {}
   for h in estimators.spec(config.estimator).hyperparameters:
     if h.name not in config:
       if h.required:
-        raise ValueError(
+        raise ConfigError(
           f"config.estimator={config.estimator!r} needs config.{h.name} "
           f"({h.valid}), which this config does not have"
         )

@@ -8,6 +8,7 @@ from helpers import copy_config
 import ml_collections
 import pytest
 
+from experiments.loop import errors
 from experiments.online import setup
 from rtrl import cells
 from rtrl import estimators
@@ -76,5 +77,6 @@ def test_sk_rtrl_preprojection_fields_are_checked_as_config_fields():
     ("preprojection_rank", 0, r"config\.preprojection_rank must be"),
     ("subspace_iterations", -1, r"config\.subspace_iterations must be"),
   ]:
-    with pytest.raises(ValueError, match=message):
+    # A ConfigError: the mains print it as one `Error:` line, exit 2.
+    with pytest.raises(errors.ConfigError, match=message):
       setup.validate_trainer(with_fields(config, **{field: value}))
